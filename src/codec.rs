@@ -1,0 +1,325 @@
+//! The serialized form of a lock (RDB, DUMP/RESTORE, digest), as pure code.
+//!
+//! The encoding is written and read through the [`Sink`] and [`Source`]
+//! traits, so that the Redis glue only maps them onto the RDB primitives and
+//! the decoder can be tested, and fed hostile bytes, without a server.
+//!
+//! Encoding version 1:
+//!
+//! ```text
+//! unsigned  number of holders (at least 1)
+//! then for each holder, oldest grant first:
+//!   buffer  jid
+//!   signed  token
+//!   signed  acquired_at
+//!   signed  expires_at, -1 when none
+//!   buffer  type
+//!   buffer  owner, empty when none
+//!   buffer  meta,  empty when none
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+
+use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
+
+/// The encoding this build writes; it reads this one and every older one.
+pub const ENCODING_VERSION: i32 = 1;
+
+/// Stands for "no lease" in the encoding.
+const NO_EXPIRY: i64 = -1;
+
+/// Holders are never pre-allocated beyond this from a count read from the
+/// payload: a forged count cannot make the loader reserve memory.
+const MAX_PREALLOCATED_HOLDERS: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The payload was written by a newer version of the module.
+    NewerEncoding(i32),
+    /// The payload ended early or could not be read.
+    Io,
+    /// The payload was read but does not describe a valid lock.
+    Corrupt(&'static str),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NewerEncoding(v) => write!(
+                f,
+                "uniq-lock encoding version {v} is newer than this module's ({ENCODING_VERSION})"
+            ),
+            Self::Io => f.write_str("uniq-lock value: short read or I/O error"),
+            Self::Corrupt(why) => write!(f, "uniq-lock value is corrupt: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Where an encoded lock is written.
+pub trait Sink {
+    fn unsigned(&mut self, value: u64);
+    fn signed(&mut self, value: i64);
+    fn buffer(&mut self, bytes: &[u8]);
+}
+
+/// Where an encoded lock is read from.
+pub trait Source {
+    fn unsigned(&mut self) -> Result<u64, DecodeError>;
+    fn signed(&mut self) -> Result<i64, DecodeError>;
+    fn buffer(&mut self) -> Result<Vec<u8>, DecodeError>;
+}
+
+pub fn encode(lock: &Lock, out: &mut impl Sink) {
+    out.unsigned(lock.holders().len() as u64);
+    for h in lock.holders() {
+        out.buffer(&h.jid);
+        out.signed(h.token);
+        out.signed(h.acquired_at);
+        out.signed(h.expires_at.unwrap_or(NO_EXPIRY));
+        out.buffer(h.lock_type.as_bytes());
+        out.buffer(h.owner.as_deref().unwrap_or_default());
+        out.buffer(h.meta.as_deref().unwrap_or_default().as_bytes());
+    }
+}
+
+/// Reads a lock written with encoding `version`: whole and valid, or an error.
+pub fn decode(version: i32, input: &mut impl Source) -> Result<Lock, DecodeError> {
+    if version > ENCODING_VERSION {
+        return Err(DecodeError::NewerEncoding(version));
+    }
+    if version < 1 {
+        return Err(DecodeError::Corrupt("unknown encoding version"));
+    }
+    let count = input.unsigned()?;
+    if count == 0 {
+        return Err(DecodeError::Corrupt("a lock without holders"));
+    }
+    let count = usize::try_from(count).map_err(|_| DecodeError::Corrupt("holder count"))?;
+    let mut holders = Vec::with_capacity(count.min(MAX_PREALLOCATED_HOLDERS));
+    for _ in 0..count {
+        holders.push(decode_holder(input)?);
+    }
+    let mut seen = HashSet::with_capacity(holders.len());
+    if !holders.iter().all(|h| seen.insert(&h.jid)) {
+        return Err(DecodeError::Corrupt("the same jid twice"));
+    }
+    Ok(Lock::from_holders(holders))
+}
+
+fn decode_holder(input: &mut impl Source) -> Result<Holder, DecodeError> {
+    let jid = input.buffer()?;
+    validate_jid(&jid).map_err(|_| DecodeError::Corrupt("jid"))?;
+    let token = input.signed()?;
+    if token <= 0 {
+        return Err(DecodeError::Corrupt("token"));
+    }
+    let acquired_at = input.signed()?;
+    let expires_at = match input.signed()? {
+        NO_EXPIRY => None,
+        at if at >= 0 => Some(at),
+        _ => return Err(DecodeError::Corrupt("expires_at")),
+    };
+    let lock_type = input.buffer()?;
+    let lock_type = validate_type(&lock_type).map_err(|_| DecodeError::Corrupt("type"))?;
+    let lock_type: Box<str> = lock_type.into();
+    let owner = input.buffer()?;
+    let owner = if owner.is_empty() {
+        None
+    } else {
+        validate_owner(&owner).map_err(|_| DecodeError::Corrupt("owner"))?;
+        Some(owner.into_boxed_slice())
+    };
+    let meta = input.buffer()?;
+    let meta = if meta.is_empty() {
+        None
+    } else {
+        let text = String::from_utf8(meta).map_err(|_| DecodeError::Corrupt("meta"))?;
+        Some(text.into_boxed_str())
+    };
+    Ok(Holder {
+        jid: jid.into_boxed_slice(),
+        token,
+        acquired_at,
+        expires_at,
+        lock_type,
+        owner,
+        meta,
+    })
+}
+
+/// An in-memory encoding, for tests and for fuzzing the decoder.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Items(pub Vec<Item>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    Unsigned(u64),
+    Signed(i64),
+    Buffer(Vec<u8>),
+}
+
+impl Sink for Items {
+    fn unsigned(&mut self, value: u64) {
+        self.0.push(Item::Unsigned(value));
+    }
+    fn signed(&mut self, value: i64) {
+        self.0.push(Item::Signed(value));
+    }
+    fn buffer(&mut self, bytes: &[u8]) {
+        self.0.push(Item::Buffer(bytes.to_vec()));
+    }
+}
+
+/// Reads [`Items`] front to back; a wrong kind of item is an I/O error, as a
+/// misread RDB field would be.
+pub struct ItemReader<'a>(std::slice::Iter<'a, Item>);
+
+impl<'a> ItemReader<'a> {
+    pub fn new(items: &'a Items) -> Self {
+        Self(items.0.iter())
+    }
+}
+
+impl Source for ItemReader<'_> {
+    fn unsigned(&mut self) -> Result<u64, DecodeError> {
+        match self.0.next() {
+            Some(Item::Unsigned(v)) => Ok(*v),
+            _ => Err(DecodeError::Io),
+        }
+    }
+    fn signed(&mut self) -> Result<i64, DecodeError> {
+        match self.0.next() {
+            Some(Item::Signed(v)) => Ok(*v),
+            _ => Err(DecodeError::Io),
+        }
+    }
+    fn buffer(&mut self) -> Result<Vec<u8>, DecodeError> {
+        match self.0.next() {
+            Some(Item::Buffer(v)) => Ok(v.clone()),
+            _ => Err(DecodeError::Io),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::{LockRequest, validate_meta};
+
+    fn sample() -> Lock {
+        let mut lock = Lock::default();
+        let mut token = 10;
+        let mut next = || {
+            token += 1;
+            token
+        };
+        let a = LockRequest {
+            limit: 0,
+            ..LockRequest::new(b"plain")
+        };
+        lock.acquire(&a, 1000, &mut next);
+        let meta = validate_meta(br#"{"queue":"default"}"#, 100).ok();
+        let b = LockRequest {
+            limit: 0,
+            expires_at: Some(9000),
+            lock_type: Some("until_executed"),
+            owner: Some(b"host:42"),
+            meta,
+            ..LockRequest::new(b"\x00binary\xff")
+        };
+        lock.acquire(&b, 1001, &mut next);
+        lock
+    }
+
+    fn encoded(lock: &Lock) -> Items {
+        let mut items = Items::default();
+        encode(lock, &mut items);
+        items
+    }
+
+    #[test]
+    fn encode_then_decode_is_the_identity() {
+        let lock = sample();
+        let items = encoded(&lock);
+        assert_eq!(
+            decode(ENCODING_VERSION, &mut ItemReader::new(&items)),
+            Ok(lock)
+        );
+    }
+
+    #[test]
+    fn a_newer_encoding_is_refused() {
+        let items = encoded(&sample());
+        assert_eq!(
+            decode(ENCODING_VERSION + 1, &mut ItemReader::new(&items)),
+            Err(DecodeError::NewerEncoding(ENCODING_VERSION + 1))
+        );
+        assert!(decode(0, &mut ItemReader::new(&items)).is_err());
+    }
+
+    #[test]
+    fn every_truncation_is_an_error() {
+        let items = encoded(&sample());
+        for len in 0..items.0.len() {
+            let cut = Items(items.0[..len].to_vec());
+            assert!(
+                decode(1, &mut ItemReader::new(&cut)).is_err(),
+                "cut at {len}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_forged_huge_count_fails_without_allocating_for_it() {
+        let mut items = encoded(&sample());
+        items.0[0] = Item::Unsigned(1 << 60);
+        assert_eq!(
+            decode(1, &mut ItemReader::new(&items)),
+            Err(DecodeError::Io)
+        );
+        items.0[0] = Item::Unsigned(0);
+        assert!(matches!(
+            decode(1, &mut ItemReader::new(&items)),
+            Err(DecodeError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn invalid_fields_are_corrupt() {
+        let good = encoded(&sample());
+        // Positions in the first holder: 1 jid, 2 token, 4 expires_at, 5 type, 6 owner.
+        let forgeries = [
+            (1, Item::Buffer(vec![])),
+            (1, Item::Buffer(vec![b'x'; 1025])),
+            (2, Item::Signed(0)),
+            (4, Item::Signed(-7)),
+            (5, Item::Buffer(b"bad type".to_vec())),
+            (6, Item::Buffer(vec![b'o'; 1025])),
+            (7, Item::Buffer(vec![0xff, 0xfe])),
+        ];
+        for (at, item) in forgeries {
+            let mut items = good.clone();
+            items.0[at] = item.clone();
+            assert!(
+                matches!(
+                    decode(1, &mut ItemReader::new(&items)),
+                    Err(DecodeError::Corrupt(_))
+                ),
+                "{at}: {item:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn duplicate_jids_are_corrupt() {
+        let mut items = encoded(&sample());
+        items.0[8] = items.0[1].clone();
+        assert_eq!(
+            decode(1, &mut ItemReader::new(&items)),
+            Err(DecodeError::Corrupt("the same jid twice"))
+        );
+    }
+}

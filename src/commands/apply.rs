@@ -1,0 +1,160 @@
+//! UNIQUE.APPLY: the internal command that carries an effect from a primary to
+//! its replicas and into the AOF. It is never sent by clients.
+//!
+//! ```text
+//! UNIQUE.APPLY key now HOLD jid token acquired_at expires_at type owner meta
+//! UNIQUE.APPLY key now RELEASE jid
+//! UNIQUE.APPLY key now PRUNE
+//! ```
+//!
+//! Every form first removes the holders whose lease ended at `now` (the
+//! primary's clock at the time of the command, or 0 to remove none), then:
+//! HOLD puts the holder exactly as given (a new grant or a renewal, with
+//! absolute times and its token; expires_at -1, owner "" and meta "" stand for
+//! none), RELEASE removes one holder, PRUNE does nothing more. The key is then
+//! deleted when empty or given its expiry, as on the primary. Nothing here
+//! reads the replica's clock or configuration, so a replica (or an AOF replay)
+//! ends with exactly the primary's data.
+
+use redis_module::{
+    Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
+};
+
+use super::{events, parse_int, settle};
+use crate::fencing;
+use crate::ffi::LockKey;
+use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
+
+pub const NAME: &str = "UNIQUE.APPLY";
+
+/// Replicates a grant or renewal: the holder as it now is.
+pub fn replicate_hold(ctx: &Context, key: &[u8], now: i64, h: &Holder) {
+    let (now, token, acquired_at) = (
+        now.to_string(),
+        h.token.to_string(),
+        h.acquired_at.to_string(),
+    );
+    let expires_at = h.expires_at.unwrap_or(-1).to_string();
+    let args: [&[u8]; 10] = [
+        key,
+        now.as_bytes(),
+        b"HOLD",
+        &h.jid,
+        token.as_bytes(),
+        acquired_at.as_bytes(),
+        expires_at.as_bytes(),
+        h.lock_type.as_bytes(),
+        h.owner.as_deref().unwrap_or_default(),
+        h.meta.as_deref().unwrap_or_default().as_bytes(),
+    ];
+    ctx.replicate(NAME, &args);
+}
+
+/// Replicates the removal of one holder (after the prune at `now`).
+pub fn replicate_release(ctx: &Context, key: &[u8], now: i64, jid: &[u8]) {
+    let now = now.to_string();
+    ctx.replicate(NAME, &[key, now.as_bytes(), b"RELEASE", jid]);
+}
+
+/// Replicates the removal of the holders whose lease ended at `now`.
+pub fn replicate_prune(ctx: &Context, key: &[u8], now: i64) {
+    let now = now.to_string();
+    ctx.replicate(NAME, &[key, now.as_bytes(), b"PRUNE"]);
+}
+
+pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let from_primary_or_aof = ctx
+        .get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING);
+    if !from_primary_or_aof {
+        return Err(RedisError::Str(
+            "ERR UNIQUE.APPLY is internal: it only replays effects from a primary or the AOF",
+        ));
+    }
+    let [_, key_name, now, op, rest @ ..] = args.as_slice() else {
+        return Err(RedisError::WrongArity);
+    };
+    let now = parse_int(now)?;
+    let mut key =
+        LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
+    let mut event = None;
+
+    if op.eq_ignore_ascii_case(b"HOLD") {
+        let holder = parse_holder(rest)?;
+        fencing::observe(holder.token);
+        let lock = match key.lock_mut()? {
+            Some(lock) => lock,
+            None => key.create(Lock::default())?,
+        };
+        lock.prune(now);
+        if lock.holder(&holder.jid).is_none() {
+            event = Some(events::LOCK);
+        }
+        lock.put(holder);
+    } else if op.eq_ignore_ascii_case(b"RELEASE") {
+        let [jid] = rest else {
+            return Err(RedisError::WrongArity);
+        };
+        if let Some(lock) = key.lock_mut()? {
+            lock.prune(now);
+            if lock.release(jid) {
+                event = Some(events::UNLOCK);
+            }
+        }
+    } else if op.eq_ignore_ascii_case(b"PRUNE") && rest.is_empty() {
+        if let Some(lock) = key.lock_mut()? {
+            lock.prune(now);
+        }
+    } else {
+        return Err(RedisError::Str("ERR syntax error"));
+    }
+
+    settle(&mut key)?;
+    // A replica's own AOF only gets what a module command replicates.
+    ctx.replicate_verbatim();
+    if let Some(event) = event {
+        ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key_name);
+    }
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+fn parse_holder(args: &[RedisString]) -> Result<Holder, RedisError> {
+    let [jid, token, acquired_at, expires_at, lock_type, owner, meta] = args else {
+        return Err(RedisError::WrongArity);
+    };
+    let corrupt = |_field: &str| RedisError::Str("ERR invalid holder in UNIQUE.APPLY");
+    validate_jid(jid)?;
+    let token = parse_int(token)?;
+    if token <= 0 {
+        return Err(corrupt("token"));
+    }
+    let expires_at = match parse_int(expires_at)? {
+        -1 => None,
+        at if at >= 0 => Some(at),
+        _ => return Err(corrupt("expires_at")),
+    };
+    let owner = if owner.is_empty() {
+        None
+    } else {
+        validate_owner(owner)?;
+        Some(owner.to_vec().into_boxed_slice())
+    };
+    let meta = if meta.is_empty() {
+        None
+    } else {
+        Some(
+            std::str::from_utf8(meta)
+                .map_err(|_| corrupt("meta"))?
+                .into(),
+        )
+    };
+    Ok(Holder {
+        jid: jid.to_vec().into_boxed_slice(),
+        token,
+        acquired_at: parse_int(acquired_at)?,
+        expires_at,
+        lock_type: validate_type(lock_type)?.into(),
+        owner,
+        meta,
+    })
+}

@@ -1,0 +1,212 @@
+//! UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]
+
+use std::ops::Deref;
+
+use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
+
+use super::{apply, events, parse_int, settle};
+use crate::ffi::{LockKey, now_ms};
+use crate::lock::{
+    Acquired, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, validate_jid, validate_meta,
+    validate_owner, validate_type,
+};
+use crate::{config, fencing};
+
+/// The options of a LOCK call, validated, before the clock is read.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct LockOptions<'a> {
+    pub limit: Option<u32>,
+    pub expiry: Option<Expiry>,
+    pub lock_type: Option<&'a str>,
+    pub owner: Option<&'a [u8]>,
+    pub meta: Option<&'a str>,
+    pub wait: Option<i64>,
+}
+
+/// Parses the options after `key jid`: any order, case-insensitive; an
+/// unknown, repeated or conflicting option is a syntax error.
+pub fn parse_options<A: Deref<Target = [u8]>>(
+    args: &[A],
+    max_meta_bytes: usize,
+) -> Result<LockOptions<'_>, LockError> {
+    let mut opts = LockOptions::default();
+    let mut rest = args.iter();
+    while let Some(name) = rest.next() {
+        let value: &[u8] = rest.next().ok_or(LockError::Syntax)?;
+        let is = |option: &str| name.eq_ignore_ascii_case(option.as_bytes());
+        if is("LIMIT") && opts.limit.is_none() {
+            let n = parse_int(value)?;
+            if !(0..=MAX_LIMIT).contains(&n) {
+                return Err(LockError::NotAnInteger);
+            }
+            opts.limit = u32::try_from(n).ok();
+        } else if is("TTL") && opts.expiry.is_none() {
+            opts.expiry = Some(Expiry::Ttl(parse_int(value)?));
+        } else if is("PXAT") && opts.expiry.is_none() {
+            opts.expiry = Some(Expiry::At(parse_int(value)?));
+        } else if is("TYPE") && opts.lock_type.is_none() {
+            opts.lock_type = Some(validate_type(value)?);
+        } else if is("OWNER") && opts.owner.is_none() {
+            validate_owner(value)?;
+            opts.owner = Some(value);
+        } else if is("META") && opts.meta.is_none() {
+            opts.meta = Some(validate_meta(value, max_meta_bytes)?);
+        } else if is("WAIT") && opts.wait.is_none() {
+            let ms = parse_int(value)?;
+            if ms <= 0 {
+                return Err(LockError::NotAnInteger);
+            }
+            opts.wait = Some(ms);
+        } else {
+            return Err(LockError::Syntax);
+        }
+    }
+    Ok(opts)
+}
+
+pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, key_name, jid, options @ ..] = args.as_slice() else {
+        return Err(RedisError::WrongArity);
+    };
+    validate_jid(jid)?;
+    let opts = parse_options(options, config::max_meta_bytes())?;
+    if opts.wait.is_some() {
+        return Err(LockError::WaitUnsupported.into());
+    }
+    let now = now_ms();
+    let req = LockRequest {
+        jid,
+        limit: opts.limit.unwrap_or(1),
+        expires_at: opts.expiry.map(|e| e.resolve(now)).transpose()?,
+        lock_type: opts.lock_type,
+        owner: opts.owner,
+        meta: opts.meta,
+    };
+
+    let mut key =
+        LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
+    let (acquired, expired) = match key.lock_mut()? {
+        Some(lock) => {
+            let expired = lock.prune(now);
+            (lock.acquire(&req, now, || fencing::issue(now)), expired)
+        }
+        None => {
+            let mut lock = Lock::default();
+            let acquired = lock.acquire(&req, now, || fencing::issue(now));
+            key.create(lock)?;
+            (acquired, 0)
+        }
+    };
+
+    if acquired != Acquired::Denied || expired > 0 {
+        settle(&mut key)?;
+    }
+    match acquired {
+        Acquired::Granted(token) | Acquired::Renewed(token) => {
+            if let Some(holder) = key.lock()?.and_then(|lock| lock.holder(jid)) {
+                apply::replicate_hold(ctx, key_name, now, holder);
+            }
+            if matches!(acquired, Acquired::Granted(_)) {
+                ctx.notify_keyspace_event(NotifyEvent::MODULE, events::LOCK, key_name);
+            }
+            Ok(RedisValue::Integer(token))
+        }
+        Acquired::Denied => {
+            if expired > 0 {
+                apply::replicate_prune(ctx, key_name, now);
+            }
+            Ok(RedisValue::Null)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses with unique.max-meta-bytes at 100 (leaks the small argument list).
+    fn parse(args: &[&'static str]) -> Result<LockOptions<'static>, LockError> {
+        let args: &'static [&'static [u8]] =
+            args.iter().map(|a| a.as_bytes()).collect::<Vec<_>>().leak();
+        parse_options(args, 100)
+    }
+
+    #[test]
+    fn options_in_any_order_and_case() {
+        let opts = parse(&[
+            "ttl",
+            "5",
+            "Type",
+            "until_executed",
+            "LIMIT",
+            "0",
+            "owner",
+            "w1",
+        ]);
+        assert_eq!(
+            opts,
+            Ok(LockOptions {
+                limit: Some(0),
+                expiry: Some(Expiry::Ttl(5)),
+                lock_type: Some("until_executed"),
+                owner: Some(&b"w1"[..]),
+                ..LockOptions::default()
+            })
+        );
+        assert_eq!(
+            parse(&["PXAT", "99", "META", "{}"]).map(|o| o.expiry),
+            Ok(Some(Expiry::At(99)))
+        );
+        assert_eq!(parse(&[]), Ok(LockOptions::default()));
+    }
+
+    #[test]
+    fn unknown_repeated_conflicting_or_incomplete_options_are_syntax_errors() {
+        for args in [
+            &["NOPE", "1"][..],
+            &["LIMIT", "1", "LIMIT", "2"],
+            &["TTL", "1", "PXAT", "2"],
+            &["TTL", "1", "ttl", "1"],
+            &["LIMIT"],
+            &["TTL", "5", "OWNER"],
+        ] {
+            assert_eq!(parse(args), Err(LockError::Syntax), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn integers_and_ranges() {
+        assert_eq!(
+            parse(&["LIMIT", "2147483647"]).map(|o| o.limit),
+            Ok(Some(i32::MAX as u32))
+        );
+        for args in [
+            &["LIMIT", "2147483648"][..],
+            &["LIMIT", "-1"],
+            &["LIMIT", "one"],
+            &["TTL", "1.5"],
+            &["PXAT", "soon"],
+            &["WAIT", "0"],
+            &["WAIT", "x"],
+        ] {
+            assert_eq!(parse(args), Err(LockError::NotAnInteger), "{args:?}");
+        }
+        // A non-positive TTL parses; it is refused when resolved against the clock.
+        assert_eq!(
+            parse(&["TTL", "0"]).map(|o| o.expiry),
+            Ok(Some(Expiry::Ttl(0)))
+        );
+    }
+
+    #[test]
+    fn values_are_validated() {
+        assert_eq!(parse(&["TYPE", "no spaces"]), Err(LockError::InvalidType));
+        assert_eq!(parse(&["OWNER", ""]), Err(LockError::InvalidOwner));
+        assert_eq!(parse(&["META", "[]"]), Err(LockError::MetaNotObject));
+        let big = format!("{{\"k\":\"{}\"}}", "x".repeat(100)).leak();
+        assert_eq!(
+            parse(&["META", big]),
+            Err(LockError::MetaTooLarge { max: 100 })
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! The `uniq-lock` data type: its callbacks are thin `extern "C"` shims over
+//! the safe encoding in `codec.rs`. None of them may unwind into Redis: each
+//! one turns a panic into the callback's failure value.
+
+use std::ffi::{c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::codec::{self, ENCODING_VERSION};
+use crate::fencing;
+use crate::ffi::{self, Digest, Rdb};
+use crate::lock::Lock;
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    "uniq-lock",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// Runs `f`, or returns `failed` if it panics.
+fn no_unwind<T>(failed: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(failed)
+}
+
+/// # Safety
+/// `value` must be a lock stored by this module (a `Box<Lock>`), alive for `'a`.
+unsafe fn lock_ref<'a>(value: *mut c_void) -> Option<&'a Lock> {
+    // SAFETY: per the function's contract.
+    unsafe { value.cast::<Lock>().as_ref() }
+}
+
+extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    no_unwind(std::ptr::null_mut(), || {
+        match codec::decode(encver, &mut Rdb(io)) {
+            Ok(lock) => {
+                fencing::observe(lock.max_token());
+                Box::into_raw(Box::new(lock)).cast::<c_void>()
+            }
+            Err(e) => {
+                redis_module::logging::log_warning(e.to_string());
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
+    no_unwind((), || {
+        // SAFETY: Redis passes the value of one of our keys.
+        if let Some(lock) = unsafe { lock_ref(value) } {
+            codec::encode(lock, &mut Rdb(io));
+        }
+    });
+}
+
+extern "C" fn aof_rewrite(
+    io: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    no_unwind((), || {
+        // SAFETY: Redis passes the value of one of our keys.
+        if let Some(lock) = unsafe { lock_ref(value) } {
+            for holder in lock.holders() {
+                ffi::emit_aof_hold(io, key, holder);
+            }
+        }
+    });
+}
+
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: Redis passes the value of one of our keys.
+    no_unwind(0, || {
+        unsafe { lock_ref(value.cast_mut()) }.map_or(0, Lock::mem_usage)
+    })
+}
+
+extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    no_unwind((), || {
+        // SAFETY: Redis passes the value of one of our keys.
+        if let Some(lock) = unsafe { lock_ref(value) } {
+            let mut digest = Digest(md);
+            codec::encode(lock, &mut digest);
+            digest.end_sequence();
+        }
+    });
+}
+
+extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    no_unwind(std::ptr::null_mut(), || {
+        // SAFETY: Redis passes the value of one of our keys.
+        match unsafe { lock_ref(value.cast_mut()) } {
+            Some(lock) => Box::into_raw(Box::new(lock.clone())).cast::<c_void>(),
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+extern "C" fn free(value: *mut c_void) {
+    if !value.is_null() {
+        // SAFETY: the value is the `Box<Lock>` we gave Redis; Redis frees it once.
+        drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+    }
+}

@@ -1,0 +1,243 @@
+//! The thin layer over the Redis module API that `redis-module` 2.0.8 does not
+//! wrap the way this module needs: typed access to a lock key (its
+//! `WRONGTYPE` check, absolute expiry), the clock, RDB and digest I/O and AOF
+//! emission. Every `unsafe` block of the crate lives here or in the type
+//! callbacks of `datatype.rs`.
+
+use std::ffi::{CString, c_char, c_longlong, c_void};
+use std::ptr::NonNull;
+
+use redis_module::{Context, RedisError, RedisString, raw};
+
+use crate::codec::{DecodeError, Sink, Source};
+use crate::datatype::LOCK_TYPE;
+use crate::lock::{Holder, Lock};
+
+/// The server's wall clock, unix ms.
+pub fn now_ms() -> i64 {
+    // SAFETY: RedisModule_Milliseconds takes no arguments and only reads the
+    // clock; the pointer is set by RedisModule_Init before any command runs.
+    unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }
+}
+
+/// An open key that holds (or may come to hold) a lock.
+pub struct LockKey {
+    key: NonNull<raw::RedisModuleKey>,
+}
+
+impl LockKey {
+    /// Opens `name` for reading, or for writing when `writable`. `None` when a
+    /// read-only open finds no key.
+    pub fn open(ctx: &Context, name: &RedisString, writable: bool) -> Option<Self> {
+        let mode = if writable {
+            raw::KeyMode::READ | raw::KeyMode::WRITE
+        } else {
+            raw::KeyMode::READ
+        };
+        NonNull::new(raw::open_key(ctx.get_raw(), name.inner, mode)).map(|key| Self { key })
+    }
+
+    fn kind(&self) -> raw::KeyType {
+        // SAFETY: `self.key` is an open key, closed only in Drop.
+        unsafe { raw::RedisModule_KeyType.map_or(0, |f| f(self.key.as_ptr())) }.into()
+    }
+
+    /// The address of the lock, `None` for an empty key, `WRONGTYPE` for a
+    /// key of any other type.
+    fn value_ptr(&self) -> Result<Option<NonNull<Lock>>, RedisError> {
+        match self.kind() {
+            raw::KeyType::Empty => Ok(None),
+            raw::KeyType::Module => {
+                // SAFETY: the key is open and holds a module value.
+                let ty =
+                    unsafe { raw::RedisModule_ModuleTypeGetType.map(|f| f(self.key.as_ptr())) };
+                if ty != Some(*LOCK_TYPE.raw_type.borrow()) {
+                    return Err(RedisError::WrongType);
+                }
+                // SAFETY: the value of a key of our type is a `Box<Lock>` that
+                // we stored with ModuleTypeSetValue.
+                let value =
+                    unsafe { raw::RedisModule_ModuleTypeGetValue.map(|f| f(self.key.as_ptr())) };
+                Ok(value.and_then(|v| NonNull::new(v.cast::<Lock>())))
+            }
+            _ => Err(RedisError::WrongType),
+        }
+    }
+
+    pub fn lock(&self) -> Result<Option<&Lock>, RedisError> {
+        // SAFETY: the lock lives as long as the key stays open and unchanged,
+        // which the borrow of `self` guarantees.
+        Ok(self.value_ptr()?.map(|p| unsafe { p.as_ref() }))
+    }
+
+    pub fn lock_mut(&mut self) -> Result<Option<&mut Lock>, RedisError> {
+        // SAFETY: as in `lock`; the exclusive borrow of `self` makes this the
+        // only reference (Redis runs commands on one thread).
+        Ok(self.value_ptr()?.map(|mut p| unsafe { p.as_mut() }))
+    }
+
+    /// Stores `lock` in this empty key; returns it in place.
+    pub fn create(&mut self, lock: Lock) -> Result<&mut Lock, RedisError> {
+        let value = Box::into_raw(Box::new(lock));
+        // SAFETY: the key is open for writing; on success Redis owns the box
+        // and frees it through the type's `free` callback.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.map_or(raw::REDISMODULE_ERR as i32, |f| {
+                f(
+                    self.key.as_ptr(),
+                    *LOCK_TYPE.raw_type.borrow(),
+                    value.cast::<c_void>(),
+                )
+            })
+        };
+        if status != raw::REDISMODULE_OK as i32 {
+            // SAFETY: Redis did not take the box: it is still ours to free.
+            drop(unsafe { Box::from_raw(value) });
+            return Err(RedisError::Str("ERR could not store the lock"));
+        }
+        // SAFETY: Redis now owns the box, which stays put while the key is open.
+        Ok(unsafe { &mut *value })
+    }
+
+    pub fn delete(&mut self) {
+        // SAFETY: the key is open for writing.
+        unsafe {
+            if let Some(f) = raw::RedisModule_DeleteKey {
+                f(self.key.as_ptr());
+            }
+        }
+    }
+
+    /// The key's expiry (unix ms), or `None`.
+    pub fn expire_at(&self) -> Option<i64> {
+        // SAFETY: the key is open. GetAbsExpire exists from Redis 7.0.5.
+        let at = unsafe { raw::RedisModule_GetAbsExpire.map(|f| f(self.key.as_ptr())) };
+        at.filter(|&at| at != raw::REDISMODULE_NO_EXPIRE as i64)
+    }
+
+    /// Sets the key's expiry to `at` (unix ms), or removes it, unless it is
+    /// that already.
+    pub fn set_expire_at(&mut self, at: Option<i64>) {
+        if self.expire_at() == at {
+            return;
+        }
+        let at = at.unwrap_or(raw::REDISMODULE_NO_EXPIRE as i64);
+        // SAFETY: the key is open for writing and not empty.
+        unsafe {
+            if let Some(f) = raw::RedisModule_SetAbsExpire {
+                f(self.key.as_ptr(), at);
+            }
+        }
+    }
+}
+
+impl Drop for LockKey {
+    fn drop(&mut self) {
+        raw::close_key(self.key.as_ptr());
+    }
+}
+
+/// RDB (and DUMP) I/O as an encoding [`Sink`] and [`Source`].
+pub struct Rdb(pub *mut raw::RedisModuleIO);
+
+impl Sink for Rdb {
+    fn unsigned(&mut self, value: u64) {
+        raw::save_unsigned(self.0, value);
+    }
+    fn signed(&mut self, value: i64) {
+        raw::save_signed(self.0, value);
+    }
+    fn buffer(&mut self, bytes: &[u8]) {
+        raw::save_slice(self.0, bytes);
+    }
+}
+
+impl Source for Rdb {
+    fn unsigned(&mut self) -> Result<u64, DecodeError> {
+        raw::load_unsigned(self.0).map_err(|_| DecodeError::Io)
+    }
+    fn signed(&mut self) -> Result<i64, DecodeError> {
+        raw::load_signed(self.0).map_err(|_| DecodeError::Io)
+    }
+    fn buffer(&mut self) -> Result<Vec<u8>, DecodeError> {
+        raw::load_string_buffer(self.0)
+            .map(|b| b.as_ref().to_vec())
+            .map_err(|_| DecodeError::Io)
+    }
+}
+
+/// DEBUG DIGEST as an encoding [`Sink`]: the digest covers exactly what is saved.
+pub struct Digest(pub *mut raw::RedisModuleDigest);
+
+impl Sink for Digest {
+    fn unsigned(&mut self, value: u64) {
+        self.signed(value as i64);
+    }
+    fn signed(&mut self, value: i64) {
+        // SAFETY: `self.0` is the digest Redis passed to the callback.
+        unsafe {
+            if let Some(f) = raw::RedisModule_DigestAddLongLong {
+                f(self.0, value as c_longlong);
+            }
+        }
+    }
+    fn buffer(&mut self, bytes: &[u8]) {
+        // SAFETY: as above; the buffer is valid for `bytes.len()` bytes.
+        unsafe {
+            if let Some(f) = raw::RedisModule_DigestAddStringBuffer {
+                f(self.0, bytes.as_ptr().cast::<c_char>(), bytes.len());
+            }
+        }
+    }
+}
+
+impl Digest {
+    pub fn end_sequence(&mut self) {
+        // SAFETY: as above.
+        unsafe {
+            if let Some(f) = raw::RedisModule_DigestEndSequence {
+                f(self.0);
+            }
+        }
+    }
+}
+
+/// Emits the command that recreates `holder` of `key` into a rewritten AOF.
+/// It is the same internal command the primary replicates (see
+/// `commands::apply`), with time 0 so that replay removes nothing.
+pub(crate) fn emit_aof_hold(io: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, h: &Holder) {
+    let (Ok(cmd), Ok(fmt)) = (
+        CString::new(crate::commands::apply::NAME),
+        CString::new("slcblllbbb"),
+    ) else {
+        return;
+    };
+    let owner = h.owner.as_deref().unwrap_or_default();
+    let meta = h.meta.as_deref().unwrap_or_default();
+    let hold = c"HOLD";
+    // SAFETY: the format string describes the arguments one by one:
+    // s = the key, l = long long, c = C string, b = pointer and length.
+    unsafe {
+        if let Some(emit) = raw::RedisModule_EmitAOF {
+            emit(
+                io,
+                cmd.as_ptr(),
+                fmt.as_ptr(),
+                key,
+                0 as c_longlong,
+                hold.as_ptr(),
+                h.jid.as_ptr().cast::<c_char>(),
+                h.jid.len(),
+                h.token as c_longlong,
+                h.acquired_at as c_longlong,
+                h.expires_at.unwrap_or(-1) as c_longlong,
+                h.lock_type.as_ptr().cast::<c_char>(),
+                h.lock_type.len(),
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+                meta.as_ptr().cast::<c_char>(),
+                meta.len(),
+            );
+        }
+    }
+}

@@ -1,0 +1,751 @@
+//! The lock engine: a lock and its holders, with no Redis in sight.
+//!
+//! Every function takes the current time (`now`, unix ms) explicitly, so the
+//! rules of the spec can be tested with plain values and so that a replica can
+//! replay the primary's decision with the primary's clock.
+
+use std::fmt;
+
+/// Largest job id (and owner id) accepted, in bytes.
+pub const MAX_JID_BYTES: usize = 1024;
+/// Largest lock type name accepted, in bytes.
+pub const MAX_TYPE_BYTES: usize = 64;
+/// The lock type of a holder that was not given one.
+pub const DEFAULT_TYPE: &str = "lock";
+/// Largest LIMIT accepted (2^31 - 1).
+pub const MAX_LIMIT: i64 = i32::MAX as i64;
+
+/// A client error. `Display` gives the exact reply text, error code first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockError {
+    Syntax,
+    NotAnInteger,
+    InvalidExpire,
+    InvalidJid,
+    InvalidOwner,
+    InvalidType,
+    MetaNotObject,
+    MetaTooLarge { max: usize },
+    WaitUnsupported,
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Syntax => f.write_str("ERR syntax error"),
+            Self::NotAnInteger => f.write_str("ERR value is not an integer or out of range"),
+            Self::InvalidExpire => f.write_str("ERR invalid expire time in 'unique.lock' command"),
+            Self::InvalidJid => write!(f, "ERR jid must be 1 to {MAX_JID_BYTES} bytes"),
+            Self::InvalidOwner => write!(f, "ERR OWNER must be 1 to {MAX_JID_BYTES} bytes"),
+            Self::InvalidType => write!(
+                f,
+                "ERR TYPE must be 1 to {MAX_TYPE_BYTES} characters of [A-Za-z0-9_:.-]"
+            ),
+            Self::MetaNotObject => f.write_str("ERR META must be a JSON object"),
+            Self::MetaTooLarge { max } => {
+                write!(f, "ERR META is larger than unique.max-meta-bytes ({max})")
+            }
+            Self::WaitUnsupported => f.write_str("ERR WAIT is not supported yet"),
+        }
+    }
+}
+
+pub fn validate_jid(jid: &[u8]) -> Result<(), LockError> {
+    if jid.is_empty() || jid.len() > MAX_JID_BYTES {
+        return Err(LockError::InvalidJid);
+    }
+    Ok(())
+}
+
+pub fn validate_owner(owner: &[u8]) -> Result<(), LockError> {
+    if owner.is_empty() || owner.len() > MAX_JID_BYTES {
+        return Err(LockError::InvalidOwner);
+    }
+    Ok(())
+}
+
+/// A lock type is 1 to 64 bytes of `[A-Za-z0-9_:.-]`; returns it as text.
+pub fn validate_type(name: &[u8]) -> Result<&str, LockError> {
+    let allowed = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'.' | b'-');
+    if name.is_empty() || name.len() > MAX_TYPE_BYTES || !name.iter().all(allowed) {
+        return Err(LockError::InvalidType);
+    }
+    // Every allowed byte is ASCII, so this cannot fail.
+    std::str::from_utf8(name).map_err(|_| LockError::InvalidType)
+}
+
+/// META must be one JSON object of at most `max_bytes` bytes; returns it as text.
+///
+/// The text is validated without building a tree (serde_json's `IgnoredAny`),
+/// and kept exactly as given.
+pub fn validate_meta(meta: &[u8], max_bytes: usize) -> Result<&str, LockError> {
+    if meta.len() > max_bytes {
+        return Err(LockError::MetaTooLarge { max: max_bytes });
+    }
+    let text = std::str::from_utf8(meta).map_err(|_| LockError::MetaNotObject)?;
+    if !text.trim_start().starts_with('{') {
+        return Err(LockError::MetaNotObject);
+    }
+    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|_| LockError::MetaNotObject)?;
+    Ok(text)
+}
+
+/// How a LOCK call asks for a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// TTL ms: relative to now.
+    Ttl(i64),
+    /// PXAT unix-ms: absolute.
+    At(i64),
+}
+
+impl Expiry {
+    /// The absolute end of the lease: later than `now`, and within i64.
+    pub fn resolve(self, now: i64) -> Result<i64, LockError> {
+        let at = match self {
+            Self::Ttl(ms) if ms > 0 => now.checked_add(ms).ok_or(LockError::InvalidExpire)?,
+            Self::Ttl(_) => return Err(LockError::InvalidExpire),
+            Self::At(at) => at,
+        };
+        if at <= now {
+            return Err(LockError::InvalidExpire);
+        }
+        Ok(at)
+    }
+}
+
+/// One job holding a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub jid: Box<[u8]>,
+    pub token: i64,
+    pub acquired_at: i64,
+    /// End of the lease (unix ms); `None` is held until released.
+    pub expires_at: Option<i64>,
+    pub lock_type: Box<str>,
+    pub owner: Option<Box<[u8]>>,
+    pub meta: Option<Box<str>>,
+}
+
+impl Holder {
+    pub fn is_live(&self, now: i64) -> bool {
+        self.expires_at.is_none_or(|at| now < at)
+    }
+
+    /// Lease left in ms, or `None` when there is no lease.
+    pub fn ttl(&self, now: i64) -> Option<i64> {
+        self.expires_at.map(|at| at.saturating_sub(now).max(0))
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.jid.len()
+            + self.lock_type.len()
+            + self.owner.as_ref().map_or(0, |o| o.len())
+            + self.meta.as_ref().map_or(0, |m| m.len())
+    }
+}
+
+/// A validated LOCK call, its lease already resolved against `now`.
+#[derive(Debug, Clone, Copy)]
+pub struct LockRequest<'a> {
+    pub jid: &'a [u8],
+    /// 0 means no limit.
+    pub limit: u32,
+    pub expires_at: Option<i64>,
+    pub lock_type: Option<&'a str>,
+    pub owner: Option<&'a [u8]>,
+    pub meta: Option<&'a str>,
+}
+
+impl<'a> LockRequest<'a> {
+    pub fn new(jid: &'a [u8]) -> Self {
+        Self {
+            jid,
+            limit: 1,
+            expires_at: None,
+            lock_type: None,
+            owner: None,
+            meta: None,
+        }
+    }
+}
+
+/// What a LOCK call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// A new holder, with its new token.
+    Granted(i64),
+    /// An existing holder renewed, with its unchanged token.
+    Renewed(i64),
+    /// The lock is full.
+    Denied,
+}
+
+/// A lock: its holders in grant order, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lock {
+    holders: Vec<Holder>,
+}
+
+impl Lock {
+    /// A lock from holders already in grant order (a decoded value).
+    pub fn from_holders(holders: Vec<Holder>) -> Self {
+        Self { holders }
+    }
+
+    pub fn holders(&self) -> &[Holder] {
+        &self.holders
+    }
+
+    pub fn live_holders(&self, now: i64) -> impl Iterator<Item = &Holder> {
+        self.holders.iter().filter(move |h| h.is_live(now))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.holders.is_empty()
+    }
+
+    fn position(&self, jid: &[u8]) -> Option<usize> {
+        self.holders.iter().position(|h| *h.jid == *jid)
+    }
+
+    /// Removes the holders whose lease ran out; returns how many.
+    pub fn prune(&mut self, now: i64) -> usize {
+        let before = self.holders.len();
+        self.holders.retain(|h| h.is_live(now));
+        before - self.holders.len()
+    }
+
+    /// Acquires or renews a hold. Call after [`Lock::prune`] with the same `now`:
+    /// every holder is then live. `next_token` is called only for a new grant.
+    pub fn acquire(
+        &mut self,
+        req: &LockRequest<'_>,
+        now: i64,
+        next_token: impl FnOnce() -> i64,
+    ) -> Acquired {
+        debug_assert!(self.holders.iter().all(|h| h.is_live(now)));
+        if let Some(i) = self.position(req.jid) {
+            let Some(holder) = self.holders.get_mut(i) else {
+                return Acquired::Denied;
+            };
+            if let Some(at) = req.expires_at {
+                holder.expires_at = Some(at);
+            }
+            if let Some(t) = req.lock_type {
+                holder.lock_type = t.into();
+            }
+            if let Some(o) = req.owner {
+                holder.owner = Some(o.into());
+            }
+            if let Some(m) = req.meta {
+                holder.meta = Some(m.into());
+            }
+            return Acquired::Renewed(holder.token);
+        }
+        if req.limit != 0 && self.holders.len() >= req.limit as usize {
+            return Acquired::Denied;
+        }
+        let token = next_token();
+        self.holders.push(Holder {
+            jid: req.jid.into(),
+            token,
+            acquired_at: now,
+            expires_at: req.expires_at,
+            lock_type: req.lock_type.unwrap_or(DEFAULT_TYPE).into(),
+            owner: req.owner.map(Into::into),
+            meta: req.meta.map(Into::into),
+        });
+        Acquired::Granted(token)
+    }
+
+    /// Removes `jid`'s hold; true when it was there. Call after [`Lock::prune`].
+    pub fn release(&mut self, jid: &[u8]) -> bool {
+        match self.position(jid) {
+            Some(i) => {
+                self.holders.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The holder of `jid`, if any (live or not).
+    pub fn holder(&self, jid: &[u8]) -> Option<&Holder> {
+        self.holders.iter().find(|h| *h.jid == *jid)
+    }
+
+    /// Puts `holder` exactly as given: replaces the holder of the same jid in
+    /// place, or appends it. This replays a grant or renewal decided elsewhere.
+    pub fn put(&mut self, holder: Holder) {
+        match self.position(&holder.jid) {
+            Some(i) => {
+                if let Some(slot) = self.holders.get_mut(i) {
+                    *slot = holder;
+                }
+            }
+            None => self.holders.push(holder),
+        }
+    }
+
+    /// The key's Redis expiry: the latest lease when every holder has one,
+    /// `None` when any holder has none (or there is no holder).
+    pub fn key_expiry(&self) -> Option<i64> {
+        let mut latest: Option<i64> = None;
+        for h in &self.holders {
+            let at = h.expires_at?;
+            latest = Some(latest.map_or(at, |l| l.max(at)));
+        }
+        latest
+    }
+
+    /// The highest token of any holder (0 when none).
+    pub fn max_token(&self) -> i64 {
+        self.holders.iter().map(|h| h.token).max().unwrap_or(0)
+    }
+
+    /// Approximate memory owned by this lock, for MEMORY USAGE.
+    pub fn mem_usage(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.holders.capacity() * std::mem::size_of::<Holder>()
+            + self.holders.iter().map(Holder::heap_bytes).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_700_000_000_000;
+
+    /// A token source counting up from 100, like the server's.
+    struct Tokens(i64);
+    impl Tokens {
+        fn next(&mut self) -> impl FnOnce() -> i64 + '_ {
+            || {
+                self.0 += 1;
+                self.0
+            }
+        }
+    }
+
+    fn req(jid: &str) -> LockRequest<'_> {
+        LockRequest::new(jid.as_bytes())
+    }
+
+    fn jids(lock: &Lock, now: i64) -> Vec<String> {
+        lock.live_holders(now)
+            .map(|h| String::from_utf8_lossy(&h.jid).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn first_grant_gets_a_token_with_defaults() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(100);
+        assert_eq!(
+            lock.acquire(&req("a"), NOW, t.next()),
+            Acquired::Granted(101)
+        );
+        let h = lock.holder(b"a").cloned();
+        let h = h.as_ref();
+        assert_eq!(h.map(|h| h.acquired_at), Some(NOW));
+        assert_eq!(h.map(|h| &*h.lock_type), Some(DEFAULT_TYPE));
+        assert_eq!(h.and_then(|h| h.expires_at), None);
+        assert_eq!(h.and_then(|h| h.owner.clone()), None);
+        assert_eq!(lock.key_expiry(), None);
+    }
+
+    #[test]
+    fn limit_one_denies_a_second_jid_and_issues_no_token() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        lock.acquire(&req("a"), NOW, t.next());
+        assert_eq!(lock.acquire(&req("b"), NOW, t.next()), Acquired::Denied);
+        assert_eq!(t.0, 1, "a denial must not consume a token");
+        assert_eq!(jids(&lock, NOW), ["a"]);
+    }
+
+    #[test]
+    fn limit_n_admits_n_holders() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        for jid in ["a", "b", "c"] {
+            let r = LockRequest {
+                limit: 3,
+                ..req(jid)
+            };
+            assert!(matches!(
+                lock.acquire(&r, NOW, t.next()),
+                Acquired::Granted(_)
+            ));
+        }
+        let r = LockRequest {
+            limit: 3,
+            ..req("d")
+        };
+        assert_eq!(lock.acquire(&r, NOW, t.next()), Acquired::Denied);
+        // LIMIT applies to the call that gives it: a larger limit admits more.
+        let r = LockRequest {
+            limit: 4,
+            ..req("d")
+        };
+        assert_eq!(lock.acquire(&r, NOW, t.next()), Acquired::Granted(4));
+        assert_eq!(jids(&lock, NOW), ["a", "b", "c", "d"]);
+    }
+
+    #[test]
+    fn limit_zero_is_a_counting_lock() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        for i in 0..1000 {
+            let jid = format!("j{i}");
+            let r = LockRequest {
+                limit: 0,
+                ..req(&jid)
+            };
+            assert!(matches!(
+                lock.acquire(&r, NOW, t.next()),
+                Acquired::Granted(_)
+            ));
+        }
+        assert_eq!(lock.holders().len(), 1000);
+        assert!(lock.release(b"j0"));
+        assert_eq!(lock.holders().len(), 999);
+    }
+
+    #[test]
+    fn renewal_keeps_token_and_acquired_at_and_ignores_limit() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        let first = LockRequest {
+            expires_at: Some(NOW + 1000),
+            ..req("a")
+        };
+        lock.acquire(&first, NOW, t.next());
+        // Full at LIMIT 1, yet the holder itself renews.
+        let renew = LockRequest {
+            expires_at: Some(NOW + 5000),
+            ..req("a")
+        };
+        assert_eq!(
+            lock.acquire(&renew, NOW + 10, t.next()),
+            Acquired::Renewed(1)
+        );
+        let h = lock.holder(b"a");
+        assert_eq!(h.map(|h| h.acquired_at), Some(NOW));
+        assert_eq!(h.and_then(|h| h.expires_at), Some(NOW + 5000));
+        assert_eq!(t.0, 1);
+    }
+
+    #[test]
+    fn renewal_can_shorten_a_lease() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        lock.acquire(
+            &LockRequest {
+                expires_at: Some(NOW + 60_000),
+                ..req("a")
+            },
+            NOW,
+            t.next(),
+        );
+        let shorter = LockRequest {
+            expires_at: Some(NOW + 10),
+            ..req("a")
+        };
+        lock.acquire(&shorter, NOW, t.next());
+        assert_eq!(lock.key_expiry(), Some(NOW + 10));
+        assert!(jids(&lock, NOW + 10).is_empty());
+    }
+
+    #[test]
+    fn renewal_replaces_given_fields_and_keeps_the_rest() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        let first = LockRequest {
+            expires_at: Some(NOW + 1000),
+            lock_type: Some("until_executed"),
+            owner: Some(b"w1"),
+            meta: Some(r#"{"q":"a"}"#),
+            ..req("a")
+        };
+        lock.acquire(&first, NOW, t.next());
+        let renew = LockRequest {
+            owner: Some(b"w2"),
+            ..req("a")
+        };
+        lock.acquire(&renew, NOW, t.next());
+        let h = lock.holder(b"a");
+        assert_eq!(h.and_then(|h| h.expires_at), Some(NOW + 1000));
+        assert_eq!(h.map(|h| &*h.lock_type), Some("until_executed"));
+        assert_eq!(h.and_then(|h| h.owner.as_deref()), Some(&b"w2"[..]));
+        assert_eq!(h.and_then(|h| h.meta.as_deref()), Some(r#"{"q":"a"}"#));
+    }
+
+    #[test]
+    fn expired_holders_are_invisible_and_pruned() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        let r = LockRequest {
+            limit: 0,
+            expires_at: Some(NOW + 100),
+            ..req("short")
+        };
+        lock.acquire(&r, NOW, t.next());
+        let r = LockRequest {
+            limit: 0,
+            ..req("forever")
+        };
+        lock.acquire(&r, NOW, t.next());
+        assert_eq!(jids(&lock, NOW + 99), ["short", "forever"]);
+        // Live strictly before expires_at: at expires_at the hold is gone.
+        assert_eq!(jids(&lock, NOW + 100), ["forever"]);
+        assert_eq!(lock.holders().len(), 2, "reading never removes");
+        assert_eq!(lock.prune(NOW + 100), 1);
+        assert_eq!(lock.holders().len(), 1);
+        assert_eq!(lock.prune(NOW + 100), 0);
+    }
+
+    #[test]
+    fn an_expired_jid_gets_a_new_grant_not_a_renewal() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        lock.acquire(
+            &LockRequest {
+                expires_at: Some(NOW + 5),
+                ..req("a")
+            },
+            NOW,
+            t.next(),
+        );
+        lock.prune(NOW + 5);
+        let again = lock.acquire(&req("a"), NOW + 5, t.next());
+        assert_eq!(again, Acquired::Granted(2));
+        assert_eq!(lock.holder(b"a").map(|h| h.acquired_at), Some(NOW + 5));
+    }
+
+    #[test]
+    fn release_removes_only_the_named_holder() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        for jid in ["a", "b", "c"] {
+            lock.acquire(
+                &LockRequest {
+                    limit: 0,
+                    ..req(jid)
+                },
+                NOW,
+                t.next(),
+            );
+        }
+        assert!(lock.release(b"b"));
+        assert!(!lock.release(b"b"));
+        assert!(!lock.release(b"zzz"));
+        assert_eq!(jids(&lock, NOW), ["a", "c"], "grant order is kept");
+        assert!(lock.release(b"a") && lock.release(b"c"));
+        assert!(lock.is_empty());
+    }
+
+    #[test]
+    fn key_expiry_is_the_latest_lease_or_none() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        let lease = |jid, at| LockRequest {
+            limit: 0,
+            expires_at: Some(at),
+            ..req(jid)
+        };
+        lock.acquire(&lease("a", NOW + 300), NOW, t.next());
+        lock.acquire(&lease("b", NOW + 100), NOW, t.next());
+        assert_eq!(lock.key_expiry(), Some(NOW + 300));
+        lock.acquire(
+            &LockRequest {
+                limit: 0,
+                ..req("c")
+            },
+            NOW,
+            t.next(),
+        );
+        assert_eq!(
+            lock.key_expiry(),
+            None,
+            "a holder without lease keeps the key"
+        );
+        lock.release(b"c");
+        lock.release(b"a");
+        assert_eq!(lock.key_expiry(), Some(NOW + 100));
+        lock.release(b"b");
+        assert_eq!(lock.key_expiry(), None);
+    }
+
+    #[test]
+    fn put_replaces_in_place_or_appends() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        for jid in ["a", "b"] {
+            lock.acquire(
+                &LockRequest {
+                    limit: 0,
+                    ..req(jid)
+                },
+                NOW,
+                t.next(),
+            );
+        }
+        let mut a = lock.holder(b"a").cloned().expect("a holds");
+        a.expires_at = Some(NOW + 7);
+        lock.put(a.clone());
+        assert_eq!(lock.holders().first(), Some(&a));
+        let c = Holder {
+            jid: (*b"c").into(),
+            token: 99,
+            ..a
+        };
+        lock.put(c.clone());
+        assert_eq!(lock.holders().last(), Some(&c));
+        assert_eq!(lock.max_token(), 99);
+    }
+
+    #[test]
+    fn ttl_is_relative_and_never_negative() {
+        let h = Holder {
+            jid: (*b"a").into(),
+            token: 1,
+            acquired_at: NOW,
+            expires_at: Some(NOW + 50),
+            lock_type: DEFAULT_TYPE.into(),
+            owner: None,
+            meta: None,
+        };
+        assert_eq!(h.ttl(NOW + 20), Some(30));
+        assert_eq!(h.ttl(NOW + 80), Some(0));
+        assert_eq!(
+            Holder {
+                expires_at: None,
+                ..h
+            }
+            .ttl(NOW),
+            None
+        );
+    }
+
+    #[test]
+    fn expiry_resolution() {
+        assert_eq!(Expiry::Ttl(1).resolve(NOW), Ok(NOW + 1));
+        assert_eq!(Expiry::Ttl(0).resolve(NOW), Err(LockError::InvalidExpire));
+        assert_eq!(Expiry::Ttl(-5).resolve(NOW), Err(LockError::InvalidExpire));
+        assert_eq!(
+            Expiry::Ttl(i64::MAX).resolve(NOW),
+            Err(LockError::InvalidExpire)
+        );
+        assert_eq!(Expiry::Ttl(i64::MAX - NOW).resolve(NOW), Ok(i64::MAX));
+        assert_eq!(Expiry::At(NOW + 1).resolve(NOW), Ok(NOW + 1));
+        assert_eq!(Expiry::At(NOW).resolve(NOW), Err(LockError::InvalidExpire));
+        assert_eq!(
+            Expiry::At(NOW - 1).resolve(NOW),
+            Err(LockError::InvalidExpire)
+        );
+        assert_eq!(Expiry::At(i64::MAX).resolve(NOW), Ok(i64::MAX));
+    }
+
+    #[test]
+    fn jid_and_owner_are_1_to_1024_binary_bytes() {
+        assert!(validate_jid(b"").is_err());
+        assert!(validate_jid(&[0u8, 255, 10]).is_ok());
+        assert!(validate_jid(&[b'x'; 1024]).is_ok());
+        assert_eq!(validate_jid(&[b'x'; 1025]), Err(LockError::InvalidJid));
+        assert_eq!(validate_owner(b""), Err(LockError::InvalidOwner));
+        assert!(validate_owner(&[b'x'; 1025]).is_err());
+        assert!(validate_owner(b"host:123").is_ok());
+    }
+
+    #[test]
+    fn type_names() {
+        assert_eq!(
+            validate_type(b"until_and_while_executing"),
+            Ok("until_and_while_executing")
+        );
+        assert!(validate_type(b"a:b.c-d_9").is_ok());
+        assert!(validate_type(&[b'a'; 64]).is_ok());
+        for bad in [
+            &b""[..],
+            &[b'a'; 65],
+            b"with space",
+            b"semi;colon",
+            "é".as_bytes(),
+        ] {
+            assert_eq!(validate_type(bad), Err(LockError::InvalidType), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn meta_must_be_a_json_object_within_the_cap() {
+        assert_eq!(
+            validate_meta(br#" {"a":[1,2]} "#, 100),
+            Ok(r#" {"a":[1,2]} "#)
+        );
+        assert!(validate_meta(b"{}", 2).is_ok());
+        assert_eq!(
+            validate_meta(b"{}", 1),
+            Err(LockError::MetaTooLarge { max: 1 })
+        );
+        for bad in [
+            &b"[1]"[..],
+            b"1",
+            b"\"s\"",
+            b"null",
+            b"{",
+            b"{} {}",
+            b"{\"a\":}",
+            b"\xff{}",
+        ] {
+            assert_eq!(
+                validate_meta(bad, 100),
+                Err(LockError::MetaNotObject),
+                "{bad:?}"
+            );
+        }
+        // Validation does not recurse: deep nesting can neither overflow the stack
+        // nor slip an unbalanced document through.
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(validate_meta(deep.as_bytes(), 1 << 20).is_ok());
+        let unbalanced = format!("{{\"a\":{}{}}}", "[".repeat(100_000), "]".repeat(99_999));
+        assert!(validate_meta(unbalanced.as_bytes(), 1 << 20).is_err());
+    }
+
+    #[test]
+    fn error_texts_start_with_a_code() {
+        let all = [
+            LockError::Syntax,
+            LockError::NotAnInteger,
+            LockError::InvalidExpire,
+            LockError::InvalidJid,
+            LockError::InvalidOwner,
+            LockError::InvalidType,
+            LockError::MetaNotObject,
+            LockError::MetaTooLarge { max: 3 },
+            LockError::WaitUnsupported,
+        ];
+        for e in all {
+            assert!(e.to_string().starts_with("ERR "), "{e}");
+        }
+        assert_eq!(
+            LockError::InvalidExpire.to_string(),
+            "ERR invalid expire time in 'unique.lock' command"
+        );
+    }
+
+    #[test]
+    fn mem_usage_grows_with_holders_and_meta() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        let empty = lock.mem_usage();
+        let r = LockRequest {
+            meta: Some(r#"{"x":"0123456789"}"#),
+            ..req("a")
+        };
+        lock.acquire(&r, NOW, t.next());
+        assert!(lock.mem_usage() >= empty + std::mem::size_of::<Holder>() + 18);
+    }
+}
