@@ -205,7 +205,11 @@ impl Digest {
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF.
 /// It is the same internal command the primary replicates (see
 /// `commands::apply`), with time 0 so that replay removes nothing.
-pub(crate) fn emit_aof_hold(io: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, h: &Holder) {
+pub(crate) fn emit_aof_hold(
+    io: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    h: &Holder,
+) {
     let (Ok(cmd), Ok(fmt)) = (
         CString::new(crate::commands::apply::NAME),
         CString::new("slcblllbbb"),

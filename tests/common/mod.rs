@@ -1,0 +1,256 @@
+//! The integration harness: builds the module once (release), starts real
+//! redis-server processes on free ports in temporary directories, and stops
+//! them when dropped.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub use redis::{Connection, Value};
+
+/// The freshly built module. `cargo test` does not rebuild the cdylib of
+/// target/release, so the harness builds it, once per test binary.
+pub fn module_path() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--release", "--lib", "--quiet"])
+            .current_dir(root)
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the module failed");
+        let path = root.join("target/release/libredis_unique.so");
+        assert!(path.exists(), "{} was not built", path.display());
+        path
+    })
+}
+
+/// Polls `condition` every few ms until it holds or `limit` passes.
+pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !condition() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Child,
+    args: Vec<String>,
+}
+
+impl Server {
+    /// A server with the module and no persistence.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A server with the module and extra `--name value` arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "redis-unique-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        // A free port can be taken between our probe and the server's bind: retry.
+        for _ in 0..5 {
+            let port = free_port();
+            let child = spawn(port, &dir, &args);
+            let mut server = Self {
+                port,
+                dir: dir.clone(),
+                child,
+                args: args.clone(),
+            };
+            if server.wait_ready() {
+                return server;
+            }
+            let _ = server.child.kill();
+            let _ = server.child.wait();
+        }
+        panic!(
+            "redis-server did not start; see {}/redis.log",
+            dir.display()
+        );
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if let Ok(mut con) = self.try_connect()
+                && redis::cmd("PING").query::<String>(&mut con).is_ok()
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn try_connect(&self) -> redis::RedisResult<Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    /// A RESP2 connection.
+    pub fn con(&self) -> Connection {
+        self.try_connect().expect("connect")
+    }
+
+    /// A RESP3 connection.
+    pub fn con3(&self) -> Connection {
+        let url = format!("{}?protocol=resp3", self.url());
+        redis::Client::open(url)
+            .and_then(|c| c.get_connection())
+            .expect("connect resp3")
+    }
+
+    /// Stops the server (SHUTDOWN with the given mode, e.g. "NOSAVE" or
+    /// "SAVE") and starts it again on the same port and directory.
+    pub fn restart(&mut self, shutdown: &str) {
+        let _ = redis::cmd("SHUTDOWN")
+            .arg(shutdown)
+            .query::<Value>(&mut self.con());
+        let _ = self.child.wait();
+        self.child = spawn(self.port, &self.dir, &self.args);
+        assert!(
+            self.wait_ready(),
+            "restart failed; see {}/redis.log",
+            self.dir.display()
+        );
+    }
+
+    /// Kills the server with SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts a replica of this server (with extra arguments) and waits until
+    /// it is in sync.
+    pub fn start_replica(&self, extra: &[&str]) -> Self {
+        let port = self.port.to_string();
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        args.extend_from_slice(extra);
+        let replica = Self::start_with(&args);
+        replica.wait_in_sync();
+        replica
+    }
+
+    pub fn wait_in_sync(&self) {
+        let mut con = self.con();
+        wait_until(Duration::from_secs(10), "the replica link", || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut con)
+                .unwrap_or_default();
+            info.contains("master_link_status:up")
+        });
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn spawn(port: u16, dir: &Path, extra: &[String]) -> Child {
+    let module = module_path();
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .args([
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--enable-debug-command",
+            "yes",
+        ])
+        .args(["--logfile", "redis.log"])
+        .arg("--loadmodule")
+        .arg(module)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server runs (apt-get install redis-server)")
+}
+
+/// Runs a command; the reply, or the error as the text Redis sent.
+pub fn run(cmd: &redis::Cmd, con: &mut Connection) -> Result<Value, String> {
+    cmd.query::<Value>(con)
+        .map_err(|e| match (e.code(), e.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            (Some(code), None) => code.to_string(),
+            _ => e.to_string(),
+        })
+}
+
+/// `call!(con, "UNIQUE.LOCK", "k", "j")`: runs a command, reply or error text.
+#[macro_export]
+macro_rules! call {
+    ($con:expr, $($arg:expr),+ $(,)?) => {{
+        let mut cmd = redis::Cmd::new();
+        $(cmd.arg($arg);)+
+        $crate::common::run(&cmd, $con)
+    }};
+}
+
+/// The token of a granted LOCK, or a panic with what came back.
+pub fn token(reply: Result<Value, String>) -> i64 {
+    match reply {
+        Ok(Value::Int(t)) => t,
+        other => panic!("expected a token, got {other:?}"),
+    }
+}
+
+/// The jids LOCKEDBY shows, as strings.
+pub fn holders(con: &mut Connection, key: &str) -> Vec<String> {
+    redis::cmd("UNIQUE.LOCKEDBY")
+        .arg(key)
+        .query(con)
+        .expect("LOCKEDBY")
+}
+
+pub fn digest(con: &mut Connection) -> String {
+    redis::cmd("DEBUG")
+        .arg("DIGEST")
+        .query(con)
+        .expect("DEBUG DIGEST")
+}
