@@ -1,0 +1,189 @@
+//! Locks come back exactly as they were after DEBUG RELOAD, an RDB restart
+//! and an AOF restart (with and without the RDB preamble), and tokens keep
+//! increasing across them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Connection, Server, Value, digest, token, wait_until};
+
+/// A few locks that use every field, with long leases so that nothing runs
+/// out during the test. Returns the highest token granted.
+fn populate(con: &mut Connection) -> i64 {
+    let mut max = 0;
+    for i in 0..20 {
+        let key = format!("lock:{i}");
+        let t = token(call!(
+            con,
+            "UNIQUE.LOCK",
+            &key,
+            format!("a{i}"),
+            "LIMIT",
+            0,
+            "TTL",
+            600_000 + i
+        ));
+        max = max.max(t);
+        let t = token(call!(
+            con,
+            "UNIQUE.LOCK",
+            &key,
+            format!("b{i}"),
+            "LIMIT",
+            0,
+            "TYPE",
+            "until_executed",
+            "OWNER",
+            format!("host:{i}"),
+            "META",
+            format!(r#"{{"n":{i}}}"#)
+        ));
+        max = max.max(t);
+    }
+    call!(con, "UNIQUE.LOCK", "leased", "only", "TTL", 900_000).expect("lock");
+    max.max(token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "binary",
+        b"\x00\xff".as_slice()
+    )))
+}
+
+/// Everything LOCKEDBY WITHMETA shows, except the ttl that moves with time,
+/// plus each key's absolute expiry.
+fn snapshot(con: &mut Connection) -> Vec<(String, Value, i64)> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).expect("KEYS");
+    keys.sort();
+    keys.into_iter()
+        .map(|k| {
+            let mut holders = call!(con, "UNIQUE.LOCKEDBY", &k, "WITHMETA").expect("LOCKEDBY");
+            if let Value::Array(list) = &mut holders {
+                for h in list {
+                    if let Value::Array(flat) = h {
+                        flat.drain(8..10); // "ttl" and its value
+                    }
+                }
+            }
+            let at: i64 = redis::cmd("PEXPIRETIME")
+                .arg(&k)
+                .query(con)
+                .expect("PEXPIRETIME");
+            (k, holders, at)
+        })
+        .collect()
+}
+
+fn assert_next_token_above(con: &mut Connection, max: i64) {
+    let t = token(call!(con, "UNIQUE.LOCK", "after-restart", "j"));
+    assert!(t > max, "token {t} is not above {max}");
+}
+
+#[test]
+fn debug_reload_gives_back_the_same_locks() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let max = populate(con);
+    let (before, digest_before) = (snapshot(con), digest(con));
+    call!(con, "DEBUG", "RELOAD").expect("DEBUG RELOAD");
+    assert_eq!(snapshot(con), before);
+    assert_eq!(digest(con), digest_before);
+    assert_next_token_above(con, max);
+}
+
+#[test]
+fn an_rdb_restart_gives_back_the_same_locks() {
+    let mut server = Server::start();
+    let max = populate(&mut server.con());
+    let (before, digest_before) = (snapshot(&mut server.con()), digest(&mut server.con()));
+    server.restart("SAVE");
+    let con = &mut server.con();
+    assert_eq!(snapshot(con), before);
+    assert_eq!(digest(con), digest_before);
+    assert_next_token_above(con, max);
+}
+
+fn wait_for_rewrite(con: &mut Connection) {
+    wait_until(Duration::from_secs(20), "the AOF rewrite", || {
+        let info: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query(con)
+            .unwrap_or_default();
+        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
+    });
+}
+
+fn aof_restart(preamble: &str) {
+    let mut server =
+        Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", preamble]);
+    let con = &mut server.con();
+    let mut max = populate(con);
+    call!(con, "BGREWRITEAOF").expect("BGREWRITEAOF");
+    wait_for_rewrite(con);
+    // More after the rewrite: a grant, a renewal, a release, a short lease.
+    max = max.max(token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "lock:0",
+        "c0",
+        "LIMIT",
+        0,
+        "TTL",
+        700_000
+    )));
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "lock:1",
+        "a1",
+        "TTL",
+        800_000,
+        "OWNER",
+        "w9"
+    ));
+    assert_eq!(
+        call!(con, "UNIQUE.UNLOCK", "lock:2", "b2"),
+        Ok(Value::Int(1))
+    );
+    max = max.max(token(call!(con, "UNIQUE.LOCK", "short", "s", "TTL", 1_500)));
+    let short_end: i64 = redis::cmd("PEXPIRETIME")
+        .arg("short")
+        .query(con)
+        .expect("PEXPIRETIME");
+    let (before, digest_before) = (snapshot(con), digest(con));
+
+    server.restart("NOSAVE");
+    let con = &mut server.con();
+    assert_eq!(snapshot(con), before);
+    assert_eq!(digest(con), digest_before);
+    // Leases are absolute: the restart did not extend the short one.
+    let after: i64 = redis::cmd("PEXPIRETIME")
+        .arg("short")
+        .query(con)
+        .expect("PEXPIRETIME");
+    assert!(
+        after == short_end || after == -2,
+        "short lease moved from {short_end} to {after}"
+    );
+    assert_next_token_above(con, max);
+}
+
+#[test]
+fn an_aof_restart_without_the_rdb_preamble_gives_back_the_same_locks() {
+    aof_restart("no");
+}
+
+#[test]
+fn an_aof_restart_with_the_rdb_preamble_gives_back_the_same_locks() {
+    aof_restart("yes");
+}
+
+#[test]
+fn tokens_stay_above_those_of_locks_deleted_before_a_restart() {
+    let mut server = Server::start();
+    let con = &mut server.con();
+    let t = token(call!(con, "UNIQUE.LOCK", "k", "j"));
+    call!(con, "UNIQUE.UNLOCK", "k", "j").expect("unlock");
+    server.restart("SAVE"); // nothing left to save: only the clock floor remains
+    assert_next_token_above(&mut server.con(), t);
+}

@@ -1,0 +1,201 @@
+//! Replicas get the primary's effects, never its commands: they end with
+//! identical data whatever their clock or configuration, never remove holders
+//! on their own, and keep fencing tokens increasing when promoted.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Connection, Server, Value, digest, holders, token, wait_until};
+
+/// A small deterministic generator (xorshift), so a failing run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Waits until the replica has everything the primary sent and both hold the
+/// same data. Keys that Redis expires on the primary reach the replica as DEL
+/// a moment later, so equality is polled (bounded), never assumed.
+fn wait_digests_equal(primary: &mut Connection, replica: &mut Connection) {
+    let mut last = (String::new(), String::new());
+    let limit = Duration::from_secs(15);
+    let start = std::time::Instant::now();
+    loop {
+        let _: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5_000)
+            .query(primary)
+            .expect("WAIT");
+        last = (digest(primary), digest(replica));
+        if last.0 == last.1 {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "digests differ: primary {} replica {}",
+            last.0,
+            last.1
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_replica_with_another_configuration_ends_with_identical_data() {
+    let primary = Server::start();
+    // A replica that would refuse every META if it re-ran the commands.
+    let replica = primary.start_replica(&["--unique.max-meta-bytes", "0"]);
+    let (p, r) = (&mut primary.con(), &mut replica.con());
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let (mut granted, mut denied, mut released, mut renewed) = (0, 0, 0, 0);
+    let ops = 4_000;
+    for _ in 0..ops {
+        let key = format!("order:{}", rng.below(25));
+        let jid = format!("job:{}", rng.below(12));
+        let mut cmd = redis::cmd("UNIQUE.LOCK");
+        match rng.below(10) {
+            0..=2 => {
+                match call!(p, "UNIQUE.UNLOCK", &key, &jid) {
+                    Ok(Value::Int(1)) => released += 1,
+                    Ok(Value::Int(0)) => {}
+                    other => panic!("UNLOCK: {other:?}"),
+                }
+                continue;
+            }
+            _ => {
+                cmd.arg(&key).arg(&jid).arg("LIMIT").arg(rng.below(4));
+                match rng.below(4) {
+                    0 => {}
+                    1 | 2 => {
+                        cmd.arg("TTL").arg(1 + rng.below(25)); // runs out during the run
+                    }
+                    _ => {
+                        cmd.arg("TTL").arg(600_000 + rng.below(1000));
+                    }
+                }
+                if rng.below(3) == 0 {
+                    cmd.arg("TYPE")
+                        .arg(["until_executed", "while_executing", "lock"][rng.below(3) as usize]);
+                }
+                if rng.below(3) == 0 {
+                    cmd.arg("OWNER").arg(format!("worker:{}", rng.below(4)));
+                }
+                if rng.below(3) == 0 {
+                    cmd.arg("META")
+                        .arg(format!(r#"{{"queue":"q{}"}}"#, rng.below(5)));
+                }
+            }
+        }
+        let before: Vec<String> = holders(p, &key);
+        match common::run(&cmd, p) {
+            Ok(Value::Int(_)) if before.contains(&jid) => renewed += 1,
+            Ok(Value::Int(_)) => granted += 1,
+            Ok(Value::Nil) => denied += 1,
+            other => panic!("LOCK: {other:?}"),
+        }
+    }
+    assert!(
+        granted > 200 && denied > 200 && released > 100 && renewed > 100,
+        "the workload exercised every path: {granted} granted, {denied} denied, {released} released, {renewed} renewed"
+    );
+    wait_digests_equal(p, r);
+
+    // Leases still running out after the workload keep both sides equal too:
+    // the replica waits for the primary's deletions instead of expiring.
+    wait_until(Duration::from_secs(5), "short leases to end", || {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(p).unwrap_or_default();
+        keys.iter().all(|k| {
+            !(0..100_000).contains(&redis::cmd("PTTL").arg(k).query::<i64>(p).unwrap_or(0))
+        })
+    });
+    wait_digests_equal(p, r);
+}
+
+#[test]
+fn a_replica_refuses_writes_and_shows_live_holders_without_removing_any() {
+    let primary = Server::start();
+    let replica = primary.start_replica(&[]);
+    let (p, r) = (&mut primary.con(), &mut replica.con());
+    token(call!(p, "UNIQUE.LOCK", "k", "short", "LIMIT", 0, "TTL", 40));
+    token(call!(p, "UNIQUE.LOCK", "k", "forever", "LIMIT", 0));
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(p).expect("WAIT");
+    let readonly = call!(r, "UNIQUE.LOCK", "k", "x");
+    assert!(
+        matches!(&readonly, Err(e) if e.starts_with("READONLY")),
+        "{readonly:?}"
+    );
+    assert!(
+        matches!(call!(r, "UNIQUE.UNLOCK", "k", "forever"), Err(e) if e.starts_with("READONLY"))
+    );
+
+    wait_until(
+        Duration::from_secs(5),
+        "the lease to end on the replica",
+        || holders(r, "k") == ["forever"],
+    );
+    // Hidden, not removed: nobody touched the key on the primary, so both
+    // still hold the expired holder in memory.
+    assert_eq!(
+        call!(r, "DEBUG", "DIGEST-VALUE", "k"),
+        call!(p, "DEBUG", "DIGEST-VALUE", "k")
+    );
+    assert_eq!(holders(p, "k"), ["forever"]);
+
+    // The primary's next write prunes; the replica follows.
+    assert_eq!(call!(p, "UNIQUE.UNLOCK", "k", "forever"), Ok(Value::Int(1)));
+    wait_digests_equal(p, r);
+    assert_eq!(call!(r, "EXISTS", "k"), Ok(Value::Int(0)));
+}
+
+#[test]
+fn a_promoted_replica_grants_tokens_above_every_replicated_one() {
+    let primary = Server::start();
+    let replica = primary.start_replica(&[]);
+    let (p, r) = (&mut primary.con(), &mut replica.con());
+    let mut max = 0;
+    for i in 0..50 {
+        max = max.max(token(call!(
+            p,
+            "UNIQUE.LOCK",
+            format!("k{i}"),
+            "j",
+            "TTL",
+            60_000
+        )));
+    }
+    wait_digests_equal(p, r);
+    call!(r, "REPLICAOF", "NO", "ONE").expect("promote");
+    let t = token(call!(r, "UNIQUE.LOCK", "after-failover", "j"));
+    assert!(t > max, "{t} <= {max}");
+    assert_eq!(holders(r, "k7"), ["j"], "the locks survived the promotion");
+}
+
+#[test]
+fn a_replica_writes_the_effects_to_its_own_aof() {
+    let primary = Server::start();
+    let replica = primary.start_replica(&["--appendonly", "yes"]);
+    let p = &mut primary.con();
+    token(call!(p, "UNIQUE.LOCK", "k", "j", "TTL", 60_000));
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(p).expect("WAIT");
+    let aof_dir = replica.dir.join("appendonlydir");
+    wait_until(Duration::from_secs(5), "the replica's AOF", || {
+        std::fs::read_dir(&aof_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|f| {
+                f.file_name().to_string_lossy().ends_with(".incr.aof")
+                    && std::fs::read_to_string(f.path()).is_ok_and(|s| s.contains("UNIQUE.APPLY"))
+            })
+    });
+}
