@@ -82,8 +82,10 @@ fn split_args(line: &str) -> Result<Vec<String>, String> {
 /// Compares one reply line word by word: `*` is any word, `$name` binds a
 /// word the first time and must be the same word after.
 fn line_matches(expected: &str, actual: &str, vars: &mut HashMap<String, String>) -> bool {
-    let (exp, act): (Vec<&str>, Vec<&str>) =
-        (expected.split_whitespace().collect(), actual.split_whitespace().collect());
+    let (exp, act): (Vec<&str>, Vec<&str>) = (
+        expected.split_whitespace().collect(),
+        actual.split_whitespace().collect(),
+    );
     if exp.len() != act.len() {
         return false;
     }
@@ -108,10 +110,17 @@ fn line_matches(expected: &str, actual: &str, vars: &mut HashMap<String, String>
     true
 }
 
-fn reply_matches(expected: &[String], actual: &[String], vars: &mut HashMap<String, String>) -> bool {
+fn reply_matches(
+    expected: &[String],
+    actual: &[String],
+    vars: &mut HashMap<String, String>,
+) -> bool {
     let mut trial = vars.clone();
     let ok = expected.len() == actual.len()
-        && expected.iter().zip(actual).all(|(e, a)| line_matches(e, a, &mut trial));
+        && expected
+            .iter()
+            .zip(actual)
+            .all(|(e, a)| line_matches(e, a, &mut trial));
     if ok {
         *vars = trial;
     }
@@ -124,7 +133,10 @@ fn redis_cli(port: u16, args: &[String]) -> Vec<String> {
         .args(args)
         .output()
         .expect("redis-cli runs (apt-get install redis-tools)");
-    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 fn run_script(path: &Path) -> Result<usize, String> {
@@ -185,6 +197,9 @@ fn the_matcher_binds_and_compares() {
     assert!(line_matches("1) *", "1) \"x\"", &mut vars));
     assert!(!line_matches("(nil)", "(integer) 1", &mut vars));
     assert!(!line_matches("a b", "a", &mut vars));
-    assert_eq!(split_args(r#"SET k "a b" 'c d'"#), Ok(vec!["SET".into(), "k".into(), "a b".into(), "c d".into()]));
+    assert_eq!(
+        split_args(r#"SET k "a b" 'c d'"#),
+        Ok(vec!["SET".into(), "k".into(), "a b".into(), "c d".into()])
+    );
     assert!(split_args("SET \"open").is_err());
 }

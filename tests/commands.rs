@@ -487,7 +487,8 @@ fn errors_are_exact_and_leave_nothing_behind() {
     let syntax = Err("ERR syntax error".to_string());
     let integer = Err("ERR value is not an integer or out of range".to_string());
     let expire = Err("ERR invalid expire time in 'unique.lock' command".to_string());
-    let cases: Vec<(Vec<Vec<u8>>, Result<Value, String>)> = vec![
+    type Case = (Vec<Vec<u8>>, Result<Value, String>);
+    let cases: Vec<Case> = vec![
         (args(&["NOPE", "1"]), syntax.clone()),
         (args(&["LIMIT"]), syntax.clone()),
         (args(&["LIMIT", "1", "LIMIT", "1"]), syntax.clone()),

@@ -27,7 +27,6 @@ impl Rng {
 /// same data. Keys that Redis expires on the primary reach the replica as DEL
 /// a moment later, so equality is polled (bounded), never assumed.
 fn wait_digests_equal(primary: &mut Connection, replica: &mut Connection) {
-    let mut last = (String::new(), String::new());
     let limit = Duration::from_secs(15);
     let start = std::time::Instant::now();
     loop {
@@ -36,15 +35,13 @@ fn wait_digests_equal(primary: &mut Connection, replica: &mut Connection) {
             .arg(5_000)
             .query(primary)
             .expect("WAIT");
-        last = (digest(primary), digest(replica));
-        if last.0 == last.1 {
+        let (p, r) = (digest(primary), digest(replica));
+        if p == r {
             return;
         }
         assert!(
             start.elapsed() < limit,
-            "digests differ: primary {} replica {}",
-            last.0,
-            last.1
+            "digests differ: primary {p} replica {r}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }

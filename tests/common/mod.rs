@@ -202,6 +202,8 @@ fn spawn(port: u16, dir: &Path, extra: &[String]) -> Child {
             "--enable-debug-command",
             "yes",
         ])
+        // A replica's first sync starts at once instead of waiting 5 s for others.
+        .args(["--repl-diskless-sync-delay", "0"])
         .args(["--logfile", "redis.log"])
         .arg("--loadmodule")
         .arg(module)

@@ -1,0 +1,28 @@
+# redis-unique: `make run` serves Redis with the module, `make test` runs every test.
+
+PORT ?= 6379
+MODULE := target/release/libredis_unique.so
+
+.PHONY: run test build deps clean
+
+## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
+run: deps build
+	redis-server ./redis.conf --port $(PORT)
+
+## test: formatting, lints, unit tests, integration tests and the redis-cli suite
+test: deps
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+	cargo test
+
+## build: the release module, $(MODULE)
+build:
+	cargo build --release
+
+## deps: install redis-server, redis-tools and libclang-dev when missing
+deps:
+	@./scripts/deps.sh
+
+clean:
+	cargo clean
+	rm -rf dump.rdb appendonlydir
