@@ -93,7 +93,10 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         None => {
             let mut lock = Lock::default();
             let acquired = lock.acquire(&req, now, || fencing::issue(now));
-            key.create(lock)?;
+            // A new key is only stored with its first holder.
+            if acquired != Acquired::Denied {
+                key.create(lock)?;
+            }
             (acquired, 0)
         }
     };
