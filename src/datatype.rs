@@ -5,13 +5,15 @@
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use redis_module::logging::{RedisLogLevel, log_io_error};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::codec::{self, ENCODING_VERSION};
-use crate::fencing;
 use crate::ffi::{self, Digest, Rdb};
 use crate::lock::Lock;
+use crate::metrics::{self, Event};
+use crate::{fencing, role};
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "uniq-lock",
@@ -33,7 +35,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink2),
         copy2: None,
         aux_save2: None,
     },
@@ -56,10 +58,11 @@ extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_voi
         match codec::decode(encver, &mut Rdb(io)) {
             Ok(lock) => {
                 fencing::observe(lock.max_token());
+                metrics::lock_added(lock.len());
                 Box::into_raw(Box::new(lock)).cast::<c_void>()
             }
             Err(e) => {
-                redis_module::logging::log_warning(e.to_string());
+                log_io_error(io, RedisLogLevel::Warning, &e.to_string());
                 std::ptr::null_mut()
             }
         }
@@ -116,15 +119,40 @@ extern "C" fn copy(
     no_unwind(std::ptr::null_mut(), || {
         // SAFETY: Redis passes the value of one of our keys.
         match unsafe { lock_ref(value.cast_mut()) } {
-            Some(lock) => Box::into_raw(Box::new(lock.clone())).cast::<c_void>(),
+            Some(lock) => {
+                metrics::lock_added(lock.len());
+                Box::into_raw(Box::new(lock.clone())).cast::<c_void>()
+            }
             None => std::ptr::null_mut(),
         }
     })
 }
 
+/// May run on a Redis background thread (FLUSHALL ASYNC, lazy free).
 extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         // SAFETY: the value is the `Box<Lock>` we gave Redis; Redis frees it once.
-        drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+        let lock = unsafe { Box::from_raw(value.cast::<Lock>()) };
+        metrics::lock_freed(lock.len());
     }
+}
+
+/// A key leaves the keyspace. When every one of its holders has run out, this
+/// is Redis expiring the key (any other access would have expired it first):
+/// those holders count as expired, as when the module prunes them itself.
+extern "C" fn unlink2(_ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    no_unwind((), || {
+        if !role::is_primary() {
+            return; // the primary counted them
+        }
+        // SAFETY: Redis passes the value of one of our keys.
+        if let Some(lock) = unsafe { lock_ref(value.cast_mut()) } {
+            let now = ffi::now_ms();
+            if lock.all_expired(now) {
+                for h in lock.holders() {
+                    metrics::record(now, Some(&h.lock_type), Event::Expired);
+                }
+            }
+        }
+    });
 }

@@ -12,12 +12,21 @@ use redis_module::{Context, RedisError, RedisString, raw};
 use crate::codec::{DecodeError, Sink, Source};
 use crate::datatype::LOCK_TYPE;
 use crate::lock::{Holder, Lock};
+use crate::metrics;
 
 /// The server's wall clock, unix ms.
 pub fn now_ms() -> i64 {
     // SAFETY: RedisModule_Milliseconds takes no arguments and only reads the
     // clock; the pointer is set by RedisModule_Init before any command runs.
     unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }
+}
+
+/// Selects database `db` for the keys `ctx` opens next; false when there is
+/// no such database.
+pub fn select_db(ctx: &Context, db: i32) -> bool {
+    // SAFETY: `ctx` is a live context; SelectDb only checks the index.
+    let status = unsafe { raw::RedisModule_SelectDb.map(|f| f(ctx.get_raw(), db)) };
+    status == Some(raw::REDISMODULE_OK as i32)
 }
 
 /// An open key that holds (or may come to hold) a lock.
@@ -96,7 +105,9 @@ impl LockKey {
             return Err(RedisError::Str("ERR could not store the lock"));
         }
         // SAFETY: Redis now owns the box, which stays put while the key is open.
-        Ok(unsafe { &mut *value })
+        let lock = unsafe { &mut *value };
+        metrics::lock_added(lock.len());
+        Ok(lock)
     }
 
     pub fn delete(&mut self) {

@@ -10,11 +10,21 @@ pub mod datatype;
 pub mod fencing;
 pub mod ffi;
 pub mod lock;
+pub mod metrics;
+pub mod reaper;
+pub mod role;
 
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::{Context, ModuleOptions, RedisString, Status, redis_module};
+use redis_module::server_events::ServerRole;
+use redis_module::{
+    Context, InfoContext, ModuleOptions, RedisResult, RedisString, Status, redis_module,
+};
+use redis_module_macros::{info_command_handler, role_changed_event_handler};
 
 use crate::commands::guard;
+use crate::config::{
+    MAX_META_BYTES, METRICS_MAX_TYPES, METRICS_MINUTES, REAP_BATCH, REAP_INTERVAL,
+};
 use crate::datatype::LOCK_TYPE;
 
 // Redis's allocator, so that Redis accounts for our memory; unit tests run
@@ -32,7 +42,36 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Our rdb_load checks every read, so a truncated RESTORE payload or RDB is
     // an error reply instead of a server abort.
     ctx.set_module_options(ModuleOptions::HANDLE_IO_ERRORS);
+    role::refresh(ctx);
+    reaper::start(ctx);
     Status::Ok
+}
+
+#[role_changed_event_handler]
+fn role_changed(_ctx: &Context, role: ServerRole) {
+    role::set_primary(matches!(role, ServerRole::Primary));
+}
+
+/// The `unique` INFO section: the gauges and the total of every counter.
+/// (An empty section name gives the section the module's name; Redis
+/// prefixes each field with it: `unique_locks`, `unique_acquired`...)
+#[info_command_handler]
+fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
+    let report = metrics::report(ffi::now_ms(), None);
+    let mut section = ctx
+        .builder()
+        .add_section("")
+        .field("locks", report.locks)?
+        .field("holders", report.holders)?;
+    for (name, n) in report.total.named() {
+        section = section.field(name, i64::try_from(n).unwrap_or(i64::MAX))?;
+    }
+    let (last, max) = reaper::tick_micros();
+    section = section
+        .field("reaper_last_tick_usec", last)?
+        .field("reaper_max_tick_usec", max)?;
+    section.build_section()?.build_info()?;
+    Ok(())
 }
 
 redis_module! {
@@ -45,11 +84,17 @@ redis_module! {
         ["unique.lock", |ctx, args| guard(ctx, args, commands::lock::run), "write deny-oom fast", 1, 1, 1, ""],
         ["unique.unlock", |ctx, args| guard(ctx, args, commands::unlock::run), "write fast", 1, 1, 1, ""],
         ["unique.lockedby", |ctx, args| guard(ctx, args, commands::lockedby::run), "readonly fast", 1, 1, 1, ""],
+        ["unique.reap", |ctx, args| guard(ctx, args, commands::reap::run), "write", 0, 0, 0, ""],
+        ["unique.metrics", |ctx, args| guard(ctx, args, commands::metrics::run), "readonly fast", 0, 0, 0, ""],
         ["unique.apply", |ctx, args| guard(ctx, args, commands::apply::run), "write", 1, 1, 1, ""],
     ],
     configurations: [
         i64: [
-            ["max-meta-bytes", &config::MAX_META_BYTES, config::MAX_META_BYTES_DEFAULT, 0, config::MAX_META_BYTES_MAX, ConfigurationFlags::DEFAULT, None],
+            [REAP_INTERVAL.name, &REAP_INTERVAL.value, REAP_INTERVAL.default, REAP_INTERVAL.min, REAP_INTERVAL.max, ConfigurationFlags::DEFAULT, None],
+            [REAP_BATCH.name, &REAP_BATCH.value, REAP_BATCH.default, REAP_BATCH.min, REAP_BATCH.max, ConfigurationFlags::DEFAULT, None],
+            [MAX_META_BYTES.name, &MAX_META_BYTES.value, MAX_META_BYTES.default, MAX_META_BYTES.min, MAX_META_BYTES.max, ConfigurationFlags::DEFAULT, None],
+            [METRICS_MINUTES.name, &METRICS_MINUTES.value, METRICS_MINUTES.default, METRICS_MINUTES.min, METRICS_MINUTES.max, ConfigurationFlags::DEFAULT, None],
+            [METRICS_MAX_TYPES.name, &METRICS_MAX_TYPES.value, METRICS_MAX_TYPES.default, METRICS_MAX_TYPES.min, METRICS_MAX_TYPES.max, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [],

@@ -209,11 +209,49 @@ impl Lock {
         self.holders.iter().position(|h| *h.jid == *jid)
     }
 
+    pub fn len(&self) -> usize {
+        self.holders.len()
+    }
+
     /// Removes the holders whose lease ran out; returns how many.
     pub fn prune(&mut self, now: i64) -> usize {
+        self.prune_each(now, |_| {})
+    }
+
+    /// Removes the holders whose lease ran out, showing each to `removed`.
+    pub fn prune_each(&mut self, now: i64, removed: impl FnMut(&Holder)) -> usize {
+        self.remove_where(|h| !h.is_live(now), removed)
+    }
+
+    /// Removes every holder whose owner is `owner`, showing each to `removed`.
+    pub fn remove_owner_each(&mut self, owner: &[u8], removed: impl FnMut(&Holder)) -> usize {
+        self.remove_where(|h| h.owner.as_deref() == Some(owner), removed)
+    }
+
+    fn remove_where(
+        &mut self,
+        mut matches: impl FnMut(&Holder) -> bool,
+        mut removed: impl FnMut(&Holder),
+    ) -> usize {
         let before = self.holders.len();
-        self.holders.retain(|h| h.is_live(now));
+        self.holders.retain(|h| {
+            let remove = matches(h);
+            if remove {
+                removed(h);
+            }
+            !remove
+        });
         before - self.holders.len()
+    }
+
+    /// True when some holder has run out (a prune would remove something).
+    pub fn has_expired(&self, now: i64) -> bool {
+        self.holders.iter().any(|h| !h.is_live(now))
+    }
+
+    /// True when the lock has holders and every one of them has run out.
+    pub fn all_expired(&self, now: i64) -> bool {
+        !self.holders.is_empty() && self.holders.iter().all(|h| !h.is_live(now))
     }
 
     /// Acquires or renews a hold. Call after [`Lock::prune`] with the same `now`:
@@ -259,15 +297,10 @@ impl Lock {
         Acquired::Granted(token)
     }
 
-    /// Removes `jid`'s hold; true when it was there. Call after [`Lock::prune`].
-    pub fn release(&mut self, jid: &[u8]) -> bool {
-        match self.position(jid) {
-            Some(i) => {
-                self.holders.remove(i);
-                true
-            }
-            None => false,
-        }
+    /// Removes `jid`'s hold and returns it, if it was there. Call after
+    /// [`Lock::prune`].
+    pub fn release(&mut self, jid: &[u8]) -> Option<Holder> {
+        self.position(jid).map(|i| self.holders.remove(i))
     }
 
     /// The holder of `jid`, if any (live or not).
@@ -410,7 +443,7 @@ mod tests {
             ));
         }
         assert_eq!(lock.holders().len(), 1000);
-        assert!(lock.release(b"j0"));
+        assert!(lock.release(b"j0").is_some());
         assert_eq!(lock.holders().len(), 999);
     }
 
@@ -508,6 +541,55 @@ mod tests {
     }
 
     #[test]
+    fn prune_and_owner_removal_show_what_they_remove() {
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        let r = |jid, owner, at| LockRequest {
+            limit: 0,
+            owner,
+            expires_at: at,
+            ..req(jid)
+        };
+        lock.acquire(&r("a", Some(&b"w1"[..]), Some(NOW + 10)), NOW, t.next());
+        lock.acquire(&r("b", Some(&b"w2"[..]), None), NOW, t.next());
+        lock.acquire(&r("c", Some(&b"w1"[..]), None), NOW, t.next());
+        lock.acquire(&r("d", None, Some(NOW + 10)), NOW, t.next());
+        assert!(!lock.all_expired(NOW + 10));
+        let mut seen = Vec::new();
+        assert_eq!(lock.prune_each(NOW + 10, |h| seen.push(h.jid.clone())), 2);
+        assert_eq!(seen, [(*b"a").into(), (*b"d").into()]);
+        seen.clear();
+        assert_eq!(
+            lock.remove_owner_each(b"w1", |h| seen.push(h.jid.clone())),
+            1
+        );
+        assert_eq!(seen, [Box::from(*b"c")]);
+        assert_eq!(lock.remove_owner_each(b"nobody", |_| {}), 0);
+        assert_eq!(jids(&lock, NOW), ["b"]);
+        assert_eq!(lock.len(), 1);
+    }
+
+    #[test]
+    fn all_expired_needs_every_holder_run_out() {
+        let mut lock = Lock::default();
+        assert!(
+            !lock.all_expired(NOW),
+            "an empty lock has nothing that ran out"
+        );
+        let mut t = Tokens(0);
+        let r = |jid, at| LockRequest {
+            limit: 0,
+            expires_at: Some(at),
+            ..req(jid)
+        };
+        lock.acquire(&r("a", NOW + 5), NOW, t.next());
+        lock.acquire(&r("b", NOW + 9), NOW, t.next());
+        assert!(!lock.all_expired(NOW + 5));
+        assert!(lock.has_expired(NOW + 5) && !lock.has_expired(NOW + 4));
+        assert!(lock.all_expired(NOW + 9));
+    }
+
+    #[test]
     fn an_expired_jid_gets_a_new_grant_not_a_renewal() {
         let mut lock = Lock::default();
         let mut t = Tokens(0);
@@ -539,11 +621,11 @@ mod tests {
                 t.next(),
             );
         }
-        assert!(lock.release(b"b"));
-        assert!(!lock.release(b"b"));
-        assert!(!lock.release(b"zzz"));
+        assert_eq!(lock.release(b"b").map(|h| h.token), Some(2));
+        assert!(lock.release(b"b").is_none());
+        assert!(lock.release(b"zzz").is_none());
         assert_eq!(jids(&lock, NOW), ["a", "c"], "grant order is kept");
-        assert!(lock.release(b"a") && lock.release(b"c"));
+        assert!(lock.release(b"a").is_some() && lock.release(b"c").is_some());
         assert!(lock.is_empty());
     }
 

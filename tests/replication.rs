@@ -120,7 +120,8 @@ fn a_replica_with_another_configuration_ends_with_identical_data() {
 
 #[test]
 fn a_replica_refuses_writes_and_shows_live_holders_without_removing_any() {
-    let primary = Server::start();
+    // No background reaper on the primary: the expired holder must stay.
+    let primary = Server::start_with(&["--unique.reap-interval", "0"]);
     let replica = primary.start_replica(&[]);
     let (p, r) = (&mut primary.con(), &mut replica.con());
     token(call!(p, "UNIQUE.LOCK", "k", "short", "LIMIT", 0, "TTL", 40));

@@ -4,6 +4,7 @@
 //! ```text
 //! UNIQUE.APPLY key now HOLD jid token acquired_at expires_at type owner meta
 //! UNIQUE.APPLY key now RELEASE jid
+//! UNIQUE.APPLY key now REAP owner
 //! UNIQUE.APPLY key now PRUNE
 //! ```
 //!
@@ -11,7 +12,8 @@
 //! primary's clock at the time of the command, or 0 to remove none), then:
 //! HOLD puts the holder exactly as given (a new grant or a renewal, with
 //! absolute times and its token; expires_at -1, owner "" and meta "" stand for
-//! none), RELEASE removes one holder, PRUNE does nothing more. The key is then
+//! none), RELEASE removes one holder, REAP every holder of that owner, PRUNE
+//! nothing more. The key is then
 //! deleted when empty or given its expiry, as on the primary. Nothing here
 //! reads the replica's clock or configuration, so a replica (or an AOF replay)
 //! ends with exactly the primary's data.
@@ -20,7 +22,7 @@ use redis_module::{
     Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
 };
 
-use super::{events, parse_int, settle};
+use super::{events, parse_int, settle, tracked};
 use crate::fencing;
 use crate::ffi::LockKey;
 use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
@@ -56,6 +58,12 @@ pub fn replicate_release(ctx: &Context, key: &[u8], now: i64, jid: &[u8]) {
     ctx.replicate(NAME, &[key, now.as_bytes(), b"RELEASE", jid]);
 }
 
+/// Replicates REAP OWNER on one key: the prune at `now`, then every holder of `owner`.
+pub fn replicate_reap(ctx: &Context, key: &[u8], now: i64, owner: &[u8]) {
+    let now = now.to_string();
+    ctx.replicate(NAME, &[key, now.as_bytes(), b"REAP", owner]);
+}
+
 /// Replicates the removal of the holders whose lease ended at `now`.
 pub fn replicate_prune(ctx: &Context, key: &[u8], now: i64) {
     let now = now.to_string();
@@ -75,39 +83,30 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::WrongArity);
     };
     let now = parse_int(now)?;
+    let effect = Effect::parse(op, rest)?;
     let mut key =
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
-    let mut event = None;
-
-    if op.eq_ignore_ascii_case(b"HOLD") {
-        let holder = parse_holder(rest)?;
-        fencing::observe(holder.token);
-        let lock = match key.lock_mut()? {
-            Some(lock) => lock,
-            None => key.create(Lock::default())?,
-        };
+    let lock = match (key.lock_mut()?, &effect) {
+        (Some(lock), _) => lock,
+        (None, Effect::Hold(_)) => key.create(Lock::default())?,
+        (None, _) => return Ok(RedisValue::SimpleStringStatic("OK")),
+    };
+    let event = tracked(lock, |lock| {
         lock.prune(now);
-        if lock.holder(&holder.jid).is_none() {
-            event = Some(events::LOCK);
-        }
-        lock.put(holder);
-    } else if op.eq_ignore_ascii_case(b"RELEASE") {
-        let [jid] = rest else {
-            return Err(RedisError::WrongArity);
-        };
-        if let Some(lock) = key.lock_mut()? {
-            lock.prune(now);
-            if lock.release(jid) {
-                event = Some(events::UNLOCK);
+        match effect {
+            Effect::Hold(holder) => {
+                fencing::observe(holder.token);
+                let new = lock.holder(&holder.jid).is_none();
+                lock.put(holder);
+                new.then_some(events::LOCK)
             }
+            Effect::Release(jid) => lock.release(jid).map(|_| events::UNLOCK),
+            Effect::Reap(owner) => {
+                (lock.remove_owner_each(owner, |_| {}) > 0).then_some(events::REAP)
+            }
+            Effect::Prune => None,
         }
-    } else if op.eq_ignore_ascii_case(b"PRUNE") && rest.is_empty() {
-        if let Some(lock) = key.lock_mut()? {
-            lock.prune(now);
-        }
-    } else {
-        return Err(RedisError::Str("ERR syntax error"));
-    }
+    });
 
     settle(&mut key)?;
     // A replica's own AOF only gets what a module command replicates.
@@ -116,6 +115,27 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key_name);
     }
     Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// What an APPLY does after removing the leases that ended at `now`.
+enum Effect<'a> {
+    Hold(Holder),
+    Release(&'a [u8]),
+    Reap(&'a [u8]),
+    Prune,
+}
+
+impl<'a> Effect<'a> {
+    fn parse(op: &[u8], rest: &'a [RedisString]) -> Result<Self, RedisError> {
+        let is = |name: &str| op.eq_ignore_ascii_case(name.as_bytes());
+        match rest {
+            _ if is("HOLD") => Ok(Self::Hold(parse_holder(rest)?)),
+            [jid] if is("RELEASE") => Ok(Self::Release(jid)),
+            [owner] if is("REAP") => Ok(Self::Reap(owner)),
+            [] if is("PRUNE") => Ok(Self::Prune),
+            _ => Err(RedisError::Str("ERR syntax error")),
+        }
+    }
 }
 
 fn parse_holder(args: &[RedisString]) -> Result<Holder, RedisError> {

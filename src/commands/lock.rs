@@ -4,12 +4,13 @@ use std::ops::Deref;
 
 use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{apply, events, parse_int, settle};
+use super::{apply, events, parse_int, settle, tracked};
 use crate::ffi::{LockKey, now_ms};
 use crate::lock::{
-    Acquired, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, validate_jid, validate_meta,
-    validate_owner, validate_type,
+    Acquired, DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, validate_jid,
+    validate_meta, validate_owner, validate_type,
 };
+use crate::metrics::{self, Event};
 use crate::{config, fencing};
 
 /// The options of a LOCK call, validated, before the clock is read.
@@ -86,10 +87,12 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut key =
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
     let (acquired, expired) = match key.lock_mut()? {
-        Some(lock) => {
-            let expired = lock.prune(now);
+        Some(lock) => tracked(lock, |lock| {
+            let expired = lock.prune_each(now, |h| {
+                metrics::record(now, Some(&h.lock_type), Event::Expired);
+            });
             (lock.acquire(&req, now, || fencing::issue(now)), expired)
-        }
+        }),
         None => {
             let mut lock = Lock::default();
             let acquired = lock.acquire(&req, now, || fencing::issue(now));
@@ -104,20 +107,27 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if acquired != Acquired::Denied || expired > 0 {
         settle(&mut key)?;
     }
-    match acquired {
-        Acquired::Granted(token) | Acquired::Renewed(token) => {
-            if let Some(holder) = key.lock()?.and_then(|lock| lock.holder(jid)) {
-                apply::replicate_hold(ctx, key_name, now, holder);
-            }
+    if expired > 0 {
+        ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, key_name);
+    }
+    let holder = key.lock()?.and_then(|lock| lock.holder(jid));
+    match (acquired, holder) {
+        (Acquired::Granted(token) | Acquired::Renewed(token), Some(holder)) => {
+            apply::replicate_hold(ctx, key_name, now, holder);
             if matches!(acquired, Acquired::Granted(_)) {
+                metrics::record(now, Some(&holder.lock_type), Event::Acquired);
                 ctx.notify_keyspace_event(NotifyEvent::MODULE, events::LOCK, key_name);
+            } else {
+                metrics::record(now, Some(&holder.lock_type), Event::Renewed);
             }
             Ok(RedisValue::Integer(token))
         }
-        Acquired::Denied => {
+        _ => {
             if expired > 0 {
                 apply::replicate_prune(ctx, key_name, now);
             }
+            let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
+            metrics::record(now, Some(lock_type), Event::Denied);
             Ok(RedisValue::Null)
         }
     }

@@ -4,6 +4,8 @@
 pub mod apply;
 pub mod lock;
 pub mod lockedby;
+pub mod metrics;
+pub mod reap;
 pub mod unlock;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -11,7 +13,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use crate::ffi::LockKey;
-use crate::lock::LockError;
+use crate::lock::{Lock, LockError};
+use crate::metrics as counters;
 
 /// The signature of every command handler.
 pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
@@ -57,10 +60,24 @@ fn settle(key: &mut LockKey) -> Result<(), RedisError> {
     Ok(())
 }
 
+/// Runs a change on a lock and keeps the holders gauge in step with it.
+fn tracked<T>(lock: &mut Lock, change: impl FnOnce(&mut Lock) -> T) -> T {
+    let before = lock.len();
+    let out = change(lock);
+    counters::holders_changed(before, lock.len());
+    out
+}
+
 /// Keyspace events of this module (class `d`, module events).
 pub mod events {
+    /// A new holder.
     pub const LOCK: &str = "unique.lock";
+    /// UNLOCK removed a holder.
     pub const UNLOCK: &str = "unique.unlock";
+    /// A lease ran out and the holder was removed.
+    pub const EXPIRE: &str = "unique.expire";
+    /// REAP OWNER removed a holder.
+    pub const REAP: &str = "unique.reap";
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 
 use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{apply, events, settle};
+use super::{apply, events, settle, tracked};
 use crate::ffi::{LockKey, now_ms};
+use crate::metrics::{self, Event};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let [_, key_name, jid] = args.as_slice() else {
@@ -13,19 +14,35 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let mut key =
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
     let Some(lock) = key.lock_mut()? else {
+        metrics::record(now, None, Event::UnlockMissed);
         return Ok(RedisValue::Integer(0));
     };
-    let expired = lock.prune(now);
-    let released = lock.release(jid);
+    let (expired, released) = tracked(lock, |lock| {
+        let expired = lock.prune_each(now, |h| {
+            metrics::record(now, Some(&h.lock_type), Event::Expired);
+        });
+        (expired, lock.release(jid))
+    });
 
-    if released || expired > 0 {
+    if released.is_some() || expired > 0 {
         settle(&mut key)?;
     }
-    if released {
-        apply::replicate_release(ctx, key_name, now, jid);
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, events::UNLOCK, key_name);
-    } else if expired > 0 {
-        apply::replicate_prune(ctx, key_name, now);
+    if expired > 0 {
+        ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, key_name);
     }
-    Ok(RedisValue::Integer(i64::from(released)))
+    match released {
+        Some(holder) => {
+            apply::replicate_release(ctx, key_name, now, jid);
+            metrics::record(now, Some(&holder.lock_type), Event::Released);
+            ctx.notify_keyspace_event(NotifyEvent::MODULE, events::UNLOCK, key_name);
+            Ok(RedisValue::Integer(1))
+        }
+        None => {
+            if expired > 0 {
+                apply::replicate_prune(ctx, key_name, now);
+            }
+            metrics::record(now, None, Event::UnlockMissed);
+            Ok(RedisValue::Integer(0))
+        }
+    }
 }

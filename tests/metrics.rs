@@ -1,0 +1,371 @@
+//! UNIQUE.METRICS in its three formats, the gauges through every way a lock
+//! comes and goes, the INFO section and the configuration.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Connection, Server, Value, token, wait_until};
+use serde_json::json;
+
+fn json_metrics(con: &mut Connection, extra: &[&str]) -> serde_json::Value {
+    let text: String = redis::cmd("UNIQUE.METRICS")
+        .arg("FORMAT")
+        .arg("json")
+        .arg(extra)
+        .query(con)
+        .expect("METRICS");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+fn gauges(con: &mut Connection) -> (i64, i64) {
+    let m = json_metrics(con, &[]);
+    (
+        m["locks"].as_i64().unwrap_or(-1),
+        m["holders"].as_i64().unwrap_or(-1),
+    )
+}
+
+fn counters(pairs: &[(&str, u64)]) -> serde_json::Value {
+    let mut all = json!({"acquired": 0, "renewed": 0, "denied": 0, "released": 0, "unlock_missed": 0,
+        "expired": 0, "reaped": 0, "waited": 0, "timed_out": 0});
+    for (k, v) in pairs {
+        all[*k] = json!(v);
+    }
+    all
+}
+
+/// A known sequence, and the counters it must give.
+fn known_sequence(con: &mut Connection) {
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "a",
+        "j1",
+        "TYPE",
+        "until_executed"
+    ));
+    assert_eq!(
+        call!(con, "UNIQUE.LOCK", "a", "j2", "TYPE", "until_executed"),
+        Ok(Value::Nil)
+    );
+    token(call!(con, "UNIQUE.LOCK", "a", "j1", "TTL", 60_000));
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "a", "j1"), Ok(Value::Int(1)));
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "a", "j1"), Ok(Value::Int(0)));
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "b",
+        "short",
+        "TYPE",
+        "while_executing",
+        "TTL",
+        10
+    ));
+    wait_until(Duration::from_secs(5), "the lease to end", || {
+        matches!(
+            call!(con, "UNIQUE.LOCK", "b", "next", "TYPE", "while_executing"),
+            Ok(Value::Int(_))
+        )
+    });
+    token(call!(con, "UNIQUE.LOCK", "c", "j", "OWNER", "w1"));
+    let _ = call!(con, "UNIQUE.REAP", "0", "COUNT", 1000, "OWNER", "w1").expect("REAP");
+}
+
+#[test]
+fn a_known_sequence_gives_exact_counters_in_every_format() {
+    let server = Server::start_with(&["--unique.reap-interval", "0"]);
+    let con = &mut server.con();
+    known_sequence(con);
+    // The retry loop above may have been denied a few times before the lease ended.
+    let m = json_metrics(con, &[]);
+    let waits = m["types"]["while_executing"]["denied"]
+        .as_u64()
+        .unwrap_or(0);
+    let expected = json!({
+        "locks": 1,
+        "holders": 1,
+        "total": counters(&[("acquired", 4), ("renewed", 1), ("denied", 1 + waits), ("released", 1),
+            ("unlock_missed", 1), ("expired", 1), ("reaped", 1)]),
+        "types": {
+            "until_executed": counters(&[("acquired", 1), ("renewed", 1), ("denied", 1), ("released", 1)]),
+            "while_executing": counters(&[("acquired", 2), ("denied", waits), ("expired", 1)]),
+            "lock": counters(&[("acquired", 1), ("reaped", 1)]),
+        }
+    });
+    assert_eq!(m, expected);
+    // MINUTES 2: the current and the previous minute hold everything so far.
+    assert_eq!(json_metrics(con, &["MINUTES", "2"]), expected);
+
+    // RESP: the same, as a flat array on RESP2 with the fields in order.
+    let Ok(Value::Array(flat)) = call!(con, "UNIQUE.METRICS") else {
+        panic!("METRICS")
+    };
+    let keys: Vec<Value> = flat.iter().step_by(2).cloned().collect();
+    let names = ["locks", "holders", "total", "types"]
+        .map(|k| Value::BulkString(k.into()))
+        .to_vec();
+    assert_eq!(keys, names);
+    assert_eq!(flat[1], Value::Int(1));
+    let Value::Array(total) = &flat[5] else {
+        panic!("total")
+    };
+    assert_eq!(total[0], Value::BulkString(b"acquired".to_vec()));
+    assert_eq!(total[1], Value::Int(4));
+    assert_eq!(total.len(), 18);
+    // ...and a map of maps on RESP3.
+    let con3 = &mut server.con3();
+    let Ok(Value::Map(map)) = call!(con3, "UNIQUE.METRICS") else {
+        panic!("a map on RESP3")
+    };
+    assert_eq!(map.len(), 4);
+
+    let text: String = redis::cmd("UNIQUE.METRICS")
+        .arg("FORMAT")
+        .arg("prometheus")
+        .query(con)
+        .expect("prom");
+    for line in [
+        "# TYPE unique_events_total counter",
+        "unique_events_total{type=\"until_executed\",event=\"renewed\"} 1",
+        "unique_events_total{type=\"while_executing\",event=\"expired\"} 1",
+        "unique_events_total{type=\"lock\",event=\"reaped\"} 1",
+        "# TYPE unique_locks gauge",
+        "unique_locks 1",
+        "# TYPE unique_holders gauge",
+        "unique_holders 1",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("# HELP unique_events_total "))
+    );
+
+    // The INFO section carries the gauges and the totals.
+    let info: String = redis::cmd("INFO").arg("unique").query(con).expect("INFO");
+    for field in [
+        "# unique",
+        "unique_locks:1",
+        "unique_holders:1",
+        "unique_acquired:4",
+        "unique_renewed:1",
+        "unique_released:1",
+        "unique_unlock_missed:1",
+        "unique_expired:1",
+        "unique_reaped:1",
+        "unique_waited:0",
+        "unique_timed_out:0",
+    ] {
+        assert!(
+            info.lines().any(|l| l.trim() == field),
+            "missing {field} in\n{info}"
+        );
+    }
+    let everything: String = redis::cmd("INFO")
+        .arg("everything")
+        .query(con)
+        .expect("INFO");
+    assert!(everything.contains("unique_acquired:4"));
+}
+
+#[test]
+fn reset_zeroes_counters_and_forgets_types_but_not_gauges() {
+    let server = Server::start_with(&["--unique.reap-interval", "0"]);
+    let con = &mut server.con();
+    known_sequence(con);
+    assert_eq!(call!(con, "UNIQUE.METRICS", "reset"), Ok(Value::Okay));
+    let m = json_metrics(con, &[]);
+    assert_eq!(
+        m,
+        json!({"locks": 1, "holders": 1, "total": counters(&[]), "types": {}})
+    );
+    assert_eq!(
+        json_metrics(con, &["MINUTES", "60"])["total"],
+        counters(&[])
+    );
+}
+
+#[test]
+fn distinct_type_names_beyond_the_cap_count_as_other() {
+    let server = Server::start_with(&["--unique.metrics-max-types", "2"]);
+    let con = &mut server.con();
+    for (i, t) in ["t1", "t2", "t3", "t4", "t1"].iter().enumerate() {
+        token(call!(con, "UNIQUE.LOCK", format!("k{i}"), "j", "TYPE", *t));
+    }
+    let types = json_metrics(con, &[])["types"].clone();
+    assert_eq!(types["t1"]["acquired"], 2);
+    assert_eq!(types["t2"]["acquired"], 1);
+    assert_eq!(types["other"]["acquired"], 2);
+    assert!(types.get("t3").is_none());
+}
+
+#[test]
+fn metrics_arguments() {
+    let server = Server::start_with(&["--unique.metrics-minutes", "10"]);
+    let con = &mut server.con();
+    let integer = Err("ERR value is not an integer or out of range".to_string());
+    assert_eq!(call!(con, "UNIQUE.METRICS", "MINUTES", 0), integer);
+    assert_eq!(call!(con, "UNIQUE.METRICS", "MINUTES", 11), integer);
+    assert!(call!(con, "UNIQUE.METRICS", "MINUTES", 10).is_ok());
+    assert_eq!(
+        call!(con, "UNIQUE.METRICS", "FORMAT", "xml"),
+        Err("ERR syntax error".into())
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.METRICS", "FORMAT"),
+        Err("ERR syntax error".into())
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.METRICS", "FORMAT", "json", "FORMAT", "json"),
+        Err("ERR syntax error".into())
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.METRICS", "RESET", "now"),
+        Err("ERR syntax error".into())
+    );
+}
+
+#[test]
+fn gauges_follow_every_way_a_lock_comes_and_goes() {
+    let server = Server::start_with(&["--unique.reap-interval", "0"]);
+    let con = &mut server.con();
+    let add = |con: &mut Connection, key: &str, n: usize| {
+        for i in 0..n {
+            token(call!(con, "UNIQUE.LOCK", key, format!("j{i}"), "LIMIT", 0));
+        }
+    };
+    add(con, "a", 3);
+    add(con, "b", 2);
+    assert_eq!(gauges(con), (2, 5));
+    call!(con, "UNIQUE.UNLOCK", "a", "j0").expect("UNLOCK");
+    assert_eq!(gauges(con), (2, 4));
+    call!(con, "DEL", "b").expect("DEL");
+    assert_eq!(gauges(con), (1, 2));
+    call!(con, "COPY", "a", "a2").expect("COPY");
+    assert_eq!(gauges(con), (2, 4));
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("a").query(con).expect("DUMP");
+    call!(con, "RESTORE", "a3", 0, dump.clone()).expect("RESTORE");
+    assert_eq!(gauges(con), (3, 6));
+    call!(con, "RESTORE", "a3", 0, dump, "REPLACE").expect("RESTORE REPLACE");
+    assert_eq!(gauges(con), (3, 6));
+    call!(con, "UNLINK", "a3").expect("UNLINK");
+    assert_eq!(gauges(con), (2, 4));
+    call!(con, "DEBUG", "RELOAD").expect("DEBUG RELOAD");
+    assert_eq!(gauges(con), (2, 4));
+    call!(con, "SWAPDB", 0, 1).expect("SWAPDB");
+    assert_eq!(gauges(con), (2, 4), "gauges are server-wide");
+    call!(con, "SELECT", 1).expect("SELECT");
+    call!(con, "FLUSHDB").expect("FLUSHDB");
+    assert_eq!(gauges(con), (0, 0));
+    add(con, "c", 2);
+    call!(con, "SELECT", 0).expect("SELECT");
+    add(con, "d", 1);
+    assert_eq!(gauges(con), (2, 3));
+    call!(con, "FLUSHALL").expect("FLUSHALL");
+    assert_eq!(gauges(con), (0, 0));
+    add(con, "e", 4);
+    call!(con, "FLUSHALL", "ASYNC").expect("FLUSHALL ASYNC");
+    wait_until(Duration::from_secs(5), "the background free", || {
+        gauges(con) == (0, 0)
+    });
+    // A key that expires by itself.
+    token(call!(con, "UNIQUE.LOCK", "f", "j", "TTL", 10));
+    wait_until(Duration::from_secs(5), "Redis to expire the key", || {
+        gauges(con) == (0, 0)
+    });
+}
+
+#[test]
+fn gauges_survive_an_aof_restart() {
+    let mut server = Server::start_with(&["--appendonly", "yes", "--unique.reap-interval", "0"]);
+    let con = &mut server.con();
+    for i in 0..3 {
+        token(call!(con, "UNIQUE.LOCK", "k", format!("j{i}"), "LIMIT", 0));
+    }
+    token(call!(con, "UNIQUE.LOCK", "k2", "j"));
+    server.restart("NOSAVE");
+    assert_eq!(gauges(&mut server.con()), (2, 4));
+}
+
+#[test]
+fn configuration_ranges_are_enforced() {
+    let server = Server::start();
+    let con = &mut server.con();
+    for (name, min, max) in [
+        ("unique.reap-interval", 0, 60_000),
+        ("unique.reap-batch", 1, 100_000),
+        ("unique.max-meta-bytes", 0, 1_048_576),
+        ("unique.metrics-minutes", 1, 1440),
+        ("unique.metrics-max-types", 1, 4096),
+    ] {
+        for ok in [min, max] {
+            assert_eq!(
+                call!(con, "CONFIG", "SET", name, ok),
+                Ok(Value::Okay),
+                "{name} {ok}"
+            );
+            let got: Vec<String> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(name)
+                .query(con)
+                .expect("GET");
+            assert_eq!(got, [name.to_string(), ok.to_string()]);
+        }
+        for bad in [min - 1, max + 1] {
+            assert!(
+                call!(con, "CONFIG", "SET", name, bad).is_err(),
+                "{name} accepted {bad}"
+            );
+        }
+    }
+}
+
+#[test]
+fn defaults_and_module_arguments() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("unique.*")
+        .query(con)
+        .expect("GET");
+    let pairs: Vec<(String, String)> = got
+        .chunks(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect();
+    for (name, default) in [
+        ("unique.reap-interval", "100"),
+        ("unique.reap-batch", "100"),
+        ("unique.max-meta-bytes", "16384"),
+        ("unique.metrics-minutes", "60"),
+        ("unique.metrics-max-types", "64"),
+    ] {
+        assert!(
+            pairs.contains(&(name.to_string(), default.to_string())),
+            "{name} in {pairs:?}"
+        );
+    }
+}
+
+#[test]
+fn module_arguments_set_the_configuration() {
+    // Words right after `--loadmodule path` are the module's arguments.
+    let server = Server::start_with(&["reap-batch", "7", "metrics-max-types", "9"]);
+    let con = &mut server.con();
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("unique.reap-batch")
+        .query(con)
+        .expect("GET");
+    assert_eq!(got, ["unique.reap-batch", "7"]);
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("unique.metrics-max-types")
+        .query(con)
+        .expect("GET");
+    assert_eq!(got, ["unique.metrics-max-types", "9"]);
+}

@@ -1,0 +1,354 @@
+//! UNIQUE.REAP and the background reaper: bounded steps, full iterations,
+//! owners, replication, and the expired holders leaving memory on their own.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::{Connection, Server, Value, digest, holders, token, wait_until};
+
+/// `n` locks, each with a holder that never expires and one whose lease has
+/// already ended by the time this returns (the key itself does not expire).
+fn locks_with_one_expired_holder(con: &mut Connection, n: usize) {
+    for i in 0..n {
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            format!("lock:{i}"),
+            "live",
+            "LIMIT",
+            0
+        ));
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            format!("lock:{i}"),
+            "dead",
+            "LIMIT",
+            0,
+            "TTL",
+            1
+        ));
+    }
+    let last = format!("lock:{}", n - 1);
+    wait_until(Duration::from_secs(5), "the leases to end", || {
+        holders(con, &last) == ["live"]
+    });
+}
+
+fn reap(con: &mut Connection, cursor: &str, extra: &[&str]) -> (String, i64) {
+    let mut cmd = redis::cmd("UNIQUE.REAP");
+    cmd.arg(cursor).arg(extra);
+    match common::run(&cmd, con) {
+        Ok(Value::Array(parts)) => match parts.as_slice() {
+            [Value::BulkString(c), Value::Int(n)] => (String::from_utf8_lossy(c).into_owned(), *n),
+            other => panic!("REAP reply: {other:?}"),
+        },
+        other => panic!("REAP: {other:?}"),
+    }
+}
+
+fn metrics(con: &mut Connection) -> serde_json::Value {
+    let text: String = redis::cmd("UNIQUE.METRICS")
+        .arg("FORMAT")
+        .arg("json")
+        .query(con)
+        .expect("METRICS");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+#[test]
+fn a_full_iteration_with_small_count_removes_every_expired_holder() {
+    let server = Server::start_with(&["--unique.reap-interval", "0"]);
+    let con = &mut server.con();
+    locks_with_one_expired_holder(con, 300);
+    for i in 0..50 {
+        call!(con, "SET", format!("other:{i}"), "x").expect("SET"); // keys of another type
+    }
+    let (mut cursor, mut total, mut calls) = ("0".to_string(), 0, 0);
+    loop {
+        let (next, removed) = reap(con, &cursor, &["COUNT", "7"]);
+        // One expired holder per lock: holders removed = lock keys examined.
+        assert!(removed <= 7, "a call examined {removed} locks with COUNT 7");
+        total += removed;
+        calls += 1;
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+        assert!(calls < 10_000, "the iteration does not end");
+    }
+    assert_eq!(total, 300);
+    assert!(calls >= 300 / 7, "{calls} calls");
+    for i in [0, 150, 299] {
+        assert_eq!(holders(con, &format!("lock:{i}")), ["live"]);
+    }
+    assert_eq!(
+        metrics(con)["holders"],
+        300,
+        "the expired holders left memory"
+    );
+    assert_eq!(metrics(con)["total"]["expired"], 300);
+    assert_eq!(
+        reap(con, "0", &["COUNT", "1000"]),
+        ("0".to_string(), 0),
+        "nothing left"
+    );
+}
+
+#[test]
+fn reap_owner_removes_only_that_owners_holders() {
+    let server = Server::start_with(&[
+        "--unique.reap-interval",
+        "0",
+        "--notify-keyspace-events",
+        "Kd",
+    ]);
+    let con = &mut server.con();
+    for i in 0..40 {
+        let key = format!("job:{i}");
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            &key,
+            "a",
+            "LIMIT",
+            0,
+            "OWNER",
+            "dead-worker"
+        ));
+        if i % 2 == 0 {
+            token(call!(
+                con,
+                "UNIQUE.LOCK",
+                &key,
+                "b",
+                "LIMIT",
+                0,
+                "OWNER",
+                "live-worker"
+            ));
+        }
+    }
+    let mut sub = server.con();
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .psubscribe("__keyspace@0__:job:3")
+        .expect("PSUBSCRIBE");
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+
+    let (mut cursor, mut removed) = ("0".to_string(), 0);
+    loop {
+        let (next, n) = reap(con, &cursor, &["COUNT", "5", "OWNER", "dead-worker"]);
+        removed += n;
+        cursor = next;
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(removed, 40);
+    for i in 0..40 {
+        let key = format!("job:{i}");
+        let expected: Vec<String> = if i % 2 == 0 { vec!["b".into()] } else { vec![] };
+        assert_eq!(holders(con, &key), expected, "{key}");
+        assert_eq!(
+            call!(con, "EXISTS", &key),
+            Ok(Value::Int(i64::from(i % 2 == 0))),
+            "empty locks go"
+        );
+    }
+    assert_eq!(metrics(con)["total"]["reaped"], 40);
+    let msg = pubsub.get_message().expect("an event");
+    assert_eq!(msg.get_payload::<String>().expect("payload"), "unique.reap");
+}
+
+#[test]
+fn reap_arguments() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let integer = Err("ERR value is not an integer or out of range".to_string());
+    assert_eq!(
+        call!(con, "UNIQUE.REAP", "abc"),
+        Err("ERR invalid cursor".into())
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.REAP", "-1"),
+        Err("ERR invalid cursor".into())
+    );
+    assert_eq!(call!(con, "UNIQUE.REAP", "0", "COUNT", "0"), integer);
+    assert_eq!(call!(con, "UNIQUE.REAP", "0", "COUNT", "many"), integer);
+    assert_eq!(
+        call!(con, "UNIQUE.REAP", "0", "COUNT"),
+        Err("ERR syntax error".into())
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.REAP", "0", "COUNT", 1, "COUNT", 2),
+        Err("ERR syntax error".into())
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.REAP", "0", "FAST", 1),
+        Err("ERR syntax error".into())
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.REAP", "0", "OWNER", ""),
+        Err("ERR OWNER must be 1 to 1024 bytes".into())
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.REAP"),
+        Err("ERR wrong number of arguments for 'unique.reap' command".into())
+    );
+    // A cursor REAP never handed out restarts or ends the iteration; never a crash.
+    let (_, removed) = reap(con, "18446744073709551615", &[]);
+    assert_eq!(removed, 0);
+    assert_eq!(call!(con, "PING"), Ok(Value::SimpleString("PONG".into())));
+}
+
+#[test]
+fn the_background_reaper_removes_expired_holders_on_its_own() {
+    let server = Server::start_with(&[
+        "--unique.reap-interval",
+        "10",
+        "--notify-keyspace-events",
+        "Kd",
+    ]);
+    let con = &mut server.con();
+    let mut sub = server.con();
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .psubscribe("__keyspace@0__:lock:0")
+        .expect("PSUBSCRIBE");
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    for i in 0..200 {
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            format!("lock:{i}"),
+            "live",
+            "LIMIT",
+            0
+        ));
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            format!("lock:{i}"),
+            "dead",
+            "LIMIT",
+            0,
+            "TTL",
+            20
+        ));
+    }
+    // Single-holder locks too: Redis may expire these keys itself; they count alike.
+    for i in 0..50 {
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            format!("solo:{i}"),
+            "dead",
+            "TTL",
+            20
+        ));
+    }
+    wait_until(Duration::from_secs(10), "the reaper", || {
+        let m = metrics(con);
+        m["holders"] == 200 && m["locks"] == 200 && m["total"]["expired"] == 250
+    });
+    assert_eq!(holders(con, "lock:7"), ["live"]);
+    // After the two unique.lock of its creation, lock:0 saw its lease run out.
+    let events: Vec<String> = (0..3)
+        .map(|_| {
+            pubsub
+                .get_message()
+                .and_then(|m| m.get_payload())
+                .expect("an event")
+        })
+        .collect();
+    assert_eq!(events, ["unique.lock", "unique.lock", "unique.expire"]);
+}
+
+#[test]
+fn with_interval_zero_nothing_is_reaped_in_the_background() {
+    let server = Server::start_with(&["--unique.reap-interval", "0"]);
+    let con = &mut server.con();
+    locks_with_one_expired_holder(con, 20);
+    // Proving an absence takes a bounded wait: 300 ms is 30 ticks of a 10 ms reaper.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        metrics(con)["holders"],
+        40,
+        "expired holders are still in memory"
+    );
+    assert_eq!(metrics(con)["total"]["expired"], 0);
+    // Turned on, it cleans up.
+    call!(con, "CONFIG", "SET", "unique.reap-interval", 10).expect("CONFIG SET");
+    wait_until(Duration::from_secs(5), "the reaper", || {
+        metrics(con)["holders"] == 20
+    });
+}
+
+#[test]
+fn a_replica_never_reaps_and_follows_the_primarys_reaper() {
+    let primary = Server::start_with(&["--unique.reap-interval", "0"]);
+    let replica = primary.start_replica(&["--unique.reap-interval", "10"]);
+    let (p, r) = (&mut primary.con(), &mut replica.con());
+    locks_with_one_expired_holder(p, 30);
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(p).expect("WAIT");
+    std::thread::sleep(Duration::from_millis(300)); // an absence again: 30 replica ticks
+    assert_eq!(
+        digest(p),
+        digest(r),
+        "the replica removed nothing on its own"
+    );
+    assert_eq!(metrics(r)["holders"], 60);
+    assert_eq!(
+        call!(r, "UNIQUE.REAP", "0"),
+        Err("READONLY You can't write against a read only replica.".into())
+    );
+
+    call!(p, "CONFIG", "SET", "unique.reap-interval", 10).expect("CONFIG SET");
+    wait_until(Duration::from_secs(5), "the primary's reaper", || {
+        metrics(p)["holders"] == 30
+    });
+    wait_until(Duration::from_secs(5), "the replica to follow", || {
+        let _: i64 = redis::cmd("WAIT").arg(1).arg(1_000).query(p).unwrap_or(0);
+        digest(p) == digest(r)
+    });
+    assert_eq!(metrics(r)["holders"], 30);
+    assert_eq!(
+        metrics(r)["total"]["expired"],
+        0,
+        "replicated effects do not count on the replica"
+    );
+}
+
+#[test]
+fn the_reaper_walks_every_database() {
+    let server = Server::start_with(&["--unique.reap-interval", "10"]);
+    let mut seen = HashSet::new();
+    for db in [0, 3, 15] {
+        let con = &mut server.con();
+        call!(con, "SELECT", db).expect("SELECT");
+        token(call!(con, "UNIQUE.LOCK", "k", "live", "LIMIT", 0));
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            "k",
+            "dead",
+            "LIMIT",
+            0,
+            "TTL",
+            10
+        ));
+        seen.insert(db);
+    }
+    let con = &mut server.con();
+    wait_until(Duration::from_secs(5), "every database reaped", || {
+        metrics(con)["holders"] == 3
+    });
+    assert_eq!(seen.len(), 3);
+}
