@@ -369,3 +369,27 @@ fn module_arguments_set_the_configuration() {
         .expect("GET");
     assert_eq!(got, ["unique.metrics-max-types", "9"]);
 }
+
+#[test]
+fn migrate_moves_the_lock_and_both_gauges_follow() {
+    let (from, to) = (Server::start(), Server::start());
+    let (a, b) = (&mut from.con(), &mut to.con());
+    let t = token(call!(
+        a,
+        "UNIQUE.LOCK",
+        "k",
+        "j1",
+        "LIMIT",
+        0,
+        "TTL",
+        600_000
+    ));
+    token(call!(a, "UNIQUE.LOCK", "k", "j2", "LIMIT", 0));
+    call!(a, "MIGRATE", "127.0.0.1", to.port, "k", 0, 5_000).expect("MIGRATE");
+    assert_eq!(gauges(a), (0, 0));
+    assert_eq!(gauges(b), (1, 2));
+    assert_eq!(common::holders(b, "k"), ["j1", "j2"]);
+    // The token came along: the lock's holder keeps it, and grants there go above it.
+    assert_eq!(token(call!(b, "UNIQUE.LOCK", "k", "j1", "LIMIT", 0)), t);
+    assert!(token(call!(b, "UNIQUE.LOCK", "k", "j3", "LIMIT", 0)) > t);
+}
