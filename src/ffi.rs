@@ -256,3 +256,115 @@ pub(crate) fn emit_aof_hold(
         }
     }
 }
+
+/// The database `ctx` works on.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: `ctx` is a live context.
+    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx.get_raw())) }
+}
+
+/// A client blocked by UNIQUE.LOCK ... WAIT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocked(NonNull<raw::RedisModuleBlockedClient>);
+
+/// What a served waiter is told.
+pub enum WaiterReply {
+    Token(i64),
+    Error(String),
+}
+
+/// Blocks the calling client for up to `timeout_ms`. Redis calls
+/// `waiting::on_timeout` when the time runs out and `waiting::on_disconnect`
+/// if the client goes away; the module ends the wait with [`unblock`].
+pub fn block_client(ctx: &Context, timeout_ms: i64) -> Option<Blocked> {
+    // SAFETY: `ctx` is the context of the command being run; the callbacks
+    // are `extern "C"` functions of this module that live as long as it.
+    unsafe {
+        let block = raw::RedisModule_BlockClient?;
+        let bc = NonNull::new(block(
+            ctx.get_raw(),
+            Some(waiter_reply),
+            Some(waiter_timeout),
+            Some(free_waiter_reply),
+            timeout_ms,
+        ))?;
+        if let Some(on_disconnect) = raw::RedisModule_SetDisconnectCallback {
+            on_disconnect(bc.as_ptr(), Some(waiter_disconnected));
+        }
+        Some(Blocked(bc))
+    }
+}
+
+/// Ends a wait: the client gets `reply`, or nothing when it already had its
+/// reply (timeout) or is gone (disconnect). Call it exactly once per client.
+pub fn unblock(blocked: Blocked, reply: Option<WaiterReply>) {
+    let privdata = reply.map_or(std::ptr::null_mut(), |r| {
+        Box::into_raw(Box::new(r)).cast::<c_void>()
+    });
+    // SAFETY: `blocked` is a handle Redis gave us and that was not unblocked
+    // yet; Redis frees `privdata` through `free_waiter_reply`.
+    unsafe {
+        if let Some(f) = raw::RedisModule_UnblockClient {
+            f(blocked.0.as_ptr(), privdata);
+        }
+    }
+}
+
+/// The blocked client a timeout callback runs for.
+fn blocked_of(ctx: *mut raw::RedisModuleCtx) -> Option<Blocked> {
+    // SAFETY: `ctx` is the context of a blocked-client callback.
+    let bc = unsafe { raw::RedisModule_GetBlockedClientHandle.map(|f| f(ctx)) }?;
+    NonNull::new(bc).map(Blocked)
+}
+
+/// Replies to a served waiter with what `unblock` gave it.
+extern "C" fn waiter_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: std::ffi::c_int,
+) -> std::ffi::c_int {
+    let context = Context::new(ctx);
+    // SAFETY: the private data of our blocked clients is a `WaiterReply`
+    // box (or null); Redis frees it after this callback.
+    let reply = unsafe { raw::RedisModule_GetBlockedClientPrivateData.map(|f| f(ctx)) }
+        .and_then(|p| unsafe { p.cast::<WaiterReply>().as_ref() });
+    let reply = match reply {
+        Some(WaiterReply::Token(token)) => Ok(redis_module::RedisValue::Integer(*token)),
+        Some(WaiterReply::Error(e)) => Err(RedisError::String(e.clone())),
+        None => Ok(redis_module::RedisValue::Null),
+    };
+    context.reply(reply);
+    raw::REDISMODULE_OK as std::ffi::c_int
+}
+
+extern "C" fn waiter_timeout(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: std::ffi::c_int,
+) -> std::ffi::c_int {
+    let context = Context::new(ctx);
+    let args = redis_module::decode_args(ctx, argv, argc);
+    let blocked = blocked_of(ctx);
+    let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::waiting::on_timeout(&context, blocked, &args)
+    }))
+    .unwrap_or(Ok(redis_module::RedisValue::Null));
+    context.reply(reply);
+    raw::REDISMODULE_OK as std::ffi::c_int
+}
+
+extern "C" fn waiter_disconnected(
+    _ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    if let Some(bc) = NonNull::new(bc) {
+        let _ = std::panic::catch_unwind(|| crate::waiting::on_disconnect(Blocked(bc)));
+    }
+}
+
+extern "C" fn free_waiter_reply(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
+    if !privdata.is_null() {
+        // SAFETY: `privdata` is the box `unblock` gave Redis, freed once.
+        drop(unsafe { Box::from_raw(privdata.cast::<WaiterReply>()) });
+    }
+}

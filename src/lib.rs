@@ -13,13 +13,15 @@ pub mod lock;
 pub mod metrics;
 pub mod reaper;
 pub mod role;
+pub mod waiting;
 
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::server_events::ServerRole;
+use redis_module::server_events::{FlushSubevent, ServerRole};
 use redis_module::{
-    Context, InfoContext, ModuleOptions, RedisResult, RedisString, Status, redis_module,
+    Context, InfoContext, ModuleOptions, NotifyEvent, RedisResult, RedisString, Status,
+    redis_module,
 };
-use redis_module_macros::{info_command_handler, role_changed_event_handler};
+use redis_module_macros::{flush_event_handler, info_command_handler, role_changed_event_handler};
 
 use crate::commands::guard;
 use crate::config::{
@@ -52,6 +54,20 @@ fn role_changed(_ctx: &Context, role: ServerRole) {
     role::set_primary(matches!(role, ServerRole::Primary));
 }
 
+/// A key left the keyspace: if clients wait on it, their slot is free.
+fn key_gone(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
+    if matches!(event, "del" | "evicted" | "expired") && waiting::waiting() > 0 {
+        waiting::key_gone(ctx, ffi::selected_db(ctx), key);
+    }
+}
+
+#[flush_event_handler]
+fn flushed(ctx: &Context, event: FlushSubevent) {
+    if matches!(event, FlushSubevent::Ended) && waiting::waiting() > 0 {
+        waiting::flushed(ctx);
+    }
+}
+
 /// The `unique` INFO section: the gauges and the total of every counter.
 /// (An empty section name gives the section the module's name; Redis
 /// prefixes each field with it: `unique_locks`, `unique_acquired`...)
@@ -62,7 +78,8 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .builder()
         .add_section("")
         .field("locks", report.locks)?
-        .field("holders", report.holders)?;
+        .field("holders", report.holders)?
+        .field("waiting", waiting::waiting() as i64)?;
     for (name, n) in report.total.named() {
         section = section.field(name, i64::try_from(n).unwrap_or(i64::MAX))?;
     }
@@ -87,6 +104,9 @@ redis_module! {
         ["unique.reap", |ctx, args| guard(ctx, args, commands::reap::run), "write", 0, 0, 0, ""],
         ["unique.metrics", |ctx, args| guard(ctx, args, commands::metrics::run), "readonly fast", 0, 0, 0, ""],
         ["unique.apply", |ctx, args| guard(ctx, args, commands::apply::run), "write", 1, 1, 1, ""],
+    ],
+    event_handlers: [
+        [@GENERIC @EVICTED @EXPIRED: key_gone],
     ],
     configurations: [
         i64: [

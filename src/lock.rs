@@ -26,7 +26,6 @@ pub enum LockError {
     InvalidType,
     MetaNotObject,
     MetaTooLarge { max: usize },
-    WaitUnsupported,
 }
 
 impl fmt::Display for LockError {
@@ -45,7 +44,6 @@ impl fmt::Display for LockError {
             Self::MetaTooLarge { max } => {
                 write!(f, "ERR META is larger than unique.max-meta-bytes ({max})")
             }
-            Self::WaitUnsupported => f.write_str("ERR WAIT is not supported yet"),
         }
     }
 }
@@ -807,7 +805,6 @@ mod tests {
             LockError::InvalidType,
             LockError::MetaNotObject,
             LockError::MetaTooLarge { max: 3 },
-            LockError::WaitUnsupported,
         ];
         for e in all {
             assert!(e.to_string().starts_with("ERR "), "{e}");

@@ -2,7 +2,9 @@
 
 use std::ops::Deref;
 
-use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{
+    Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
+};
 
 use super::{apply, events, parse_int, settle, tracked};
 use crate::ffi::{LockKey, now_ms};
@@ -11,7 +13,7 @@ use crate::lock::{
     validate_meta, validate_owner, validate_type,
 };
 use crate::metrics::{self, Event};
-use crate::{config, fencing};
+use crate::{config, fencing, waiting};
 
 /// The options of a LOCK call, validated, before the clock is read.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -71,9 +73,92 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     validate_jid(jid)?;
     let opts = parse_options(options, config::max_meta_bytes())?;
-    if opts.wait.is_some() {
-        return Err(LockError::WaitUnsupported.into());
+    // Inside MULTI/EXEC or a script a client cannot block: WAIT is ignored.
+    let wait = opts
+        .wait
+        .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
+    match attempt(ctx, key_name, jid, &opts, Queue::Behind)? {
+        Attempt::Granted(token) => Ok(RedisValue::Integer(token)),
+        Attempt::Denied { lease_end } => match wait {
+            Some(ms) if waiting::block(ctx, &args, ms, lease_end) => Ok(RedisValue::NoReply),
+            _ => {
+                let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
+                metrics::record(now_ms(), Some(lock_type), Event::Denied);
+                Ok(RedisValue::Null)
+            }
+        },
     }
+}
+
+/// What serving one waiter gave.
+pub enum Served {
+    /// Its token: a grant (or a renewal, if its jid got the lock meanwhile).
+    Granted(i64),
+    /// Still no slot; the earliest end of lease among the holders, if any.
+    Denied { lease_end: Option<i64> },
+    /// Its call fails now (say its PXAT has passed): this error ends the wait.
+    Failed(String),
+}
+
+/// Runs a waiting LOCK (`args`: the command's arguments) again, as the
+/// longest waiter in the queue.
+pub fn serve_waiter(ctx: &Context, args: &[Vec<u8>]) -> Served {
+    let [_, key_name, jid, options @ ..] = args else {
+        return Served::Failed(RedisError::WrongArity.to_string());
+    };
+    let opts = match parse_options(options, config::max_meta_bytes()) {
+        Ok(opts) => opts,
+        Err(e) => return Served::Failed(e.to_string()),
+    };
+    match attempt(
+        ctx,
+        &ctx.create_string(key_name.as_slice()),
+        jid,
+        &opts,
+        Queue::Served,
+    ) {
+        Ok(Attempt::Granted(token)) => {
+            let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
+            metrics::record(now_ms(), Some(lock_type), Event::Waited);
+            Served::Granted(token)
+        }
+        Ok(Attempt::Denied { lease_end }) => Served::Denied { lease_end },
+        Err(e) => Served::Failed(e.to_string()),
+    }
+}
+
+/// The TYPE a LOCK call asked for (for counting a call that got nothing).
+pub fn requested_type(args: &[RedisString]) -> String {
+    let options = args.get(3..).unwrap_or_default();
+    let opts = parse_options(options, usize::MAX).unwrap_or_default();
+    opts.lock_type.unwrap_or(DEFAULT_TYPE).to_string()
+}
+
+/// Where a call stands relative to the clients waiting on the same key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Queue {
+    /// A new call: while others wait, it may renew but not take a free slot.
+    Behind,
+    /// A waiter being served, in arrival order.
+    Served,
+}
+
+enum Attempt {
+    /// A grant or a renewal, with its token.
+    Granted(i64),
+    /// Denied; the earliest end of lease among the holders, if any has one.
+    Denied { lease_end: Option<i64> },
+}
+
+/// One LOCK: prune, then acquire or renew, then the side effects of what
+/// changed (key expiry, replication, events, counters).
+fn attempt(
+    ctx: &Context,
+    key_name: &RedisString,
+    jid: &[u8],
+    opts: &LockOptions<'_>,
+    queue: Queue,
+) -> Result<Attempt, RedisError> {
     let now = now_ms();
     let req = LockRequest {
         jid,
@@ -83,6 +168,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         owner: opts.owner,
         meta: opts.meta,
     };
+    let queued = queue == Queue::Behind && waiting::waiting_on(ctx, key_name) > 0;
 
     let mut key =
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
@@ -91,8 +177,14 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             let expired = lock.prune_each(now, |h| {
                 metrics::record(now, Some(&h.lock_type), Event::Expired);
             });
-            (lock.acquire(&req, now, || fencing::issue(now)), expired)
+            // Others are waiting for a slot: a newcomer queues behind them.
+            if queued && lock.holder(jid).is_none() {
+                (Acquired::Denied, expired)
+            } else {
+                (lock.acquire(&req, now, || fencing::issue(now)), expired)
+            }
         }),
+        None if queued => (Acquired::Denied, 0),
         None => {
             let mut lock = Lock::default();
             let acquired = lock.acquire(&req, now, || fencing::issue(now));
@@ -110,27 +202,35 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if expired > 0 {
         ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, key_name);
     }
-    let holder = key.lock()?.and_then(|lock| lock.holder(jid));
-    match (acquired, holder) {
-        (Acquired::Granted(token) | Acquired::Renewed(token), Some(holder)) => {
-            apply::replicate_hold(ctx, key_name, now, holder);
-            if matches!(acquired, Acquired::Granted(_)) {
-                metrics::record(now, Some(&holder.lock_type), Event::Acquired);
-                ctx.notify_keyspace_event(NotifyEvent::MODULE, events::LOCK, key_name);
-            } else {
-                metrics::record(now, Some(&holder.lock_type), Event::Renewed);
+    let outcome = {
+        let lock = key.lock()?;
+        match (acquired, lock.and_then(|lock| lock.holder(jid))) {
+            (Acquired::Granted(token) | Acquired::Renewed(token), Some(holder)) => {
+                apply::replicate_hold(ctx, key_name, now, holder);
+                if matches!(acquired, Acquired::Granted(_)) {
+                    metrics::record(now, Some(&holder.lock_type), Event::Acquired);
+                    ctx.notify_keyspace_event(NotifyEvent::MODULE, events::LOCK, key_name);
+                } else {
+                    metrics::record(now, Some(&holder.lock_type), Event::Renewed);
+                }
+                Attempt::Granted(token)
             }
-            Ok(RedisValue::Integer(token))
-        }
-        _ => {
-            if expired > 0 {
-                apply::replicate_prune(ctx, key_name, now);
+            _ => {
+                if expired > 0 {
+                    apply::replicate_prune(ctx, key_name, now);
+                }
+                let lease_end =
+                    lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at).min());
+                Attempt::Denied { lease_end }
             }
-            let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
-            metrics::record(now, Some(lock_type), Event::Denied);
-            Ok(RedisValue::Null)
         }
+    };
+    // Serving waiters opens the key again: ours must be closed first.
+    drop(key);
+    if expired > 0 {
+        waiting::slot_freed(ctx, key_name);
     }
+    Ok(outcome)
 }
 
 #[cfg(test)]

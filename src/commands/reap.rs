@@ -10,6 +10,7 @@ use super::{apply, events, parse_int, settle, tracked};
 use crate::ffi::{LockKey, now_ms};
 use crate::lock::{LockError, validate_owner};
 use crate::metrics::{self, Event};
+use crate::waiting;
 
 const DEFAULT_COUNT: usize = 100;
 
@@ -150,6 +151,8 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
     }
     // The lock is ours and open: settling it cannot fail.
     let _ = settle(&mut key);
+    // Serving waiters opens the key again: ours must be closed first.
+    drop(key);
     match owner {
         Some(owner) if reaped > 0 => apply::replicate_reap(ctx, name, now, owner),
         _ => apply::replicate_prune(ctx, name, now),
@@ -157,6 +160,7 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
     if expired > 0 {
         ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, name);
     }
+    waiting::slot_freed(ctx, name);
     if reaped > 0 {
         ctx.notify_keyspace_event(NotifyEvent::MODULE, events::REAP, name);
     }

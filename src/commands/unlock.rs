@@ -5,6 +5,7 @@ use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, R
 use super::{apply, events, settle, tracked};
 use crate::ffi::{LockKey, now_ms};
 use crate::metrics::{self, Event};
+use crate::waiting;
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let [_, key_name, jid] = args.as_slice() else {
@@ -27,8 +28,13 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if released.is_some() || expired > 0 {
         settle(&mut key)?;
     }
+    // Serving waiters opens the key again: ours must be closed first.
+    drop(key);
     if expired > 0 {
         ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, key_name);
+    }
+    if released.is_some() || expired > 0 {
+        waiting::slot_freed(ctx, key_name);
     }
     match released {
         Some(holder) => {

@@ -1,0 +1,210 @@
+//! Blocking acquire: `UNIQUE.LOCK ... WAIT ms`.
+//!
+//! A denied caller is blocked (`RM_BlockClient`) and queued on its key, in
+//! arrival order. Whenever a slot may have freed, the module serves that
+//! key's queue on the spot: each waiter, oldest first, gets its own LOCK run
+//! again (its own LIMIT, TTL, TYPE, OWNER, META) and, if granted, is
+//! unblocked with its token. Granting in the context of the change that
+//! freed the slot keeps replication in order and lets nobody slip in between.
+//!
+//! A slot may free on UNLOCK, REAP and the background reaper (they call
+//! [`slot_freed`]), when the key is deleted (the `del` and `evicted` keyspace
+//! events, FLUSHDB/FLUSHALL) and when a lease runs out: a module timer is
+//! armed for the earliest lease of a key that has waiters, so that a waiter
+//! is served with no other client touching the key.
+//!
+//! (Redis 7.0 only serves clients blocked *on keys* while the key exists,
+//! and a lock's key goes with its last holder: hence this queue of our own.)
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
+
+use crate::commands::lock::{self, Served};
+use crate::ffi::{self, Blocked, WaiterReply, now_ms, select_db, selected_db};
+use crate::metrics::{self, Event};
+
+/// One blocked LOCK: its client and its own arguments (key, jid, options).
+struct Waiter {
+    blocked: Blocked,
+    args: Vec<Vec<u8>>,
+}
+
+type KeyId = (i32, Vec<u8>);
+
+thread_local! {
+    /// Waiters per key, oldest first. Redis calls every callback on its main
+    /// thread, so the queues live there.
+    static QUEUES: RefCell<HashMap<KeyId, VecDeque<Waiter>>> = RefCell::new(HashMap::new());
+    /// The earliest time a wake-up timer is armed for, per key.
+    static TIMERS: RefCell<HashMap<KeyId, i64>> = RefCell::new(HashMap::new());
+    /// Set while a queue is being served: grants made for waiters must not
+    /// start serving again.
+    static SERVING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// How many clients wait on `key` of the selected database.
+pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
+    let id = (selected_db(ctx), key.to_vec());
+    QUEUES.with(|q| q.borrow().get(&id).map_or(0, VecDeque::len))
+}
+
+/// How many clients wait, on every key.
+pub fn waiting() -> usize {
+    QUEUES.with(|q| q.borrow().values().map(VecDeque::len).sum())
+}
+
+/// Blocks the calling client (the LOCK `args`) for up to `timeout_ms` at the
+/// end of its key's queue. `lease_end` is the earliest end of lease among the
+/// key's holders, if any has one. False when the client could not block.
+pub fn block(ctx: &Context, args: &[RedisString], timeout_ms: i64, lease_end: Option<i64>) -> bool {
+    let Some(key) = args.get(1) else {
+        return false;
+    };
+    let Some(blocked) = ffi::block_client(ctx, timeout_ms) else {
+        return false;
+    };
+    let id = (selected_db(ctx), key.to_vec());
+    let args = args.iter().map(|a| a.to_vec()).collect();
+    QUEUES.with(|q| {
+        q.borrow_mut()
+            .entry(id)
+            .or_default()
+            .push_back(Waiter { blocked, args })
+    });
+    if let Some(at) = lease_end {
+        wake_at(ctx, key, at);
+    }
+    true
+}
+
+/// A change may have freed a slot of `key` (selected database): serve its
+/// waiters.
+pub fn slot_freed(ctx: &Context, key: &[u8]) {
+    if !SERVING.get() && waiting_on(ctx, key) > 0 {
+        serve(ctx, key);
+    }
+}
+
+/// Serves the queue of `key` (selected database), oldest waiter first; each
+/// waiter gets or not according to its own call. Those still denied stay, in
+/// order, and a wake-up is armed for the next lease to end.
+fn serve(ctx: &Context, key: &[u8]) {
+    let id = (selected_db(ctx), key.to_vec());
+    let Some(queue) = QUEUES.with(|q| q.borrow_mut().remove(&id)) else {
+        return;
+    };
+    SERVING.set(true);
+    let mut still = VecDeque::with_capacity(queue.len());
+    let mut next_lease_end: Option<i64> = None;
+    for waiter in queue {
+        match lock::serve_waiter(ctx, &waiter.args) {
+            Served::Granted(token) => ffi::unblock(waiter.blocked, Some(WaiterReply::Token(token))),
+            Served::Failed(e) => ffi::unblock(waiter.blocked, Some(WaiterReply::Error(e))),
+            Served::Denied { lease_end } => {
+                next_lease_end = match (next_lease_end, lease_end) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                still.push_back(waiter);
+            }
+        }
+    }
+    SERVING.set(false);
+    if !still.is_empty() {
+        // No waiter could block in between: nothing to merge.
+        QUEUES.with(|q| q.borrow_mut().insert(id, still));
+        if let Some(at) = next_lease_end {
+            wake_at(ctx, key, at);
+        }
+    }
+}
+
+/// Serves the waiters of `key` (selected database) at `at`, unless a wake-up
+/// at or before `at` is armed already.
+fn wake_at(ctx: &Context, key: &[u8], at: i64) {
+    let id = (selected_db(ctx), key.to_vec());
+    let armed = TIMERS.with(|t| t.borrow().get(&id).is_some_and(|&when| when <= at));
+    if armed {
+        return;
+    }
+    TIMERS.with(|t| t.borrow_mut().insert(id.clone(), at));
+    // A lease is live while now < expires_at: wake at expires_at exactly.
+    let delay = u64::try_from(at.saturating_sub(now_ms()))
+        .unwrap_or(0)
+        .max(1);
+    ctx.create_timer(Duration::from_millis(delay), wake, (id, at));
+}
+
+fn wake(ctx: &Context, ((db, key), at): (KeyId, i64)) {
+    TIMERS.with(|t| {
+        let mut timers = t.borrow_mut();
+        if timers.get(&(db, key.clone())) == Some(&at) {
+            timers.remove(&(db, key.clone()));
+        }
+    });
+    serve_key(ctx, (db, key));
+}
+
+/// `key` of database `db` was deleted (DEL, UNLINK, eviction, expiry): serve
+/// its waiters, soon after from a timer, since a keyspace notification must
+/// not write.
+pub fn key_gone(ctx: &Context, db: i32, key: &[u8]) {
+    serve_soon(ctx, |(d, k)| *d == db && k.as_slice() == key);
+}
+
+/// A database or all of them were flushed: serve every waiter, soon after.
+pub fn flushed(ctx: &Context) {
+    serve_soon(ctx, |_| true);
+}
+
+fn serve_soon(ctx: &Context, which: impl Fn(&KeyId) -> bool) {
+    let ids: Vec<KeyId> =
+        QUEUES.with(|q| q.borrow().keys().filter(|id| which(id)).cloned().collect());
+    for id in ids {
+        ctx.create_timer(Duration::from_millis(1), serve_key, id);
+    }
+}
+
+fn serve_key(ctx: &Context, (db, key): KeyId) {
+    if select_db(ctx, db) {
+        slot_freed(ctx, &key);
+    }
+}
+
+/// Removes `blocked` from its queue; true when it was waiting there.
+fn forget(blocked: Blocked) -> bool {
+    QUEUES.with(|q| {
+        let mut queues = q.borrow_mut();
+        let found = queues.iter_mut().find_map(|(id, queue)| {
+            let at = queue.iter().position(|w| w.blocked == blocked)?;
+            queue.remove(at);
+            Some((id.clone(), queue.is_empty()))
+        });
+        if let Some((id, true)) = &found {
+            queues.remove(id);
+        }
+        found.is_some()
+    })
+}
+
+/// The wait ran out: nil, and nothing was added.
+pub fn on_timeout(_ctx: &Context, blocked: Option<Blocked>, args: &[RedisString]) -> RedisResult {
+    if let Some(blocked) = blocked
+        && forget(blocked)
+    {
+        // The reply is this callback's; unblocking only frees the handle.
+        ffi::unblock(blocked, None);
+    }
+    metrics::record(now_ms(), Some(&lock::requested_type(args)), Event::TimedOut);
+    Ok(RedisValue::Null)
+}
+
+/// The client went away while waiting: forget it, free its handle.
+pub fn on_disconnect(blocked: Blocked) {
+    if forget(blocked) {
+        ffi::unblock(blocked, None);
+    }
+}
