@@ -3,7 +3,7 @@
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
 
-.PHONY: run test build deps clean
+.PHONY: run test build bench deps clean
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -18,6 +18,10 @@ test: deps
 ## build: the release module, $(MODULE)
 build:
 	cargo build --release
+
+## bench: throughput, latency and memory against SET NX PX and the Lua design (bench/results/latest.json)
+bench: deps build
+	python3 bench/bench.py
 
 ## deps: install redis-server, redis-tools and libclang-dev when missing
 deps:

@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
+use crate::lock::{Holder, Lock, type_name, validate_jid, validate_owner, validate_type};
 
 /// The encoding this build writes; it reads this one and every older one.
 pub const ENCODING_VERSION: i32 = 1;
@@ -124,7 +124,7 @@ fn decode_holder(input: &mut impl Source) -> Result<Holder, DecodeError> {
     };
     let lock_type = input.buffer()?;
     let lock_type = validate_type(&lock_type).map_err(|_| DecodeError::Corrupt("type"))?;
-    let lock_type: Box<str> = lock_type.into();
+    let lock_type = type_name(lock_type);
     let owner = input.buffer()?;
     let owner = if owner.is_empty() {
         None

@@ -4,12 +4,13 @@
 //! emission. Every `unsafe` block of the crate lives here or in the type
 //! callbacks of `datatype.rs`.
 
-use std::ffi::{CString, c_char, c_longlong, c_void};
+use std::ffi::{CStr, c_char, c_longlong, c_void};
 use std::ptr::NonNull;
 
 use redis_module::{Context, RedisError, RedisString, raw};
 
 use crate::codec::{DecodeError, Sink, Source};
+use crate::commands::apply;
 use crate::datatype::LOCK_TYPE;
 use crate::lock::{Holder, Lock};
 use crate::metrics;
@@ -221,26 +222,19 @@ pub(crate) fn emit_aof_hold(
     key: *mut raw::RedisModuleString,
     h: &Holder,
 ) {
-    let (Ok(cmd), Ok(fmt)) = (
-        CString::new(crate::commands::apply::NAME),
-        CString::new("slcblllbbb"),
-    ) else {
-        return;
-    };
     let owner = h.owner.as_deref().unwrap_or_default();
     let meta = h.meta.as_deref().unwrap_or_default();
-    let hold = c"HOLD";
-    // SAFETY: the format string describes the arguments one by one:
-    // s = the key, l = long long, c = C string, b = pointer and length.
+    // SAFETY: the format describes the arguments one by one: s = the key,
+    // l = long long, c = C string, b = pointer and length.
     unsafe {
         if let Some(emit) = raw::RedisModule_EmitAOF {
             emit(
                 io,
-                cmd.as_ptr(),
-                fmt.as_ptr(),
+                apply::NAME.as_ptr(),
+                HOLD_FORMAT.as_ptr(),
                 key,
                 0 as c_longlong,
-                hold.as_ptr(),
+                c"HOLD".as_ptr(),
                 h.jid.as_ptr().cast::<c_char>(),
                 h.jid.len(),
                 h.token as c_longlong,
@@ -253,6 +247,70 @@ pub(crate) fn emit_aof_hold(
                 meta.as_ptr().cast::<c_char>(),
                 meta.len(),
             );
+        }
+    }
+}
+
+/// `UNIQUE.APPLY key now HOLD jid token acquired_at expires_at type owner meta`
+const HOLD_FORMAT: &CStr = c"slcblllbbb";
+
+/// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is.
+/// Numbers go as numbers and the key as the client's own string, so nothing
+/// is formatted or copied here.
+pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
+    let owner = h.owner.as_deref().unwrap_or_default();
+    let meta = h.meta.as_deref().unwrap_or_default();
+    // SAFETY: as in `emit_aof_hold`; `ctx` is the context of the running command.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.get_raw(),
+                apply::NAME.as_ptr(),
+                HOLD_FORMAT.as_ptr(),
+                key.inner,
+                now as c_longlong,
+                c"HOLD".as_ptr(),
+                h.jid.as_ptr().cast::<c_char>(),
+                h.jid.len(),
+                h.token as c_longlong,
+                h.acquired_at as c_longlong,
+                h.expires_at.unwrap_or(-1) as c_longlong,
+                h.lock_type.as_ptr().cast::<c_char>(),
+                h.lock_type.len(),
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+                meta.as_ptr().cast::<c_char>(),
+                meta.len(),
+            );
+        }
+    }
+}
+
+/// Replicates `UNIQUE.APPLY key now OP [arg]` (RELEASE jid, REAP owner, PRUNE).
+pub fn replicate_effect(ctx: &Context, key: &RedisString, now: i64, op: &CStr, arg: Option<&[u8]>) {
+    // SAFETY: as in `replicate_hold`.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            match arg {
+                Some(arg) => replicate(
+                    ctx.get_raw(),
+                    apply::NAME.as_ptr(),
+                    c"slcb".as_ptr(),
+                    key.inner,
+                    now as c_longlong,
+                    op.as_ptr(),
+                    arg.as_ptr().cast::<c_char>(),
+                    arg.len(),
+                ),
+                None => replicate(
+                    ctx.get_raw(),
+                    apply::NAME.as_ptr(),
+                    c"slc".as_ptr(),
+                    key.inner,
+                    now as c_longlong,
+                    op.as_ptr(),
+                ),
+            };
         }
     }
 }

@@ -4,6 +4,7 @@
 //! rules of the spec can be tested with plain values and so that a replica can
 //! replay the primary's decision with the primary's clock.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// Largest job id (and owner id) accepted, in bytes.
@@ -12,6 +13,25 @@ pub const MAX_JID_BYTES: usize = 1024;
 pub const MAX_TYPE_BYTES: usize = 64;
 /// The lock type of a holder that was not given one.
 pub const DEFAULT_TYPE: &str = "lock";
+/// The lock types job systems use, kept as static text: a holder of one of
+/// these types costs no allocation for its type.
+const KNOWN_TYPES: [&str; 6] = [
+    DEFAULT_TYPE,
+    "until_executed",
+    "until_executing",
+    "while_executing",
+    "until_and_while_executing",
+    "until_expired",
+];
+
+/// A lock type as a holder keeps it: static when it is a known one.
+pub fn type_name(name: &str) -> Cow<'static, str> {
+    match KNOWN_TYPES.iter().find(|known| **known == name) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(name.to_string()),
+    }
+}
+
 /// Largest LIMIT accepted (2^31 - 1).
 pub const MAX_LIMIT: i64 = i32::MAX as i64;
 
@@ -120,7 +140,7 @@ pub struct Holder {
     pub acquired_at: i64,
     /// End of the lease (unix ms); `None` is held until released.
     pub expires_at: Option<i64>,
-    pub lock_type: Box<str>,
+    pub lock_type: Cow<'static, str>,
     pub owner: Option<Box<[u8]>>,
     pub meta: Option<Box<str>>,
 }
@@ -137,7 +157,10 @@ impl Holder {
 
     fn heap_bytes(&self) -> usize {
         self.jid.len()
-            + self.lock_type.len()
+            + match &self.lock_type {
+                Cow::Borrowed(_) => 0,
+                Cow::Owned(name) => name.capacity(),
+            }
             + self.owner.as_ref().map_or(0, |o| o.len())
             + self.meta.as_ref().map_or(0, |m| m.len())
     }
@@ -269,7 +292,7 @@ impl Lock {
                 holder.expires_at = Some(at);
             }
             if let Some(t) = req.lock_type {
-                holder.lock_type = t.into();
+                holder.lock_type = type_name(t);
             }
             if let Some(o) = req.owner {
                 holder.owner = Some(o.into());
@@ -283,12 +306,17 @@ impl Lock {
             return Acquired::Denied;
         }
         let token = next_token();
+        // Most locks have one holder: grow one at a time while small, instead
+        // of Vec's first reservation of four.
+        if self.holders.len() == self.holders.capacity() && self.holders.len() < 4 {
+            self.holders.reserve_exact(1);
+        }
         self.holders.push(Holder {
             jid: req.jid.into(),
             token,
             acquired_at: now,
             expires_at: req.expires_at,
-            lock_type: req.lock_type.unwrap_or(DEFAULT_TYPE).into(),
+            lock_type: type_name(req.lock_type.unwrap_or(DEFAULT_TYPE)),
             owner: req.owner.map(Into::into),
             meta: req.meta.map(Into::into),
         });
@@ -694,7 +722,7 @@ mod tests {
             token: 1,
             acquired_at: NOW,
             expires_at: Some(NOW + 50),
-            lock_type: DEFAULT_TYPE.into(),
+            lock_type: type_name(DEFAULT_TYPE),
             owner: None,
             meta: None,
         };
@@ -813,6 +841,28 @@ mod tests {
             LockError::InvalidExpire.to_string(),
             "ERR invalid expire time in 'unique.lock' command"
         );
+    }
+
+    #[test]
+    fn known_type_names_are_static_and_one_holder_takes_one_slot() {
+        assert!(matches!(type_name("until_executed"), Cow::Borrowed(_)));
+        assert!(matches!(type_name("my_type"), Cow::Owned(_)));
+        let mut lock = Lock::default();
+        let mut t = Tokens(0);
+        lock.acquire(&req("a"), NOW, t.next());
+        assert_eq!(lock.holders.capacity(), 1);
+        for i in 0..100 {
+            let jid = format!("j{i}");
+            lock.acquire(
+                &LockRequest {
+                    limit: 0,
+                    ..req(&jid)
+                },
+                NOW,
+                t.next(),
+            );
+        }
+        assert_eq!(lock.len(), 101);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
@@ -53,6 +54,32 @@ pub const OTHER_TYPE: &str = "other";
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters(pub [u64; 9]);
 
+/// FNV-1a: these maps hold at most `unique.metrics-max-types` short names,
+/// counted on every command, where SipHash would cost more than the rest.
+#[derive(Clone, Copy)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Counters per type name.
+type ByType = HashMap<Box<str>, Counters, BuildHasherDefault<Fnv>>;
+
 impl Counters {
     fn add(&mut self, other: &Counters) {
         for (a, b) in self.0.iter_mut().zip(other.0) {
@@ -90,13 +117,13 @@ struct Minute {
     /// Minutes since the epoch.
     minute: i64,
     total: Counters,
-    types: HashMap<Box<str>, Counters>,
+    types: ByType,
 }
 
 #[derive(Debug, Default)]
 pub struct Metrics {
     total: Counters,
-    types: HashMap<Box<str>, Counters>,
+    types: ByType,
     /// Oldest first; at most `Limits::minutes` of them.
     minutes: VecDeque<Minute>,
 }
@@ -111,7 +138,7 @@ pub struct Report {
 }
 
 /// Counts into `types[name]`, allocating the name only the first time.
-fn bump_type(types: &mut HashMap<Box<str>, Counters>, name: &str, event: Event, n: u64) {
+fn bump_type(types: &mut ByType, name: &str, event: Event, n: u64) {
     match types.get_mut(name) {
         Some(c) => c.bump(event, n),
         None => types.entry(name.into()).or_default().bump(event, n),
@@ -194,7 +221,7 @@ impl Metrics {
             Some(n) => {
                 let oldest = minute_of(now_ms).saturating_sub(n as i64 - 1);
                 let mut total = Counters::default();
-                let mut types: HashMap<Box<str>, Counters> = HashMap::new();
+                let mut types = ByType::default();
                 for m in self.minutes.iter().filter(|m| m.minute >= oldest) {
                     total.add(&m.total);
                     for (name, c) in &m.types {

@@ -47,8 +47,15 @@ thread_local! {
 
 /// How many clients wait on `key` of the selected database.
 pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
-    let id = (selected_db(ctx), key.to_vec());
-    QUEUES.with(|q| q.borrow().get(&id).map_or(0, VecDeque::len))
+    QUEUES.with(|q| {
+        let queues = q.borrow();
+        if queues.is_empty() {
+            return 0; // the common case, on every LOCK: no lookup, no copy
+        }
+        queues
+            .get(&(selected_db(ctx), key.to_vec()))
+            .map_or(0, VecDeque::len)
+    })
 }
 
 /// How many clients wait, on every key.

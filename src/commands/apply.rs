@@ -22,52 +22,33 @@ use redis_module::{
     Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
 };
 
+use std::ffi::CStr;
+
 use super::{events, parse_int, settle, tracked};
 use crate::fencing;
-use crate::ffi::LockKey;
-use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
+use crate::ffi::{self, LockKey};
+use crate::lock::{Holder, Lock, type_name, validate_jid, validate_owner, validate_type};
 
-pub const NAME: &str = "UNIQUE.APPLY";
+pub const NAME: &CStr = c"UNIQUE.APPLY";
 
 /// Replicates a grant or renewal: the holder as it now is.
-pub fn replicate_hold(ctx: &Context, key: &[u8], now: i64, h: &Holder) {
-    let (now, token, acquired_at) = (
-        now.to_string(),
-        h.token.to_string(),
-        h.acquired_at.to_string(),
-    );
-    let expires_at = h.expires_at.unwrap_or(-1).to_string();
-    let args: [&[u8]; 10] = [
-        key,
-        now.as_bytes(),
-        b"HOLD",
-        &h.jid,
-        token.as_bytes(),
-        acquired_at.as_bytes(),
-        expires_at.as_bytes(),
-        h.lock_type.as_bytes(),
-        h.owner.as_deref().unwrap_or_default(),
-        h.meta.as_deref().unwrap_or_default().as_bytes(),
-    ];
-    ctx.replicate(NAME, &args);
+pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, holder: &Holder) {
+    ffi::replicate_hold(ctx, key, now, holder);
 }
 
 /// Replicates the removal of one holder (after the prune at `now`).
-pub fn replicate_release(ctx: &Context, key: &[u8], now: i64, jid: &[u8]) {
-    let now = now.to_string();
-    ctx.replicate(NAME, &[key, now.as_bytes(), b"RELEASE", jid]);
+pub fn replicate_release(ctx: &Context, key: &RedisString, now: i64, jid: &[u8]) {
+    ffi::replicate_effect(ctx, key, now, c"RELEASE", Some(jid));
 }
 
 /// Replicates REAP OWNER on one key: the prune at `now`, then every holder of `owner`.
-pub fn replicate_reap(ctx: &Context, key: &[u8], now: i64, owner: &[u8]) {
-    let now = now.to_string();
-    ctx.replicate(NAME, &[key, now.as_bytes(), b"REAP", owner]);
+pub fn replicate_reap(ctx: &Context, key: &RedisString, now: i64, owner: &[u8]) {
+    ffi::replicate_effect(ctx, key, now, c"REAP", Some(owner));
 }
 
 /// Replicates the removal of the holders whose lease ended at `now`.
-pub fn replicate_prune(ctx: &Context, key: &[u8], now: i64) {
-    let now = now.to_string();
-    ctx.replicate(NAME, &[key, now.as_bytes(), b"PRUNE"]);
+pub fn replicate_prune(ctx: &Context, key: &RedisString, now: i64) {
+    ffi::replicate_effect(ctx, key, now, c"PRUNE", None);
 }
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -173,7 +154,7 @@ fn parse_holder(args: &[RedisString]) -> Result<Holder, RedisError> {
         token,
         acquired_at: parse_int(acquired_at)?,
         expires_at,
-        lock_type: validate_type(lock_type)?.into(),
+        lock_type: type_name(validate_type(lock_type)?),
         owner,
         meta,
     })
