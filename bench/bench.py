@@ -269,10 +269,13 @@ def scaling(server):
         for others in runs:
             server.conn.call("FLUSHALL")
             server.conn.pipeline([("UNIQUE.LOCK", "other:%d" % i, "job") for i in range(others)])
-            lock = benchmark(server, ["UNIQUE.LOCK", "s:__rand_int__", "job", "TTL", 60000], 16,
-                             keyspace=100_000)
-            unlock = benchmark(server, ["UNIQUE.UNLOCK", "s:__rand_int__", "job"], 16, keyspace=100_000)
-            runs[others].append({"lock_rps": lock["rps"], "unlock_rps": unlock["rps"]})
+            row = {}
+            for name, args in (("lock_rps", ["UNIQUE.LOCK", "s:__rand_int__", "job", "TTL", 60000]),
+                               ("unlock_rps", ["UNIQUE.UNLOCK", "s:__rand_int__", "job"]),
+                               ("set_rps", ["SET", "t:__rand_int__", "job", "NX", "PX", 60000]),
+                               ("del_rps", ["DEL", "t:__rand_int__"])):
+                row[name] = benchmark(server, args, 16, keyspace=100_000)["rps"]
+            runs[others].append(row)
     server.conn.call("FLUSHALL")
     return {others: median_of(r) for others, r in runs.items()}
 
@@ -381,10 +384,11 @@ def main():
         print("  %-34s %7.1f bytes" % (name, b))
     print()
     few, many = scale[1_000], scale[1_000_000]
-    print("scaling (pipeline 16): LOCK %.0f -> %.0f req/s (%.2fx), UNLOCK %.0f -> %.0f req/s (%.2fx), "
-          "from 1,000 to 1,000,000 other locks" % (
-              few["lock_rps"], many["lock_rps"], ratio(many["lock_rps"], few["lock_rps"]),
-              few["unlock_rps"], many["unlock_rps"], ratio(many["unlock_rps"], few["unlock_rps"])))
+    print("scaling (pipeline 16), from 1,000 to 1,000,000 other locks:")
+    for name, label in (("lock_rps", "UNIQUE.LOCK"), ("unlock_rps", "UNIQUE.UNLOCK"),
+                        ("set_rps", "SET NX PX (reference)"), ("del_rps", "DEL (reference)")):
+        print("  %-22s %10.0f -> %10.0f req/s (%.2fx)" % (
+            label, few[name], many[name], ratio(many[name], few[name])))
     print("reaper tick (batch 100, all expired): p50 %(p50)s us, max %(max)s us" % reap["reaper_tick_usec"])
     print("UNIQUE.REAP 0 COUNT 100 (all expired): p50 %(p50)s us, max %(max)s us" % reap["reap_count_100_usec"])
     print("blocking handoff (UNLOCK to the waiter's reply): p50 %(p50_us)s us, p99 %(p99_us)s us "

@@ -187,3 +187,54 @@ fn tokens_stay_above_those_of_locks_deleted_before_a_restart() {
     server.restart("SAVE"); // nothing left to save: only the clock floor remains
     assert_next_token_above(&mut server.con(), t);
 }
+
+/// `appendfsync always`: a grant the client saw acknowledged survives a
+/// `kill -9` of the server in the middle of the traffic.
+#[test]
+fn no_acknowledged_grant_is_lost_to_kill_9() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let acked = Arc::new(Mutex::new(Vec::<(String, i64)>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (acked, stop) = (acked.clone(), stop.clone());
+            let mut con = server.con();
+            std::thread::spawn(move || {
+                for i in 0.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let key = format!("job:{w}:{i}");
+                    match call!(&mut con, "UNIQUE.LOCK", &key, "j", "TYPE", "until_executed") {
+                        Ok(Value::Int(t)) => acked.lock().expect("acked").push((key, t)),
+                        _ => break, // the server is gone
+                    }
+                }
+            })
+        })
+        .collect();
+    wait_until(Duration::from_secs(30), "2000 acknowledged grants", || {
+        acked.lock().map(|a| a.len()).unwrap_or(0) >= 2000
+    });
+    server.kill(); // while the writers are still writing
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().expect("writer");
+    }
+    server.start_again();
+    let con = &mut server.con();
+    let acked = acked.lock().expect("acked").clone();
+    for (key, t) in &acked {
+        let Ok(Value::Array(list)) = call!(con, "UNIQUE.LOCKEDBY", key, "WITHMETA") else {
+            panic!("LOCKEDBY")
+        };
+        let [Value::Array(h)] = list.as_slice() else {
+            panic!("{key}: lost ({list:?})")
+        };
+        assert_eq!(h.get(3), Some(&Value::Int(*t)), "{key}: same token");
+    }
+    println!("{} acknowledged grants survived kill -9", acked.len());
+}

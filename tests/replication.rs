@@ -56,9 +56,31 @@ fn a_replica_with_another_configuration_ends_with_identical_data() {
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let (mut granted, mut denied, mut released, mut renewed) = (0, 0, 0, 0);
     let ops = 4_000;
+    let mut reaped = 0;
     for _ in 0..ops {
         let key = format!("order:{}", rng.below(25));
         let jid = format!("job:{}", rng.below(12));
+        if rng.below(100) == 0 {
+            // A worker is declared dead: a full REAP OWNER iteration.
+            let owner = format!("worker:{}", rng.below(4));
+            let mut cursor = "0".to_string();
+            loop {
+                let Ok(Value::Array(reply)) =
+                    call!(p, "UNIQUE.REAP", &cursor, "COUNT", 7, "OWNER", &owner)
+                else {
+                    panic!("REAP");
+                };
+                let [Value::BulkString(next), Value::Int(n)] = reply.as_slice() else {
+                    panic!("REAP reply")
+                };
+                reaped += n;
+                cursor = String::from_utf8_lossy(next).into_owned();
+                if cursor == "0" {
+                    break;
+                }
+            }
+            continue;
+        }
         let mut cmd = redis::cmd("UNIQUE.LOCK");
         match rng.below(10) {
             0..=2 => {
@@ -105,7 +127,11 @@ fn a_replica_with_another_configuration_ends_with_identical_data() {
         granted > 200 && denied > 200 && released > 100 && renewed > 100,
         "the workload exercised every path: {granted} granted, {denied} denied, {released} released, {renewed} renewed"
     );
+    assert!(reaped > 0, "REAP OWNER removed holders during the run");
     wait_digests_equal(p, r);
+    println!(
+        "{ops} operations ({granted} granted, {denied} denied, {renewed} renewed, {released} released, {reaped} reaped)"
+    );
 
     // Leases still running out after the workload keep both sides equal too:
     // the replica waits for the primary's deletions instead of expiring.

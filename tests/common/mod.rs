@@ -58,6 +58,22 @@ impl Server {
 
     /// A server with the module and extra `--name value` arguments.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_on(extra, free_port)
+    }
+
+    /// A Redis Cluster node: its bus port (port + 10000) must be free too.
+    pub fn start_cluster_node(extra: &[&str]) -> Self {
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ];
+        args.extend_from_slice(extra);
+        Self::start_on(&args, free_port_with_bus)
+    }
+
+    fn start_on(extra: &[&str], pick_port: fn() -> u16) -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "redis-unique-test-{}-{}",
@@ -68,7 +84,7 @@ impl Server {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         // A free port can be taken between our probe and the server's bind: retry.
         for _ in 0..5 {
-            let port = free_port();
+            let port = pick_port();
             let child = spawn(port, &dir, &args);
             let mut server = Self {
                 port,
@@ -146,6 +162,16 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// Starts the server again on the same port and directory (after `kill`).
+    pub fn start_again(&mut self) {
+        self.child = spawn(self.port, &self.dir, &self.args);
+        assert!(
+            self.wait_ready(),
+            "start failed; see {}/redis.log",
+            self.dir.display()
+        );
+    }
+
     /// Starts a replica of this server (with extra arguments) and waits until
     /// it is in sync.
     pub fn start_replica(&self, extra: &[&str]) -> Self {
@@ -186,6 +212,17 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
+}
+
+/// A free port whose cluster bus port (port + 10000) is free as well.
+fn free_port_with_bus() -> u16 {
+    for _ in 0..100 {
+        let port = free_port();
+        if port <= 55_535 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port pair for a cluster node");
 }
 
 fn spawn(port: u16, dir: &Path, extra: &[String]) -> Child {
