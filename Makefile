@@ -3,7 +3,7 @@
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
 
-.PHONY: run test build bench deps clean
+.PHONY: run test build bench fuzz deps clean
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -22,6 +22,10 @@ build:
 ## bench: throughput, latency and memory against SET NX PX and the Lua design (bench/results/latest.json)
 bench: deps build
 	python3 bench/bench.py
+
+## fuzz: the parser and decoder fuzz targets with many more cases (FUZZ_CASES, default 1000000)
+fuzz:
+	FUZZ_CASES=$${FUZZ_CASES:-1000000} cargo test --release --lib fuzz
 
 ## deps: install redis-server, redis-tools and libclang-dev when missing
 deps:

@@ -323,3 +323,171 @@ mod tests {
         );
     }
 }
+
+/// Reads module data the way it sits in an RDB or DUMP payload (each value
+/// an opcode then the value, length-encoded as Redis does), from plain
+/// bytes: the decoder can then be fed arbitrary bytes without a server.
+#[cfg(test)]
+pub struct RdbBytes<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+#[cfg(test)]
+impl<'a> RdbBytes<'a> {
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, at: 0 }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self.at.checked_add(n).ok_or(DecodeError::Io)?;
+        let out = self.bytes.get(self.at..end).ok_or(DecodeError::Io)?;
+        self.at = end;
+        Ok(out)
+    }
+
+    fn len(&mut self) -> Result<u64, DecodeError> {
+        let first = *self.take(1)?.first().ok_or(DecodeError::Io)?;
+        Ok(match first >> 6 {
+            0 => u64::from(first & 0x3f),
+            1 => {
+                (u64::from(first & 0x3f) << 8)
+                    | u64::from(*self.take(1)?.first().ok_or(DecodeError::Io)?)
+            }
+            _ if first == 0x80 => u64::from(u32::from_be_bytes(
+                self.take(4)?.try_into().map_err(|_| DecodeError::Io)?,
+            )),
+            _ if first == 0x81 => {
+                u64::from_be_bytes(self.take(8)?.try_into().map_err(|_| DecodeError::Io)?)
+            }
+            _ => return Err(DecodeError::Io),
+        })
+    }
+
+    fn opcode(&mut self, expected: u64) -> Result<(), DecodeError> {
+        if self.len()? == expected {
+            Ok(())
+        } else {
+            Err(DecodeError::Io)
+        }
+    }
+}
+
+#[cfg(test)]
+impl Source for RdbBytes<'_> {
+    fn unsigned(&mut self) -> Result<u64, DecodeError> {
+        self.opcode(2)?;
+        self.len()
+    }
+    fn signed(&mut self) -> Result<i64, DecodeError> {
+        self.unsigned().map(|u| u as i64)
+    }
+    fn buffer(&mut self) -> Result<Vec<u8>, DecodeError> {
+        self.opcode(5)?;
+        let n = usize::try_from(self.len()?).map_err(|_| DecodeError::Io)?;
+        // Like Redis's reader, a length beyond the payload is a short read,
+        // never an allocation of that size.
+        self.take(n).map(<[u8]>::to_vec)
+    }
+}
+
+/// The decoder fed hostile input: an error or a valid lock, never a panic.
+/// `FUZZ_CASES` sets the number of cases (`make fuzz` runs many more).
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn cases() -> u32 {
+        std::env::var("FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2000)
+    }
+
+    fn item() -> impl Strategy<Value = Item> {
+        prop_oneof![
+            prop_oneof![
+                Just(0u64),
+                Just(1),
+                Just(2),
+                Just(1 << 60),
+                Just(u64::MAX),
+                any::<u64>()
+            ]
+            .prop_map(Item::Unsigned),
+            prop_oneof![Just(-1i64), Just(0), Just(1), Just(i64::MIN), any::<i64>()]
+                .prop_map(Item::Signed),
+            prop::collection::vec(any::<u8>(), 0..40).prop_map(Item::Buffer),
+            prop::sample::select(vec![
+                &b"lock"[..],
+                b"until_executed",
+                b"{}",
+                b"",
+                b"bad type"
+            ])
+            .prop_map(|b| Item::Buffer(b.to_vec())),
+        ]
+    }
+
+    /// A decoded lock is whole and valid: it has holders, each valid, no jid
+    /// twice, and it encodes back to a lock equal to itself.
+    fn check(lock: &Lock) -> Result<(), TestCaseError> {
+        prop_assert!(!lock.is_empty());
+        for h in lock.holders() {
+            prop_assert!(!h.jid.is_empty() && h.jid.len() <= crate::lock::MAX_JID_BYTES);
+            prop_assert!(h.token > 0);
+            prop_assert!(h.expires_at.is_none_or(|at| at >= 0));
+        }
+        let mut items = Items::default();
+        encode(lock, &mut items);
+        let again = decode(ENCODING_VERSION, &mut ItemReader::new(&items));
+        prop_assert_eq!(again.as_ref(), Ok(lock));
+        Ok(())
+    }
+
+    fn valid_encoding() -> Vec<u8> {
+        // count 1, then jid "a", token 7, acquired 1, expires -1, type, owner, meta.
+        let mut b = vec![2, 1, 5, 1, b'a', 2, 7, 2, 1];
+        b.extend([2, 0x81]);
+        b.extend(u64::MAX.to_be_bytes());
+        b.extend([5, 4]);
+        b.extend(b"lock");
+        b.extend([5, 0, 5, 0]);
+        b
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        #[test]
+        fn arbitrary_items(items in prop::collection::vec(item(), 0..40), version in 0i32..3) {
+            let items = Items(items);
+            if let Ok(lock) = decode(version, &mut ItemReader::new(&items)) {
+                check(&lock)?;
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok(lock) = decode(ENCODING_VERSION, &mut RdbBytes::new(&bytes)) {
+                check(&lock)?;
+            }
+        }
+
+        #[test]
+        fn mutated_valid_bytes(flips in prop::collection::vec((any::<usize>(), any::<u8>()), 1..4), cut in any::<usize>()) {
+            let mut bytes = valid_encoding();
+            prop_assert!(decode(ENCODING_VERSION, &mut RdbBytes::new(&bytes)).is_ok());
+            for (at, b) in flips {
+                let n = bytes.len();
+                bytes[at % n] = b;
+            }
+            bytes.truncate(cut % (bytes.len() + 1));
+            if let Ok(lock) = decode(ENCODING_VERSION, &mut RdbBytes::new(&bytes)) {
+                check(&lock)?;
+            }
+        }
+    }
+}

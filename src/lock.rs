@@ -878,3 +878,110 @@ mod tests {
         assert!(lock.mem_usage() >= empty + std::mem::size_of::<Holder>() + 18);
     }
 }
+
+/// Random sequences of operations against the rules of the spec.
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::codec::{self, ItemReader, Items};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Lock {
+            jid: u8,
+            limit: u32,
+            ttl: Option<i64>,
+        },
+        Unlock {
+            jid: u8,
+        },
+        Prune,
+        Advance(i64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..8, 0u32..4, prop::option::of(1i64..60)).prop_map(|(jid, limit, ttl)| Op::Lock { jid, limit, ttl }),
+            2 => (0u8..8).prop_map(|jid| Op::Unlock { jid }),
+            1 => Just(Op::Prune),
+            2 => (0i64..40).prop_map(Op::Advance),
+        ]
+    }
+
+    fn live(lock: &Lock, now: i64) -> Vec<Holder> {
+        lock.live_holders(now).cloned().collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn every_sequence_keeps_every_rule(ops in prop::collection::vec(op(), 1..80)) {
+            let mut lock = Lock::default();
+            let mut now = 1_700_000_000_000i64;
+            let (mut counter, mut last_granted) = (0i64, 0i64);
+            for op in ops {
+                match op {
+                    Op::Lock { jid, limit, ttl } => {
+                        let jid = [b'j', jid];
+                        lock.prune(now);
+                        let before = live(&lock, now);
+                        let held = before.iter().find(|h| *h.jid == jid).map(|h| h.token);
+                        let req = LockRequest { limit, expires_at: ttl.map(|t| now + t), ..LockRequest::new(&jid) };
+                        match lock.acquire(&req, now, || { counter += 1; counter }) {
+                            Acquired::Granted(t) => {
+                                prop_assert!(held.is_none(), "a holder is renewed, not granted again");
+                                prop_assert!(t > last_granted, "tokens only increase");
+                                last_granted = t;
+                                let after = live(&lock, now);
+                                if limit > 0 {
+                                    prop_assert!(after.len() <= limit as usize, "more holders than LIMIT {limit}");
+                                }
+                                let h = lock.holder(&jid);
+                                prop_assert_eq!(h.map(|h| (h.token, h.acquired_at)), Some((t, now)));
+                            }
+                            Acquired::Renewed(t) => prop_assert_eq!(held, Some(t)),
+                            Acquired::Denied => {
+                                prop_assert!(held.is_none());
+                                prop_assert!(limit > 0 && before.len() >= limit as usize);
+                            }
+                        }
+                    }
+                    Op::Unlock { jid } => {
+                        lock.prune(now);
+                        let was = live(&lock, now).iter().any(|h| *h.jid == [b'j', jid]);
+                        prop_assert_eq!(lock.release(&[b'j', jid]).is_some(), was);
+                        prop_assert!(lock.holder(&[b'j', jid]).is_none());
+                    }
+                    Op::Prune => {
+                        lock.prune(now);
+                        prop_assert!(lock.holders().iter().all(|h| h.is_live(now)));
+                    }
+                    Op::Advance(ms) => now += ms,
+                }
+                // Never shown once its lease has run out; one hold per jid;
+                // oldest grant first; the key expires with the latest lease.
+                prop_assert!(lock.live_holders(now).all(|h| h.expires_at.is_none_or(|at| now < at)));
+                let tokens: Vec<i64> = lock.holders().iter().map(|h| h.token).collect();
+                prop_assert!(tokens.windows(2).all(|w| w[0] < w[1]));
+                let mut jids: Vec<&[u8]> = lock.holders().iter().map(|h| &*h.jid).collect();
+                jids.sort();
+                jids.dedup();
+                prop_assert_eq!(jids.len(), lock.len());
+                let expiry = if lock.holders().iter().all(|h| h.expires_at.is_some()) {
+                    lock.holders().iter().filter_map(|h| h.expires_at).max()
+                } else {
+                    None
+                };
+                prop_assert_eq!(lock.key_expiry(), expiry);
+                if !lock.is_empty() {
+                    let mut items = Items::default();
+                    codec::encode(&lock, &mut items);
+                    prop_assert_eq!(codec::decode(codec::ENCODING_VERSION, &mut ItemReader::new(&items)), Ok(lock.clone()));
+                }
+            }
+        }
+    }
+}

@@ -710,6 +710,10 @@ fn lock_is_refused_under_maxmemory_while_unlock_works() {
     let oom = call!(con, "UNIQUE.LOCK", "k2", "j");
     assert!(matches!(&oom, Err(e) if e.starts_with("OOM")), "{oom:?}");
     assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "j"), Ok(Value::Int(1)));
+    assert!(
+        call!(con, "UNIQUE.REAP", 0).is_ok(),
+        "REAP is not refused either"
+    );
     assert_eq!(call!(con, "UNIQUE.LOCKEDBY", "k"), Ok(Value::Array(vec![])));
     call!(con, "CONFIG", "SET", "maxmemory", 0).expect("CONFIG SET");
 }

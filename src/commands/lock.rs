@@ -323,3 +323,64 @@ mod tests {
         );
     }
 }
+
+/// The argument parser fed hostile input: an error or valid options, never a
+/// panic. `FUZZ_CASES` sets the number of cases (`make fuzz` runs more).
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn arg() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "LIMIT",
+                "ttl",
+                "PXAT",
+                "type",
+                "OWNER",
+                "meta",
+                "WAIT",
+                "-1",
+                "0",
+                "1",
+                "2147483648",
+                "9223372036854775807",
+                "-9223372036854775808",
+                "99999999999999999999",
+                "{}",
+                "[]",
+                "{\"a\":1}",
+                "until_executed",
+                "",
+                "x y",
+            ])
+            .prop_map(|s| s.as_bytes().to_vec()),
+            prop::collection::vec(any::<u8>(), 0..20),
+        ]
+    }
+
+    fn cases() -> u32 {
+        std::env::var("FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2000)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        #[test]
+        fn arbitrary_arguments(args in prop::collection::vec(arg(), 0..10)) {
+            if let Ok(opts) = parse_options(&args, 64) {
+                prop_assert!(opts.limit.is_none_or(|l| i64::from(l) <= MAX_LIMIT));
+                prop_assert!(opts.lock_type.is_none_or(|t| validate_type(t.as_bytes()).is_ok()));
+                prop_assert!(opts.owner.is_none_or(|o| validate_owner(o).is_ok()));
+                prop_assert!(opts.meta.is_none_or(|m| m.len() <= 64 && validate_meta(m.as_bytes(), 64).is_ok()));
+                prop_assert!(opts.wait.is_none_or(|w| w > 0));
+                prop_assert!(args.len() % 2 == 0, "every option takes a value");
+            }
+        }
+    }
+}
