@@ -214,74 +214,63 @@ impl Digest {
     }
 }
 
-/// Emits the command that recreates `holder` of `key` into a rewritten AOF.
-/// It is the same internal command the primary replicates (see
-/// `commands::apply`), with time 0 so that replay removes nothing.
+/// Calls the variadic `$f($first, ...)` with `UNIQUE.APPLY key now HOLD jid
+/// token acquired_at expires_at type owner meta` for holder `$h`: the same
+/// arguments go into a rewritten AOF and to the replicas.
+macro_rules! apply_hold {
+    ($f:expr, $first:expr, $key:expr, $now:expr, $h:expr) => {{
+        let h: &Holder = $h;
+        let owner = h.owner.as_deref().unwrap_or_default();
+        let meta = h.meta.as_deref().unwrap_or_default();
+        // The format describes the arguments one by one: s = a module string,
+        // l = long long, c = C string, b = pointer and length.
+        $f(
+            $first,
+            apply::NAME.as_ptr(),
+            c"slcblllbbb".as_ptr(),
+            $key,
+            $now as c_longlong,
+            c"HOLD".as_ptr(),
+            h.jid.as_ptr().cast::<c_char>(),
+            h.jid.len(),
+            h.token as c_longlong,
+            h.acquired_at as c_longlong,
+            h.expires_at.unwrap_or(-1) as c_longlong,
+            h.lock_type.as_ptr().cast::<c_char>(),
+            h.lock_type.len(),
+            owner.as_ptr().cast::<c_char>(),
+            owner.len(),
+            meta.as_ptr().cast::<c_char>(),
+            meta.len(),
+        )
+    }};
+}
+
+/// Emits the command that recreates `holder` of `key` into a rewritten AOF,
+/// with time 0 so that replay removes nothing.
 pub(crate) fn emit_aof_hold(
     io: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
     h: &Holder,
 ) {
-    let owner = h.owner.as_deref().unwrap_or_default();
-    let meta = h.meta.as_deref().unwrap_or_default();
-    // SAFETY: the format describes the arguments one by one: s = the key,
-    // l = long long, c = C string, b = pointer and length.
+    // SAFETY: `io` and `key` are what Redis passed to aof_rewrite; every
+    // argument matches the format.
     unsafe {
         if let Some(emit) = raw::RedisModule_EmitAOF {
-            emit(
-                io,
-                apply::NAME.as_ptr(),
-                HOLD_FORMAT.as_ptr(),
-                key,
-                0 as c_longlong,
-                c"HOLD".as_ptr(),
-                h.jid.as_ptr().cast::<c_char>(),
-                h.jid.len(),
-                h.token as c_longlong,
-                h.acquired_at as c_longlong,
-                h.expires_at.unwrap_or(-1) as c_longlong,
-                h.lock_type.as_ptr().cast::<c_char>(),
-                h.lock_type.len(),
-                owner.as_ptr().cast::<c_char>(),
-                owner.len(),
-                meta.as_ptr().cast::<c_char>(),
-                meta.len(),
-            );
+            apply_hold!(emit, io, key, 0, h);
         }
     }
 }
-
-/// `UNIQUE.APPLY key now HOLD jid token acquired_at expires_at type owner meta`
-const HOLD_FORMAT: &CStr = c"slcblllbbb";
 
 /// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is.
 /// Numbers go as numbers and the key as the client's own string, so nothing
 /// is formatted or copied here.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
-    let owner = h.owner.as_deref().unwrap_or_default();
-    let meta = h.meta.as_deref().unwrap_or_default();
-    // SAFETY: as in `emit_aof_hold`; `ctx` is the context of the running command.
+    // SAFETY: `ctx` is the context of the running command; every argument
+    // matches the format.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(
-                ctx.get_raw(),
-                apply::NAME.as_ptr(),
-                HOLD_FORMAT.as_ptr(),
-                key.inner,
-                now as c_longlong,
-                c"HOLD".as_ptr(),
-                h.jid.as_ptr().cast::<c_char>(),
-                h.jid.len(),
-                h.token as c_longlong,
-                h.acquired_at as c_longlong,
-                h.expires_at.unwrap_or(-1) as c_longlong,
-                h.lock_type.as_ptr().cast::<c_char>(),
-                h.lock_type.len(),
-                owner.as_ptr().cast::<c_char>(),
-                owner.len(),
-                meta.as_ptr().cast::<c_char>(),
-                meta.len(),
-            );
+            apply_hold!(replicate, ctx.get_raw(), key.inner, now, h);
         }
     }
 }
