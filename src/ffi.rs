@@ -311,7 +311,7 @@ pub fn selected_db(ctx: &Context) -> i32 {
 }
 
 /// A client blocked by UNIQUE.LOCK ... WAIT.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Blocked(NonNull<raw::RedisModuleBlockedClient>);
 
 /// What a served waiter is told.

@@ -38,6 +38,10 @@ thread_local! {
     /// Waiters per key, oldest first. Redis calls every callback on its main
     /// thread, so the queues live there.
     static QUEUES: RefCell<HashMap<KeyId, VecDeque<Waiter>>> = RefCell::new(HashMap::new());
+    /// Which key each blocked client waits on.
+    static BLOCKED: RefCell<HashMap<Blocked, KeyId>> = RefCell::new(HashMap::new());
+    /// Clients waiting in all, for the checks on every command and event.
+    static TOTAL: Cell<usize> = const { Cell::new(0) };
     /// The earliest time a wake-up timer is armed for, per key.
     static TIMERS: RefCell<HashMap<KeyId, i64>> = RefCell::new(HashMap::new());
     /// Set while a queue is being served: grants made for waiters must not
@@ -60,7 +64,7 @@ pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
 
 /// How many clients wait, on every key.
 pub fn waiting() -> usize {
-    QUEUES.with(|q| q.borrow().values().map(VecDeque::len).sum())
+    TOTAL.get()
 }
 
 /// Blocks the calling client (the LOCK `args`) for up to `timeout_ms` at the
@@ -75,12 +79,14 @@ pub fn block(ctx: &Context, args: &[RedisString], timeout_ms: i64, lease_end: Op
     };
     let id = (selected_db(ctx), key.to_vec());
     let args = args.iter().map(|a| a.to_vec()).collect();
+    BLOCKED.with(|b| b.borrow_mut().insert(blocked, id.clone()));
     QUEUES.with(|q| {
         q.borrow_mut()
             .entry(id)
             .or_default()
             .push_back(Waiter { blocked, args })
     });
+    TOTAL.set(TOTAL.get() + 1);
     if let Some(at) = lease_end {
         wake_at(ctx, key, at);
     }
@@ -107,17 +113,21 @@ fn serve(ctx: &Context, key: &[u8]) {
     let mut still = VecDeque::with_capacity(queue.len());
     let mut next_lease_end: Option<i64> = None;
     for waiter in queue {
-        match lock::serve_waiter(ctx, &waiter.args) {
-            Served::Granted(token) => ffi::unblock(waiter.blocked, Some(WaiterReply::Token(token))),
-            Served::Failed(e) => ffi::unblock(waiter.blocked, Some(WaiterReply::Error(e))),
+        let reply = match lock::serve_waiter(ctx, &waiter.args) {
+            Served::Granted(token) => WaiterReply::Token(token),
+            Served::Failed(e) => WaiterReply::Error(e),
             Served::Denied { lease_end } => {
                 next_lease_end = match (next_lease_end, lease_end) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
                 still.push_back(waiter);
+                continue;
             }
-        }
+        };
+        BLOCKED.with(|b| b.borrow_mut().remove(&waiter.blocked));
+        TOTAL.set(TOTAL.get().saturating_sub(1));
+        ffi::unblock(waiter.blocked, Some(reply));
     }
     SERVING.set(false);
     if !still.is_empty() {
@@ -159,17 +169,15 @@ fn wake(ctx: &Context, ((db, key), at): (KeyId, i64)) {
 /// its waiters, soon after from a timer, since a keyspace notification must
 /// not write.
 pub fn key_gone(ctx: &Context, db: i32, key: &[u8]) {
-    serve_soon(ctx, |(d, k)| *d == db && k.as_slice() == key);
+    let id = (db, key.to_vec());
+    if QUEUES.with(|q| q.borrow().contains_key(&id)) {
+        ctx.create_timer(Duration::from_millis(1), serve_key, id);
+    }
 }
 
 /// A database or all of them were flushed: serve every waiter, soon after.
 pub fn flushed(ctx: &Context) {
-    serve_soon(ctx, |_| true);
-}
-
-fn serve_soon(ctx: &Context, which: impl Fn(&KeyId) -> bool) {
-    let ids: Vec<KeyId> =
-        QUEUES.with(|q| q.borrow().keys().filter(|id| which(id)).cloned().collect());
+    let ids: Vec<KeyId> = QUEUES.with(|q| q.borrow().keys().cloned().collect());
     for id in ids {
         ctx.create_timer(Duration::from_millis(1), serve_key, id);
     }
@@ -183,18 +191,20 @@ fn serve_key(ctx: &Context, (db, key): KeyId) {
 
 /// Removes `blocked` from its queue; true when it was waiting there.
 fn forget(blocked: Blocked) -> bool {
+    let Some(id) = BLOCKED.with(|b| b.borrow_mut().remove(&blocked)) else {
+        return false;
+    };
+    TOTAL.set(TOTAL.get().saturating_sub(1));
     QUEUES.with(|q| {
         let mut queues = q.borrow_mut();
-        let found = queues.iter_mut().find_map(|(id, queue)| {
-            let at = queue.iter().position(|w| w.blocked == blocked)?;
-            queue.remove(at);
-            Some((id.clone(), queue.is_empty()))
-        });
-        if let Some((id, true)) = &found {
-            queues.remove(id);
+        if let Some(queue) = queues.get_mut(&id) {
+            queue.retain(|w| w.blocked != blocked);
+            if queue.is_empty() {
+                queues.remove(&id);
+            }
         }
-        found.is_some()
-    })
+    });
+    true
 }
 
 /// The wait ran out: nil, and nothing was added.
