@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use crate::lock::{Holder, Lock, type_name, validate_jid, validate_owner, validate_type};
+use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
 
 /// The encoding this build writes; it reads this one and every older one.
 pub const ENCODING_VERSION: i32 = 1;
@@ -75,13 +75,13 @@ pub trait Source {
 pub fn encode(lock: &Lock, out: &mut impl Sink) {
     out.unsigned(lock.holders().len() as u64);
     for h in lock.holders() {
-        out.buffer(&h.jid);
+        out.buffer(h.jid());
         out.signed(h.token);
         out.signed(h.acquired_at);
-        out.signed(h.expires_at.unwrap_or(NO_EXPIRY));
-        out.buffer(h.lock_type.as_bytes());
-        out.buffer(h.owner.as_deref().unwrap_or_default());
-        out.buffer(h.meta.as_deref().unwrap_or_default().as_bytes());
+        out.signed(h.expires_at().unwrap_or(NO_EXPIRY));
+        out.buffer(h.lock_type().as_bytes());
+        out.buffer(h.owner().unwrap_or_default());
+        out.buffer(h.meta().unwrap_or_default());
     }
 }
 
@@ -103,7 +103,7 @@ pub fn decode(version: i32, input: &mut impl Source) -> Result<Lock, DecodeError
         holders.push(decode_holder(input)?);
     }
     let mut seen = HashSet::with_capacity(holders.len());
-    if !holders.iter().all(|h| seen.insert(&h.jid)) {
+    if !holders.iter().all(|h| seen.insert(h.jid())) {
         return Err(DecodeError::Corrupt("the same jid twice"));
     }
     Ok(Lock::from_holders(holders))
@@ -124,30 +124,21 @@ fn decode_holder(input: &mut impl Source) -> Result<Holder, DecodeError> {
     };
     let lock_type = input.buffer()?;
     let lock_type = validate_type(&lock_type).map_err(|_| DecodeError::Corrupt("type"))?;
-    let lock_type = type_name(lock_type);
     let owner = input.buffer()?;
-    let owner = if owner.is_empty() {
-        None
-    } else {
+    if !owner.is_empty() {
         validate_owner(&owner).map_err(|_| DecodeError::Corrupt("owner"))?;
-        Some(owner.into_boxed_slice())
-    };
+    }
     let meta = input.buffer()?;
-    let meta = if meta.is_empty() {
-        None
-    } else {
-        let text = String::from_utf8(meta).map_err(|_| DecodeError::Corrupt("meta"))?;
-        Some(text.into_boxed_str())
-    };
-    Ok(Holder {
-        jid: jid.into_boxed_slice(),
+    std::str::from_utf8(&meta).map_err(|_| DecodeError::Corrupt("meta"))?;
+    Ok(Holder::new(
+        &jid,
         token,
         acquired_at,
         expires_at,
         lock_type,
-        owner,
-        meta,
-    })
+        Some(owner.as_slice()).filter(|o| !o.is_empty()),
+        Some(meta.as_slice()).filter(|m| !m.is_empty()),
+    ))
 }
 
 /// An in-memory encoding, for tests and for fuzzing the decoder.
@@ -436,9 +427,9 @@ mod fuzz {
     fn check(lock: &Lock) -> Result<(), TestCaseError> {
         prop_assert!(!lock.is_empty());
         for h in lock.holders() {
-            prop_assert!(!h.jid.is_empty() && h.jid.len() <= crate::lock::MAX_JID_BYTES);
+            prop_assert!(!h.jid().is_empty() && h.jid().len() <= crate::lock::MAX_JID_BYTES);
             prop_assert!(h.token > 0);
-            prop_assert!(h.expires_at.is_none_or(|at| at >= 0));
+            prop_assert!(h.expires_at().is_none_or(|at| at >= 0));
         }
         let mut items = Items::default();
         encode(lock, &mut items);

@@ -150,7 +150,7 @@ extern "C" fn unlink2(_ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void
             let now = ffi::now_ms();
             if lock.all_expired(now) {
                 for h in lock.holders() {
-                    metrics::record(now, Some(&h.lock_type), Event::Expired);
+                    metrics::record(now, Some(h.lock_type()), Event::Expired);
                 }
             }
         }

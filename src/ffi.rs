@@ -220,8 +220,9 @@ impl Digest {
 macro_rules! apply_hold {
     ($f:expr, $first:expr, $key:expr, $now:expr, $h:expr) => {{
         let h: &Holder = $h;
-        let owner = h.owner.as_deref().unwrap_or_default();
-        let meta = h.meta.as_deref().unwrap_or_default();
+        let (jid, lock_type) = (h.jid(), h.lock_type());
+        let owner = h.owner().unwrap_or_default();
+        let meta = h.meta().unwrap_or_default();
         // The format describes the arguments one by one: s = a module string,
         // l = long long, c = C string, b = pointer and length.
         $f(
@@ -231,13 +232,13 @@ macro_rules! apply_hold {
             $key,
             $now as c_longlong,
             c"HOLD".as_ptr(),
-            h.jid.as_ptr().cast::<c_char>(),
-            h.jid.len(),
+            jid.as_ptr().cast::<c_char>(),
+            jid.len(),
             h.token as c_longlong,
             h.acquired_at as c_longlong,
-            h.expires_at.unwrap_or(-1) as c_longlong,
-            h.lock_type.as_ptr().cast::<c_char>(),
-            h.lock_type.len(),
+            h.expires_at().unwrap_or(-1) as c_longlong,
+            lock_type.as_ptr().cast::<c_char>(),
+            lock_type.len(),
             owner.as_ptr().cast::<c_char>(),
             owner.len(),
             meta.as_ptr().cast::<c_char>(),

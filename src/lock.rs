@@ -4,7 +4,6 @@
 //! rules of the spec can be tested with plain values and so that a replica can
 //! replay the primary's decision with the primary's clock.
 
-use std::borrow::Cow;
 use std::fmt;
 
 /// Largest job id (and owner id) accepted, in bytes.
@@ -13,8 +12,7 @@ pub const MAX_JID_BYTES: usize = 1024;
 pub const MAX_TYPE_BYTES: usize = 64;
 /// The lock type of a holder that was not given one.
 pub const DEFAULT_TYPE: &str = "lock";
-/// The lock types job systems use, kept as static text: a holder of one of
-/// these types costs no allocation for its type.
+/// The lock types job systems use: a holder keeps one of these as an index.
 const KNOWN_TYPES: [&str; 6] = [
     DEFAULT_TYPE,
     "until_executed",
@@ -23,14 +21,6 @@ const KNOWN_TYPES: [&str; 6] = [
     "until_and_while_executing",
     "until_expired",
 ];
-
-/// A lock type as a holder keeps it: static when it is a known one.
-pub fn type_name(name: &str) -> Cow<'static, str> {
-    match KNOWN_TYPES.iter().find(|known| **known == name) {
-        Some(known) => Cow::Borrowed(known),
-        None => Cow::Owned(name.to_string()),
-    }
-}
 
 /// Largest LIMIT accepted (2^31 - 1).
 pub const MAX_LIMIT: i64 = i32::MAX as i64;
@@ -133,36 +123,145 @@ impl Expiry {
 }
 
 /// One job holding a lock.
+///
+/// Most locks have one holder, so a holder is kept small (48 bytes): its
+/// variable parts share one buffer (`text`: a custom type name, the jid, the
+/// owner, the meta), a known type name is an index, and "no lease" is a
+/// sentinel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
-    pub jid: Box<[u8]>,
     pub token: i64,
     pub acquired_at: i64,
-    /// End of the lease (unix ms); `None` is held until released.
-    pub expires_at: Option<i64>,
-    pub lock_type: Cow<'static, str>,
-    pub owner: Option<Box<[u8]>>,
-    pub meta: Option<Box<str>>,
+    /// End of the lease (unix ms), or `NO_LEASE`.
+    expires_at: i64,
+    /// custom type name ‖ jid ‖ owner ‖ meta
+    text: Box<[u8]>,
+    jid_len: u16,
+    owner_len: u16,
+    /// An index in `KNOWN_TYPES`, or `CUSTOM_TYPE` (the name leads `text`).
+    type_code: u8,
+    custom_type_len: u8,
 }
 
+const NO_LEASE: i64 = i64::MIN;
+const CUSTOM_TYPE: u8 = u8::MAX;
+
 impl Holder {
+    /// A holder from validated parts (jid and owner at most 1024 bytes, a
+    /// type name at most 64).
+    pub fn new(
+        jid: &[u8],
+        token: i64,
+        acquired_at: i64,
+        expires_at: Option<i64>,
+        lock_type: &str,
+        owner: Option<&[u8]>,
+        meta: Option<&[u8]>,
+    ) -> Self {
+        let mut h = Self {
+            token,
+            acquired_at,
+            expires_at: expires_at.unwrap_or(NO_LEASE),
+            text: Box::default(),
+            jid_len: 0,
+            owner_len: 0,
+            type_code: 0,
+            custom_type_len: 0,
+        };
+        h.set_text(
+            lock_type,
+            jid,
+            owner.unwrap_or_default(),
+            meta.unwrap_or_default(),
+        );
+        h
+    }
+
+    fn set_text(&mut self, lock_type: &str, jid: &[u8], owner: &[u8], meta: &[u8]) {
+        let known = KNOWN_TYPES.iter().position(|k| *k == lock_type);
+        let custom: &[u8] = if known.is_some() {
+            &[]
+        } else {
+            lock_type.as_bytes()
+        };
+        let mut text = Vec::with_capacity(custom.len() + jid.len() + owner.len() + meta.len());
+        for part in [custom, jid, owner, meta] {
+            text.extend_from_slice(part);
+        }
+        self.text = text.into_boxed_slice();
+        self.type_code = known
+            .and_then(|k| u8::try_from(k).ok())
+            .unwrap_or(CUSTOM_TYPE);
+        self.custom_type_len = u8::try_from(custom.len()).unwrap_or(u8::MAX);
+        self.jid_len = u16::try_from(jid.len()).unwrap_or(u16::MAX);
+        self.owner_len = u16::try_from(owner.len()).unwrap_or(u16::MAX);
+    }
+
+    fn part(&self, from: usize, len: usize) -> &[u8] {
+        self.text.get(from..from + len).unwrap_or_default()
+    }
+
+    pub fn jid(&self) -> &[u8] {
+        self.part(usize::from(self.custom_type_len), usize::from(self.jid_len))
+    }
+
+    pub fn owner(&self) -> Option<&[u8]> {
+        let from = usize::from(self.custom_type_len) + usize::from(self.jid_len);
+        Some(self.part(from, usize::from(self.owner_len))).filter(|o| !o.is_empty())
+    }
+
+    /// The META JSON text, as given.
+    pub fn meta(&self) -> Option<&[u8]> {
+        let from = usize::from(self.custom_type_len)
+            + usize::from(self.jid_len)
+            + usize::from(self.owner_len);
+        self.text.get(from..).filter(|m| !m.is_empty())
+    }
+
+    pub fn lock_type(&self) -> &str {
+        match KNOWN_TYPES.get(usize::from(self.type_code)) {
+            Some(known) => known,
+            // Validated as [A-Za-z0-9_:.-] on the way in.
+            None => std::str::from_utf8(self.part(0, usize::from(self.custom_type_len)))
+                .unwrap_or(DEFAULT_TYPE),
+        }
+    }
+
+    /// End of the lease (unix ms); `None` is held until released.
+    pub fn expires_at(&self) -> Option<i64> {
+        Some(self.expires_at).filter(|&at| at != NO_LEASE)
+    }
+
     pub fn is_live(&self, now: i64) -> bool {
-        self.expires_at.is_none_or(|at| now < at)
+        self.expires_at().is_none_or(|at| now < at)
     }
 
     /// Lease left in ms, or `None` when there is no lease.
     pub fn ttl(&self, now: i64) -> Option<i64> {
-        self.expires_at.map(|at| at.saturating_sub(now).max(0))
+        self.expires_at().map(|at| at.saturating_sub(now).max(0))
+    }
+
+    /// A renewal: what is given replaces the old value, the rest stays.
+    fn renew(&mut self, req: &LockRequest<'_>) {
+        if let Some(at) = req.expires_at {
+            self.expires_at = at;
+        }
+        if req.lock_type.is_some() || req.owner.is_some() || req.meta.is_some() {
+            let lock_type = req.lock_type.unwrap_or(self.lock_type()).to_string();
+            let jid = self.jid().to_vec();
+            let owner = req.owner.or(self.owner()).unwrap_or_default().to_vec();
+            let meta = req
+                .meta
+                .map(str::as_bytes)
+                .or(self.meta())
+                .unwrap_or_default()
+                .to_vec();
+            self.set_text(&lock_type, &jid, &owner, &meta);
+        }
     }
 
     fn heap_bytes(&self) -> usize {
-        self.jid.len()
-            + match &self.lock_type {
-                Cow::Borrowed(_) => 0,
-                Cow::Owned(name) => name.capacity(),
-            }
-            + self.owner.as_ref().map_or(0, |o| o.len())
-            + self.meta.as_ref().map_or(0, |m| m.len())
+        self.text.len()
     }
 }
 
@@ -227,7 +326,7 @@ impl Lock {
     }
 
     fn position(&self, jid: &[u8]) -> Option<usize> {
-        self.holders.iter().position(|h| *h.jid == *jid)
+        self.holders.iter().position(|h| h.jid() == jid)
     }
 
     pub fn len(&self) -> usize {
@@ -246,7 +345,7 @@ impl Lock {
 
     /// Removes every holder whose owner is `owner`, showing each to `removed`.
     pub fn remove_owner_each(&mut self, owner: &[u8], removed: impl FnMut(&Holder)) -> usize {
-        self.remove_where(|h| h.owner.as_deref() == Some(owner), removed)
+        self.remove_where(|h| h.owner() == Some(owner), removed)
     }
 
     fn remove_where(
@@ -288,18 +387,7 @@ impl Lock {
             let Some(holder) = self.holders.get_mut(i) else {
                 return Acquired::Denied;
             };
-            if let Some(at) = req.expires_at {
-                holder.expires_at = Some(at);
-            }
-            if let Some(t) = req.lock_type {
-                holder.lock_type = type_name(t);
-            }
-            if let Some(o) = req.owner {
-                holder.owner = Some(o.into());
-            }
-            if let Some(m) = req.meta {
-                holder.meta = Some(m.into());
-            }
+            holder.renew(req);
             return Acquired::Renewed(holder.token);
         }
         if req.limit != 0 && self.holders.len() >= req.limit as usize {
@@ -311,15 +399,15 @@ impl Lock {
         if self.holders.len() == self.holders.capacity() && self.holders.len() < 4 {
             self.holders.reserve_exact(1);
         }
-        self.holders.push(Holder {
-            jid: req.jid.into(),
+        self.holders.push(Holder::new(
+            req.jid,
             token,
-            acquired_at: now,
-            expires_at: req.expires_at,
-            lock_type: type_name(req.lock_type.unwrap_or(DEFAULT_TYPE)),
-            owner: req.owner.map(Into::into),
-            meta: req.meta.map(Into::into),
-        });
+            now,
+            req.expires_at,
+            req.lock_type.unwrap_or(DEFAULT_TYPE),
+            req.owner,
+            req.meta.map(str::as_bytes),
+        ));
         Acquired::Granted(token)
     }
 
@@ -331,13 +419,13 @@ impl Lock {
 
     /// The holder of `jid`, if any (live or not).
     pub fn holder(&self, jid: &[u8]) -> Option<&Holder> {
-        self.holders.iter().find(|h| *h.jid == *jid)
+        self.holders.iter().find(|h| h.jid() == jid)
     }
 
     /// Puts `holder` exactly as given: replaces the holder of the same jid in
     /// place, or appends it. This replays a grant or renewal decided elsewhere.
     pub fn put(&mut self, holder: Holder) {
-        match self.position(&holder.jid) {
+        match self.position(holder.jid()) {
             Some(i) => {
                 if let Some(slot) = self.holders.get_mut(i) {
                     *slot = holder;
@@ -352,7 +440,7 @@ impl Lock {
     pub fn key_expiry(&self) -> Option<i64> {
         let mut latest: Option<i64> = None;
         for h in &self.holders {
-            let at = h.expires_at?;
+            let at = h.expires_at()?;
             latest = Some(latest.map_or(at, |l| l.max(at)));
         }
         latest
@@ -394,7 +482,7 @@ mod tests {
 
     fn jids(lock: &Lock, now: i64) -> Vec<String> {
         lock.live_holders(now)
-            .map(|h| String::from_utf8_lossy(&h.jid).into_owned())
+            .map(|h| String::from_utf8_lossy(h.jid()).into_owned())
             .collect()
     }
 
@@ -409,9 +497,9 @@ mod tests {
         let h = lock.holder(b"a").cloned();
         let h = h.as_ref();
         assert_eq!(h.map(|h| h.acquired_at), Some(NOW));
-        assert_eq!(h.map(|h| &*h.lock_type), Some(DEFAULT_TYPE));
-        assert_eq!(h.and_then(|h| h.expires_at), None);
-        assert_eq!(h.and_then(|h| h.owner.clone()), None);
+        assert_eq!(h.map(|h| h.lock_type()), Some(DEFAULT_TYPE));
+        assert_eq!(h.and_then(|h| h.expires_at()), None);
+        assert_eq!(h.and_then(|h| h.owner()), None);
         assert_eq!(lock.key_expiry(), None);
     }
 
@@ -493,7 +581,7 @@ mod tests {
         );
         let h = lock.holder(b"a");
         assert_eq!(h.map(|h| h.acquired_at), Some(NOW));
-        assert_eq!(h.and_then(|h| h.expires_at), Some(NOW + 5000));
+        assert_eq!(h.and_then(|h| h.expires_at()), Some(NOW + 5000));
         assert_eq!(t.0, 1);
     }
 
@@ -536,10 +624,10 @@ mod tests {
         };
         lock.acquire(&renew, NOW, t.next());
         let h = lock.holder(b"a");
-        assert_eq!(h.and_then(|h| h.expires_at), Some(NOW + 1000));
-        assert_eq!(h.map(|h| &*h.lock_type), Some("until_executed"));
-        assert_eq!(h.and_then(|h| h.owner.as_deref()), Some(&b"w2"[..]));
-        assert_eq!(h.and_then(|h| h.meta.as_deref()), Some(r#"{"q":"a"}"#));
+        assert_eq!(h.and_then(|h| h.expires_at()), Some(NOW + 1000));
+        assert_eq!(h.map(|h| h.lock_type()), Some("until_executed"));
+        assert_eq!(h.and_then(|h| h.owner()), Some(&b"w2"[..]));
+        assert_eq!(h.and_then(|h| h.meta()), Some(&br#"{"q":"a"}"#[..]));
     }
 
     #[test]
@@ -582,14 +670,17 @@ mod tests {
         lock.acquire(&r("d", None, Some(NOW + 10)), NOW, t.next());
         assert!(!lock.all_expired(NOW + 10));
         let mut seen = Vec::new();
-        assert_eq!(lock.prune_each(NOW + 10, |h| seen.push(h.jid.clone())), 2);
-        assert_eq!(seen, [(*b"a").into(), (*b"d").into()]);
+        assert_eq!(
+            lock.prune_each(NOW + 10, |h| seen.push(h.jid().to_vec())),
+            2
+        );
+        assert_eq!(seen, [b"a".to_vec(), b"d".to_vec()]);
         seen.clear();
         assert_eq!(
-            lock.remove_owner_each(b"w1", |h| seen.push(h.jid.clone())),
+            lock.remove_owner_each(b"w1", |h| seen.push(h.jid().to_vec())),
             1
         );
-        assert_eq!(seen, [Box::from(*b"c")]);
+        assert_eq!(seen, [b"c".to_vec()]);
         assert_eq!(lock.remove_owner_each(b"nobody", |_| {}), 0);
         assert_eq!(jids(&lock, NOW), ["b"]);
         assert_eq!(lock.len(), 1);
@@ -701,15 +792,19 @@ mod tests {
                 t.next(),
             );
         }
-        let mut a = lock.holder(b"a").cloned().expect("a holds");
-        a.expires_at = Some(NOW + 7);
+        let a = lock.holder(b"a").cloned().expect("a holds");
+        let a = Holder::new(
+            b"a",
+            a.token,
+            a.acquired_at,
+            Some(NOW + 7),
+            "lock",
+            None,
+            None,
+        );
         lock.put(a.clone());
         assert_eq!(lock.holders().first(), Some(&a));
-        let c = Holder {
-            jid: (*b"c").into(),
-            token: 99,
-            ..a
-        };
+        let c = Holder::new(b"c", 99, NOW, None, "my:type", Some(b"w"), Some(b"{}"));
         lock.put(c.clone());
         assert_eq!(lock.holders().last(), Some(&c));
         assert_eq!(lock.max_token(), 99);
@@ -717,25 +812,11 @@ mod tests {
 
     #[test]
     fn ttl_is_relative_and_never_negative() {
-        let h = Holder {
-            jid: (*b"a").into(),
-            token: 1,
-            acquired_at: NOW,
-            expires_at: Some(NOW + 50),
-            lock_type: type_name(DEFAULT_TYPE),
-            owner: None,
-            meta: None,
-        };
+        let h = Holder::new(b"a", 1, NOW, Some(NOW + 50), DEFAULT_TYPE, None, None);
         assert_eq!(h.ttl(NOW + 20), Some(30));
         assert_eq!(h.ttl(NOW + 80), Some(0));
-        assert_eq!(
-            Holder {
-                expires_at: None,
-                ..h
-            }
-            .ttl(NOW),
-            None
-        );
+        let forever = Holder::new(b"a", 1, NOW, None, DEFAULT_TYPE, None, None);
+        assert_eq!(forever.ttl(NOW), None);
     }
 
     #[test]
@@ -844,9 +925,43 @@ mod tests {
     }
 
     #[test]
-    fn known_type_names_are_static_and_one_holder_takes_one_slot() {
-        assert!(matches!(type_name("until_executed"), Cow::Borrowed(_)));
-        assert!(matches!(type_name("my_type"), Cow::Owned(_)));
+    fn a_holder_is_small_and_keeps_every_part() {
+        assert!(
+            std::mem::size_of::<Holder>() <= 48,
+            "{}",
+            std::mem::size_of::<Holder>()
+        );
+        let meta = br#"{"q":1}"#;
+        for lock_type in ["lock", "until_executed", "my:custom.type-1"] {
+            let h = Holder::new(
+                b"\x00jid",
+                7,
+                NOW,
+                Some(NOW + 1),
+                lock_type,
+                Some(b"host:1"),
+                Some(meta),
+            );
+            assert_eq!(h.jid(), b"\x00jid");
+            assert_eq!(h.lock_type(), lock_type);
+            assert_eq!(h.owner(), Some(&b"host:1"[..]));
+            assert_eq!(h.meta(), Some(&meta[..]));
+            assert_eq!(h.expires_at(), Some(NOW + 1));
+        }
+        let bare = Holder::new(&[b'j'; 1024], 7, NOW, None, "x", None, None);
+        assert_eq!(
+            (
+                bare.jid().len(),
+                bare.owner(),
+                bare.meta(),
+                bare.lock_type()
+            ),
+            (1024, None, None, "x")
+        );
+    }
+
+    #[test]
+    fn one_holder_takes_one_slot() {
         let mut lock = Lock::default();
         let mut t = Tokens(0);
         lock.acquire(&req("a"), NOW, t.next());
@@ -928,7 +1043,7 @@ mod properties {
                         let jid = [b'j', jid];
                         lock.prune(now);
                         let before = live(&lock, now);
-                        let held = before.iter().find(|h| *h.jid == jid).map(|h| h.token);
+                        let held = before.iter().find(|h| h.jid() == jid).map(|h| h.token);
                         let req = LockRequest { limit, expires_at: ttl.map(|t| now + t), ..LockRequest::new(&jid) };
                         match lock.acquire(&req, now, || { counter += 1; counter }) {
                             Acquired::Granted(t) => {
@@ -951,7 +1066,7 @@ mod properties {
                     }
                     Op::Unlock { jid } => {
                         lock.prune(now);
-                        let was = live(&lock, now).iter().any(|h| *h.jid == [b'j', jid]);
+                        let was = live(&lock, now).iter().any(|h| h.jid() == [b'j', jid]);
                         prop_assert_eq!(lock.release(&[b'j', jid]).is_some(), was);
                         prop_assert!(lock.holder(&[b'j', jid]).is_none());
                     }
@@ -963,15 +1078,15 @@ mod properties {
                 }
                 // Never shown once its lease has run out; one hold per jid;
                 // oldest grant first; the key expires with the latest lease.
-                prop_assert!(lock.live_holders(now).all(|h| h.expires_at.is_none_or(|at| now < at)));
+                prop_assert!(lock.live_holders(now).all(|h| h.expires_at().is_none_or(|at| now < at)));
                 let tokens: Vec<i64> = lock.holders().iter().map(|h| h.token).collect();
                 prop_assert!(tokens.windows(2).all(|w| w[0] < w[1]));
-                let mut jids: Vec<&[u8]> = lock.holders().iter().map(|h| &*h.jid).collect();
+                let mut jids: Vec<&[u8]> = lock.holders().iter().map(|h| h.jid()).collect();
                 jids.sort();
                 jids.dedup();
                 prop_assert_eq!(jids.len(), lock.len());
-                let expiry = if lock.holders().iter().all(|h| h.expires_at.is_some()) {
-                    lock.holders().iter().filter_map(|h| h.expires_at).max()
+                let expiry = if lock.holders().iter().all(|h| h.expires_at().is_some()) {
+                    lock.holders().iter().filter_map(|h| h.expires_at()).max()
                 } else {
                     None
                 };

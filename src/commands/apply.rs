@@ -27,7 +27,7 @@ use std::ffi::CStr;
 use super::{events, parse_int, settle, tracked};
 use crate::fencing;
 use crate::ffi::{self, LockKey};
-use crate::lock::{Holder, Lock, type_name, validate_jid, validate_owner, validate_type};
+use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
 
 pub const NAME: &CStr = c"UNIQUE.APPLY";
 
@@ -77,7 +77,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         match effect {
             Effect::Hold(holder) => {
                 fencing::observe(holder.token);
-                let new = lock.holder(&holder.jid).is_none();
+                let new = lock.holder(holder.jid()).is_none();
                 lock.put(holder);
                 new.then_some(events::LOCK)
             }
@@ -134,28 +134,17 @@ fn parse_holder(args: &[RedisString]) -> Result<Holder, RedisError> {
         at if at >= 0 => Some(at),
         _ => return Err(corrupt("expires_at")),
     };
-    let owner = if owner.is_empty() {
-        None
-    } else {
+    if !owner.is_empty() {
         validate_owner(owner)?;
-        Some(owner.to_vec().into_boxed_slice())
-    };
-    let meta = if meta.is_empty() {
-        None
-    } else {
-        Some(
-            std::str::from_utf8(meta)
-                .map_err(|_| corrupt("meta"))?
-                .into(),
-        )
-    };
-    Ok(Holder {
-        jid: jid.to_vec().into_boxed_slice(),
+    }
+    std::str::from_utf8(meta).map_err(|_| corrupt("meta"))?;
+    Ok(Holder::new(
+        jid,
         token,
-        acquired_at: parse_int(acquired_at)?,
+        parse_int(acquired_at)?,
         expires_at,
-        lock_type: type_name(validate_type(lock_type)?),
-        owner,
-        meta,
-    })
+        validate_type(lock_type)?,
+        Some(&owner[..]).filter(|o| !o.is_empty()),
+        Some(&meta[..]).filter(|m| !m.is_empty()),
+    ))
 }

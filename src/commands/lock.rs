@@ -175,7 +175,7 @@ fn attempt(
     let (acquired, expired) = match key.lock_mut()? {
         Some(lock) => tracked(lock, |lock| {
             let expired = lock.prune_each(now, |h| {
-                metrics::record(now, Some(&h.lock_type), Event::Expired);
+                metrics::record(now, Some(h.lock_type()), Event::Expired);
             });
             // Others are waiting for a slot: a newcomer queues behind them.
             if queued && lock.holder(jid).is_none() {
@@ -208,10 +208,10 @@ fn attempt(
             (Acquired::Granted(token) | Acquired::Renewed(token), Some(holder)) => {
                 apply::replicate_hold(ctx, key_name, now, holder);
                 if matches!(acquired, Acquired::Granted(_)) {
-                    metrics::record(now, Some(&holder.lock_type), Event::Acquired);
+                    metrics::record(now, Some(holder.lock_type()), Event::Acquired);
                     ctx.notify_keyspace_event(NotifyEvent::MODULE, events::LOCK, key_name);
                 } else {
-                    metrics::record(now, Some(&holder.lock_type), Event::Renewed);
+                    metrics::record(now, Some(holder.lock_type()), Event::Renewed);
                 }
                 Attempt::Granted(token)
             }
@@ -220,7 +220,7 @@ fn attempt(
                     apply::replicate_prune(ctx, key_name, now);
                 }
                 let lease_end =
-                    lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at).min());
+                    lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at()).min());
                 Attempt::Denied { lease_end }
             }
         }

@@ -30,7 +30,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         if with_meta {
             reply.holder(holder, now);
         } else {
-            reply.bulk(&holder.jid);
+            reply.bulk(holder.jid());
         }
     }
     Ok(RedisValue::NoReply)
@@ -62,20 +62,20 @@ impl Reply {
     fn holder(&self, h: &Holder, now: i64) {
         raw::reply_with_map(self.0, 8);
         self.bulk(b"jid");
-        self.bulk(&h.jid);
+        self.bulk(h.jid());
         self.bulk(b"token");
         self.int(h.token);
         self.bulk(b"acquired_at");
         self.int(h.acquired_at);
         self.bulk(b"expires_at");
-        self.int(h.expires_at.unwrap_or(-1));
+        self.int(h.expires_at().unwrap_or(-1));
         self.bulk(b"ttl");
         self.int(h.ttl(now).unwrap_or(-1));
         self.bulk(b"type");
-        self.bulk(h.lock_type.as_bytes());
+        self.bulk(h.lock_type().as_bytes());
         self.bulk(b"owner");
-        self.optional_bulk(h.owner.as_deref());
+        self.optional_bulk(h.owner());
         self.bulk(b"meta");
-        self.optional_bulk(h.meta.as_deref().map(str::as_bytes));
+        self.optional_bulk(h.meta());
     }
 }

@@ -137,11 +137,11 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
     };
     let (expired, reaped) = tracked(lock, |lock| {
         let expired = lock.prune_each(now, |h| {
-            metrics::record(now, Some(&h.lock_type), Event::Expired);
+            metrics::record(now, Some(h.lock_type()), Event::Expired);
         });
         let reaped = owner.map_or(0, |owner| {
             lock.remove_owner_each(owner, |h| {
-                metrics::record(now, Some(&h.lock_type), Event::Reaped);
+                metrics::record(now, Some(h.lock_type()), Event::Reaped);
             })
         });
         (expired, reaped)

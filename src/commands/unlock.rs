@@ -20,7 +20,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let (expired, released) = tracked(lock, |lock| {
         let expired = lock.prune_each(now, |h| {
-            metrics::record(now, Some(&h.lock_type), Event::Expired);
+            metrics::record(now, Some(h.lock_type()), Event::Expired);
         });
         (expired, lock.release(jid))
     });
@@ -39,7 +39,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     match released {
         Some(holder) => {
             apply::replicate_release(ctx, key_name, now, jid);
-            metrics::record(now, Some(&holder.lock_type), Event::Released);
+            metrics::record(now, Some(holder.lock_type()), Event::Released);
             ctx.notify_keyspace_event(NotifyEvent::MODULE, events::UNLOCK, key_name);
             Ok(RedisValue::Integer(1))
         }
