@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Server, Value, holders, token, wait_until};
+use common::{Server, Value, field, holders, int, token, wait_until, with_meta};
 
 fn bulk(s: &str) -> Value {
     Value::BulkString(s.as_bytes().to_vec())
@@ -21,43 +21,6 @@ fn exists(con: &mut redis::Connection, key: &str) -> bool {
         .query::<i64>(con)
         .expect("EXISTS")
         == 1
-}
-
-/// One holder of LOCKEDBY WITHMETA (RESP2 flat array) as (field, value) pairs.
-fn with_meta(con: &mut redis::Connection, key: &str) -> Vec<Vec<(String, Value)>> {
-    let Ok(Value::Array(list)) = call!(con, "UNIQUE.LOCKEDBY", key, "WITHMETA") else {
-        panic!("LOCKEDBY WITHMETA is an array");
-    };
-    list.into_iter()
-        .map(|h| {
-            let Value::Array(flat) = h else {
-                panic!("a holder is a flat array on RESP2: {h:?}")
-            };
-            flat.chunks(2)
-                .map(|kv| match kv {
-                    [Value::BulkString(k), v] => {
-                        (String::from_utf8_lossy(k).into_owned(), v.clone())
-                    }
-                    other => panic!("field/value pair expected: {other:?}"),
-                })
-                .collect()
-        })
-        .collect()
-}
-
-fn field(holder: &[(String, Value)], name: &str) -> Value {
-    holder
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| panic!("no {name}"))
-}
-
-fn int(v: Value) -> i64 {
-    match v {
-        Value::Int(n) => n,
-        other => panic!("integer expected: {other:?}"),
-    }
 }
 
 #[test]

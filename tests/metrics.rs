@@ -8,18 +8,8 @@ use std::time::Duration;
 use common::{Connection, Server, Value, token, wait_until};
 use serde_json::json;
 
-fn json_metrics(con: &mut Connection, extra: &[&str]) -> serde_json::Value {
-    let text: String = redis::cmd("UNIQUE.METRICS")
-        .arg("FORMAT")
-        .arg("json")
-        .arg(extra)
-        .query(con)
-        .expect("METRICS");
-    serde_json::from_str(&text).expect("JSON")
-}
-
 fn gauges(con: &mut Connection) -> (i64, i64) {
-    let m = json_metrics(con, &[]);
+    let m = common::metrics_json(con, &[]);
     (
         m["locks"].as_i64().unwrap_or(-1),
         m["holders"].as_i64().unwrap_or(-1),
@@ -78,7 +68,7 @@ fn a_known_sequence_gives_exact_counters_in_every_format() {
     let con = &mut server.con();
     known_sequence(con);
     // The retry loop above may have been denied a few times before the lease ended.
-    let m = json_metrics(con, &[]);
+    let m = common::metrics_json(con, &[]);
     let waits = m["types"]["while_executing"]["denied"]
         .as_u64()
         .unwrap_or(0);
@@ -95,7 +85,7 @@ fn a_known_sequence_gives_exact_counters_in_every_format() {
     });
     assert_eq!(m, expected);
     // MINUTES 2: the current and the previous minute hold everything so far.
-    assert_eq!(json_metrics(con, &["MINUTES", "2"]), expected);
+    assert_eq!(common::metrics_json(con, &["MINUTES", "2"]), expected);
 
     // RESP: the same, as a flat array on RESP2 with the fields in order.
     let Ok(Value::Array(flat)) = call!(con, "UNIQUE.METRICS") else {
@@ -178,13 +168,13 @@ fn reset_zeroes_counters_and_forgets_types_but_not_gauges() {
     let con = &mut server.con();
     known_sequence(con);
     assert_eq!(call!(con, "UNIQUE.METRICS", "reset"), Ok(Value::Okay));
-    let m = json_metrics(con, &[]);
+    let m = common::metrics_json(con, &[]);
     assert_eq!(
         m,
         json!({"locks": 1, "holders": 1, "total": counters(&[]), "types": {}})
     );
     assert_eq!(
-        json_metrics(con, &["MINUTES", "60"])["total"],
+        common::metrics_json(con, &["MINUTES", "60"])["total"],
         counters(&[])
     );
 }
@@ -196,7 +186,7 @@ fn distinct_type_names_beyond_the_cap_count_as_other() {
     for (i, t) in ["t1", "t2", "t3", "t4", "t1"].iter().enumerate() {
         token(call!(con, "UNIQUE.LOCK", format!("k{i}"), "j", "TYPE", *t));
     }
-    let types = json_metrics(con, &[])["types"].clone();
+    let types = common::metrics_json(con, &[])["types"].clone();
     assert_eq!(types["t1"]["acquired"], 2);
     assert_eq!(types["t2"]["acquired"], 1);
     assert_eq!(types["other"]["acquired"], 2);

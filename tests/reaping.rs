@@ -49,15 +49,6 @@ fn reap(con: &mut Connection, cursor: &str, extra: &[&str]) -> (String, i64) {
     }
 }
 
-fn metrics(con: &mut Connection) -> serde_json::Value {
-    let text: String = redis::cmd("UNIQUE.METRICS")
-        .arg("FORMAT")
-        .arg("json")
-        .query(con)
-        .expect("METRICS");
-    serde_json::from_str(&text).expect("JSON")
-}
-
 #[test]
 fn a_full_iteration_with_small_count_removes_every_expired_holder() {
     let server = Server::start_with(&["--unique.reap-interval", "0"]);
@@ -85,11 +76,11 @@ fn a_full_iteration_with_small_count_removes_every_expired_holder() {
         assert_eq!(holders(con, &format!("lock:{i}")), ["live"]);
     }
     assert_eq!(
-        metrics(con)["holders"],
+        common::metrics_json(con, &[])["holders"],
         300,
         "the expired holders left memory"
     );
-    assert_eq!(metrics(con)["total"]["expired"], 300);
+    assert_eq!(common::metrics_json(con, &[])["total"]["expired"], 300);
     assert_eq!(
         reap(con, "0", &["COUNT", "1000"]),
         ("0".to_string(), 0),
@@ -160,7 +151,7 @@ fn reap_owner_removes_only_that_owners_holders() {
             "empty locks go"
         );
     }
-    assert_eq!(metrics(con)["total"]["reaped"], 40);
+    assert_eq!(common::metrics_json(con, &[])["total"]["reaped"], 40);
     let msg = pubsub.get_message().expect("an event");
     assert_eq!(msg.get_payload::<String>().expect("payload"), "unique.reap");
 }
@@ -255,7 +246,7 @@ fn the_background_reaper_removes_expired_holders_on_its_own() {
         ));
     }
     wait_until(Duration::from_secs(10), "the reaper", || {
-        let m = metrics(con);
+        let m = common::metrics_json(con, &[]);
         m["holders"] == 200 && m["locks"] == 200 && m["total"]["expired"] == 250
     });
     assert_eq!(holders(con, "lock:7"), ["live"]);
@@ -279,15 +270,15 @@ fn with_interval_zero_nothing_is_reaped_in_the_background() {
     // Proving an absence takes a bounded wait: 300 ms is 30 ticks of a 10 ms reaper.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        metrics(con)["holders"],
+        common::metrics_json(con, &[])["holders"],
         40,
         "expired holders are still in memory"
     );
-    assert_eq!(metrics(con)["total"]["expired"], 0);
+    assert_eq!(common::metrics_json(con, &[])["total"]["expired"], 0);
     // Turned on, it cleans up.
     call!(con, "CONFIG", "SET", "unique.reap-interval", 10).expect("CONFIG SET");
     wait_until(Duration::from_secs(5), "the reaper", || {
-        metrics(con)["holders"] == 20
+        common::metrics_json(con, &[])["holders"] == 20
     });
 }
 
@@ -304,7 +295,7 @@ fn a_replica_never_reaps_and_follows_the_primarys_reaper() {
         digest(r),
         "the replica removed nothing on its own"
     );
-    assert_eq!(metrics(r)["holders"], 60);
+    assert_eq!(common::metrics_json(r, &[])["holders"], 60);
     assert_eq!(
         call!(r, "UNIQUE.REAP", "0"),
         Err("READONLY You can't write against a read only replica.".into())
@@ -312,15 +303,15 @@ fn a_replica_never_reaps_and_follows_the_primarys_reaper() {
 
     call!(p, "CONFIG", "SET", "unique.reap-interval", 10).expect("CONFIG SET");
     wait_until(Duration::from_secs(5), "the primary's reaper", || {
-        metrics(p)["holders"] == 30
+        common::metrics_json(p, &[])["holders"] == 30
     });
     wait_until(Duration::from_secs(5), "the replica to follow", || {
         let _: i64 = redis::cmd("WAIT").arg(1).arg(1_000).query(p).unwrap_or(0);
         digest(p) == digest(r)
     });
-    assert_eq!(metrics(r)["holders"], 30);
+    assert_eq!(common::metrics_json(r, &[])["holders"], 30);
     assert_eq!(
-        metrics(r)["total"]["expired"],
+        common::metrics_json(r, &[])["total"]["expired"],
         0,
         "replicated effects do not count on the replica"
     );
@@ -348,7 +339,7 @@ fn the_reaper_walks_every_database() {
     }
     let con = &mut server.con();
     wait_until(Duration::from_secs(5), "every database reaped", || {
-        metrics(con)["holders"] == 3
+        common::metrics_json(con, &[])["holders"] == 3
     });
     assert_eq!(seen.len(), 3);
 }

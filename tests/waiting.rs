@@ -5,7 +5,7 @@ mod common;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value, digest, holders, token, wait_until};
+use common::{Connection, Server, Value, digest, holders, int, token, wait_until};
 
 /// Clients waiting on this server, from INFO.
 fn waiting(con: &mut Connection) -> i64 {
@@ -41,29 +41,14 @@ fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
-fn field(con: &mut Connection, key: &str, jid: &str, name: &str) -> Value {
-    let Ok(Value::Array(list)) = call!(con, "UNIQUE.LOCKEDBY", key, "WITHMETA") else {
-        panic!("LOCKEDBY")
-    };
-    for h in list {
-        let Value::Array(flat) = h else { continue };
-        if flat.get(1) == Some(&Value::BulkString(jid.as_bytes().to_vec())) {
-            let at = flat
-                .iter()
-                .position(|v| *v == Value::BulkString(name.as_bytes().to_vec()));
-            return at
-                .and_then(|i| flat.get(i + 1).cloned())
-                .unwrap_or(Value::Nil);
-        }
-    }
-    panic!("{jid} does not hold {key}");
-}
-
-fn int(v: Value) -> i64 {
-    match v {
-        Value::Int(n) => n,
-        other => panic!("integer expected: {other:?}"),
-    }
+/// One field of `jid`'s holder of `key`.
+fn field_of(con: &mut Connection, key: &str, jid: &str, name: &str) -> Value {
+    let holders = common::with_meta(con, key);
+    let holder = holders
+        .iter()
+        .find(|h| common::field(h, "jid") == Value::BulkString(jid.as_bytes().to_vec()))
+        .unwrap_or_else(|| panic!("{jid} does not hold {key}"));
+    common::field(holder, name)
 }
 
 #[test]
@@ -82,12 +67,7 @@ fn unlock_hands_the_lock_to_the_waiter() {
     assert!(at.duration_since(unlocked) < Duration::from_secs(5));
     assert_eq!(holders(con, "k"), ["b"]);
     assert_eq!(waiting(con), 0);
-    let m: String = redis::cmd("UNIQUE.METRICS")
-        .arg("FORMAT")
-        .arg("json")
-        .query(con)
-        .expect("METRICS");
-    let m: serde_json::Value = serde_json::from_str(&m).expect("JSON");
+    let m = common::metrics_json(con, &[]);
     assert_eq!(m["total"]["waited"], 1);
     assert_eq!(m["total"]["acquired"], 2);
     assert_eq!(m["total"]["denied"], 0, "a call that waits is not a denial");
@@ -115,12 +95,7 @@ fn a_wait_that_runs_out_replies_nil_and_adds_nothing() {
     assert!(start.elapsed() >= Duration::from_millis(200), "it waited");
     assert_eq!(holders(con, "k"), ["a"]);
     assert_eq!(waiting(con), 0);
-    let m: String = redis::cmd("UNIQUE.METRICS")
-        .arg("FORMAT")
-        .arg("json")
-        .query(con)
-        .expect("METRICS");
-    let m: serde_json::Value = serde_json::from_str(&m).expect("JSON");
+    let m = common::metrics_json(con, &[]);
     assert_eq!(m["types"]["until_executed"]["timed_out"], 1);
     // The slot it gave up goes to nobody: the next UNLOCK frees the lock.
     assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "a"), Ok(Value::Int(1)));
@@ -186,13 +161,13 @@ fn a_lease_running_out_serves_a_waiter_with_no_other_command() {
     for round in 0..5 {
         let key = format!("k{round}");
         token(call!(con, "UNIQUE.LOCK", &key, "old", "TTL", 150));
-        let expires_at = int(field(con, &key, "old", "expires_at"));
+        let expires_at = int(field_of(con, &key, "old", "expires_at"));
         let waiter = start_waiter(
             &server,
             args(&[&key, "new", "WAIT", "10000", "TTL", "60000"]),
         );
         token(waiter.join().expect("waiter").0);
-        let acquired_at = int(field(con, &key, "new", "acquired_at"));
+        let acquired_at = int(field_of(con, &key, "new", "acquired_at"));
         assert!(acquired_at >= expires_at, "granted before the lease ended");
         lags.push(acquired_at - expires_at);
     }
@@ -338,20 +313,20 @@ fn each_waiter_keeps_its_own_options() {
     );
     call!(con, "UNIQUE.UNLOCK", "k", "a").expect("UNLOCK");
     let t = token(waiter.join().expect("waiter").0);
-    assert_eq!(int(field(con, "k", "b", "token")), t);
+    assert_eq!(int(field_of(con, "k", "b", "token")), t);
     assert_eq!(
-        field(con, "k", "b", "type"),
+        field_of(con, "k", "b", "type"),
         Value::BulkString(b"until_executed".to_vec())
     );
     assert_eq!(
-        field(con, "k", "b", "owner"),
+        field_of(con, "k", "b", "owner"),
         Value::BulkString(b"w9".to_vec())
     );
     assert_eq!(
-        field(con, "k", "b", "meta"),
+        field_of(con, "k", "b", "meta"),
         Value::BulkString(br#"{"q":1}"#.to_vec())
     );
-    let ttl = int(field(con, "k", "b", "ttl"));
+    let ttl = int(field_of(con, "k", "b", "ttl"));
     assert!(
         (50_000..=60_000).contains(&ttl),
         "the lease starts at the grant: {ttl}"

@@ -293,3 +293,53 @@ pub fn digest(con: &mut Connection) -> String {
         .query(con)
         .expect("DEBUG DIGEST")
 }
+
+/// The integer of a reply, or a panic with what came back.
+pub fn int(v: Value) -> i64 {
+    match v {
+        Value::Int(n) => n,
+        other => panic!("integer expected: {other:?}"),
+    }
+}
+
+/// `UNIQUE.METRICS FORMAT json [extra...]`, parsed.
+pub fn metrics_json(con: &mut Connection, extra: &[&str]) -> serde_json::Value {
+    let text: String = redis::cmd("UNIQUE.METRICS")
+        .arg("FORMAT")
+        .arg("json")
+        .arg(extra)
+        .query(con)
+        .expect("METRICS");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// LOCKEDBY WITHMETA on RESP2: each holder as its (field, value) pairs, in order.
+pub fn with_meta(con: &mut Connection, key: &str) -> Vec<Vec<(String, Value)>> {
+    let Ok(Value::Array(list)) = call!(con, "UNIQUE.LOCKEDBY", key, "WITHMETA") else {
+        panic!("LOCKEDBY WITHMETA is an array");
+    };
+    list.into_iter()
+        .map(|h| {
+            let Value::Array(flat) = h else {
+                panic!("a holder is a flat array on RESP2: {h:?}")
+            };
+            flat.chunks(2)
+                .map(|kv| match kv {
+                    [Value::BulkString(k), v] => {
+                        (String::from_utf8_lossy(k).into_owned(), v.clone())
+                    }
+                    other => panic!("field/value pair expected: {other:?}"),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// One field of one holder's WITHMETA map.
+pub fn field(holder: &[(String, Value)], name: &str) -> Value {
+    holder
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no {name}"))
+}
