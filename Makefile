@@ -3,7 +3,7 @@
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
 
-.PHONY: run test build bench fuzz deps clean
+.PHONY: run test build bench fuzz fuzz-libfuzzer deps clean
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -26,6 +26,13 @@ bench: deps build
 ## fuzz: the parser and decoder fuzz targets with many more cases (FUZZ_CASES, default 1000000)
 fuzz:
 	FUZZ_CASES=$${FUZZ_CASES:-1000000} cargo test --release --lib fuzz
+
+## fuzz-libfuzzer: coverage-guided fuzzing of the same two parsers with cargo-fuzz
+## (installed when missing; FUZZ_SECONDS per target, default 60; no allocation over 16 MB)
+fuzz-libfuzzer:
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	RUSTC_BOOTSTRAP=1 cargo fuzz run decode -- -max_total_time=$${FUZZ_SECONDS:-60} -malloc_limit_mb=16
+	RUSTC_BOOTSTRAP=1 cargo fuzz run lock_args -- -max_total_time=$${FUZZ_SECONDS:-60} -malloc_limit_mb=16
 
 ## deps: install redis-server, redis-tools and libclang-dev when missing
 deps:

@@ -317,14 +317,13 @@ mod tests {
 
 /// Reads module data the way it sits in an RDB or DUMP payload (each value
 /// an opcode then the value, length-encoded as Redis does), from plain
-/// bytes: the decoder can then be fed arbitrary bytes without a server.
-#[cfg(test)]
+/// bytes: the decoder can then be fed arbitrary bytes without a server
+/// (the fuzz tests and the cargo-fuzz target in fuzz/).
 pub struct RdbBytes<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
-#[cfg(test)]
 impl<'a> RdbBytes<'a> {
     pub fn new(bytes: &'a [u8]) -> Self {
         Self { bytes, at: 0 }
@@ -364,7 +363,6 @@ impl<'a> RdbBytes<'a> {
     }
 }
 
-#[cfg(test)]
 impl Source for RdbBytes<'_> {
     fn unsigned(&mut self) -> Result<u64, DecodeError> {
         self.opcode(2)?;

@@ -29,15 +29,16 @@ use crate::config::{
 };
 use crate::datatype::LOCK_TYPE;
 
-// Redis's allocator, so that Redis accounts for our memory; unit tests run
-// outside Redis, where it does not exist.
-#[cfg(not(test))]
+// Redis's allocator, so that Redis accounts for our memory; unit tests and
+// the fuzz targets (feature `system-alloc`) run outside Redis, where it does
+// not exist.
+#[cfg(not(any(test, feature = "system-alloc")))]
 type Allocator = redis_module::alloc::RedisAlloc;
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "system-alloc")))]
 const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
-#[cfg(test)]
+#[cfg(any(test, feature = "system-alloc"))]
 type Allocator = std::alloc::System;
-#[cfg(test)]
+#[cfg(any(test, feature = "system-alloc"))]
 const ALLOCATOR: Allocator = std::alloc::System;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
