@@ -350,3 +350,29 @@ fn a_replica_matches_its_primary_after_waiters_were_served() {
     });
     assert_eq!(holders(r, "k"), ["c"]);
 }
+
+#[test]
+fn a_handoff_is_announced_in_causal_order() {
+    let server = Server::start_with(&["--notify-keyspace-events", "Kd"]);
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "a"));
+    let waiter = start_waiter(&server, args(&["k", "b", "WAIT", "10000"]));
+    let mut sub = server.con();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.psubscribe("__keyspace@0__:k").expect("PSUBSCRIBE");
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "a"), Ok(Value::Int(1)));
+    token(waiter.join().expect("waiter").0);
+    let events: Vec<String> = (0..2)
+        .map(|_| {
+            pubsub
+                .get_message()
+                .and_then(|m| m.get_payload())
+                .expect("an event")
+        })
+        .collect();
+    // The release first, then the grant it made room for.
+    assert_eq!(events, ["unique.unlock", "unique.lock"]);
+}

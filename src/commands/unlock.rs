@@ -25,7 +25,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         (expired, lock.release(jid))
     });
 
-    if released.is_some() || expired > 0 {
+    let changed = released.is_some() || expired > 0;
+    if changed {
         settle(&mut key)?;
     }
     // Serving waiters opens the key again: ours must be closed first.
@@ -33,22 +34,25 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if expired > 0 {
         ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, key_name);
     }
-    if released.is_some() || expired > 0 {
-        waiting::slot_freed(ctx, key_name);
-    }
-    match released {
+    let reply = match released {
         Some(holder) => {
             apply::replicate_release(ctx, key_name, now, jid);
             metrics::record(now, Some(holder.lock_type()), Event::Released);
             ctx.notify_keyspace_event(NotifyEvent::MODULE, events::UNLOCK, key_name);
-            Ok(RedisValue::Integer(1))
+            1
         }
         None => {
             if expired > 0 {
                 apply::replicate_prune(ctx, key_name, now);
             }
             metrics::record(now, None, Event::UnlockMissed);
-            Ok(RedisValue::Integer(0))
+            0
         }
+    };
+    // Only now the waiters: their grants follow, in the replication stream
+    // and in the events, the release that made room for them.
+    if changed {
+        waiting::slot_freed(ctx, key_name);
     }
+    Ok(RedisValue::Integer(reply))
 }
