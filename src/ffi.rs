@@ -416,3 +416,106 @@ extern "C" fn free_waiter_reply(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c
         drop(unsafe { Box::from_raw(privdata.cast::<WaiterReply>()) });
     }
 }
+
+/// A cursor over the keys of the selected database (`RM_Scan`).
+///
+/// redis-module's `KeysCursor` is not used: its callback wraps each key name
+/// in a `RedisString` (which retains it) and then forgets it, so every key it
+/// visits leaks its name. Here the visitor borrows the name for the duration
+/// of the callback and nothing is retained.
+pub struct ScanCursor(NonNull<raw::RedisModuleScanCursor>);
+
+impl ScanCursor {
+    /// `None` when the server has no scan API (before Redis 6.0).
+    pub fn new() -> Option<Self> {
+        // SAFETY: ScanCursorCreate takes no arguments and returns a new cursor
+        // that we own until Drop.
+        let cursor = unsafe { raw::RedisModule_ScanCursorCreate.map(|f| f()) }?;
+        NonNull::new(cursor).map(Self)
+    }
+
+    /// Starts the walk over from the beginning.
+    pub fn restart(&mut self) {
+        // SAFETY: the cursor is ours and live.
+        unsafe {
+            if let Some(f) = raw::RedisModule_ScanCursorRestart {
+                f(self.0.as_ptr());
+            }
+        }
+    }
+
+    /// Visits the next batch of keys of the selected database, each as its
+    /// name and, when it holds a lock, the lock. Returns false when the walk
+    /// is complete (or the scan failed).
+    pub fn scan<F: FnMut(&[u8], Option<&Lock>)>(&mut self, ctx: &Context, visit: &mut F) -> bool {
+        // SAFETY: `ctx` is live; the cursor is ours; the private data is
+        // `visit`, which outlives the call, and `scan_visitor::<F>` casts it
+        // back to the same `F`.
+        let more = unsafe {
+            raw::RedisModule_Scan.map(|f| {
+                f(
+                    ctx.get_raw(),
+                    self.0.as_ptr(),
+                    Some(scan_visitor::<F>),
+                    (visit as *mut F).cast::<c_void>(),
+                )
+            })
+        };
+        more.is_some_and(|more| more != 0)
+    }
+}
+
+impl Drop for ScanCursor {
+    fn drop(&mut self) {
+        // SAFETY: the cursor is ours and destroyed once.
+        unsafe {
+            if let Some(f) = raw::RedisModule_ScanCursorDestroy {
+                f(self.0.as_ptr());
+            }
+        }
+    }
+}
+
+/// The `RM_Scan` callback of [`ScanCursor::scan`]: Redis owns `name` and
+/// `key` and releases them after the call, so both are only borrowed.
+extern "C" fn scan_visitor<F: FnMut(&[u8], Option<&Lock>)>(
+    _ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    key: *mut raw::RedisModuleKey,
+    visit: *mut c_void,
+) {
+    let name = RedisString::string_as_slice(name);
+    let lock = NonNull::new(key).and_then(|key| {
+        // SAFETY: Redis opened `key` for this callback (read-only); it stays
+        // open until we return.
+        let value = unsafe { lock_in(key) }?;
+        // SAFETY: the lock lives as long as the key is open, which outlasts
+        // the visit.
+        Some(unsafe { value.as_ref() })
+    });
+    // SAFETY: `visit` is the `&mut F` that `scan` passed and that outlives
+    // this call; nothing else refers to it during the call.
+    let visit = unsafe { &mut *visit.cast::<F>() };
+    // A bug in a visitor must not unwind into Redis.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| visit(name, lock)));
+}
+
+/// The lock stored in open key `key`, `None` for any other key.
+///
+/// # Safety
+/// `key` must be an open key.
+unsafe fn lock_in(key: NonNull<raw::RedisModuleKey>) -> Option<NonNull<Lock>> {
+    // SAFETY: the caller guarantees the key is open.
+    unsafe {
+        let kind = raw::RedisModule_KeyType.map_or(0, |f| f(key.as_ptr()));
+        if raw::KeyType::from(kind) != raw::KeyType::Module {
+            return None;
+        }
+        let ty = raw::RedisModule_ModuleTypeGetType.map(|f| f(key.as_ptr()))?;
+        if ty != *LOCK_TYPE.raw_type.borrow() {
+            return None;
+        }
+        let value = raw::RedisModule_ModuleTypeGetValue.map(|f| f(key.as_ptr()))?;
+        NonNull::new(value.cast::<Lock>())
+    }
+}

@@ -85,9 +85,12 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         section = section.field(name, i64::try_from(n).unwrap_or(i64::MAX))?;
     }
     let (last, max) = reaper::tick_micros();
+    let (ticks, keys) = reaper::work_done();
     section = section
         .field("reaper_last_tick_usec", last)?
-        .field("reaper_max_tick_usec", max)?;
+        .field("reaper_max_tick_usec", max)?
+        .field("reaper_ticks", ticks)?
+        .field("reaper_keys_scanned", keys)?;
     section.build_section()?.build_info()?;
     Ok(())
 }

@@ -11,13 +11,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis_module::{Context, ContextFlags, KeysCursor};
+use redis_module::{Context, ContextFlags};
 
 use crate::commands::reap::reap_key;
 use crate::config;
-use crate::datatype::LOCK_TYPE;
-use crate::ffi::{now_ms, select_db};
-use crate::lock::Lock;
+use crate::ffi::{ScanCursor, now_ms, select_db};
 
 /// How often an idle reaper (interval 0) looks at its configuration again.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -25,6 +23,9 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// How long the last tick took, and the longest so far, in µs (INFO unique).
 static LAST_TICK_MICROS: AtomicI64 = AtomicI64::new(0);
 static MAX_TICK_MICROS: AtomicI64 = AtomicI64::new(0);
+/// Ticks that did work, and the keys they examined (INFO unique).
+static TICKS: AtomicI64 = AtomicI64::new(0);
+static KEYS_SCANNED: AtomicI64 = AtomicI64::new(0);
 
 pub fn tick_micros() -> (i64, i64) {
     (
@@ -33,15 +34,23 @@ pub fn tick_micros() -> (i64, i64) {
     )
 }
 
+/// Ticks that walked the keyspace, and the keys they examined, since start.
+pub fn work_done() -> (i64, i64) {
+    (
+        TICKS.load(Ordering::Relaxed),
+        KEYS_SCANNED.load(Ordering::Relaxed),
+    )
+}
+
 /// Where the walk through the keyspace stands. Timers run on Redis's main
 /// thread, so the state lives there.
 struct Walk {
     db: i32,
-    cursor: KeysCursor,
+    cursor: Option<ScanCursor>,
 }
 
 thread_local! {
-    static WALK: RefCell<Walk> = RefCell::new(Walk { db: 0, cursor: KeysCursor::new() });
+    static WALK: RefCell<Walk> = const { RefCell::new(Walk { db: 0, cursor: None }) };
 }
 
 /// Arms the first tick; every tick arms the next one.
@@ -78,7 +87,13 @@ fn tick(ctx: &Context, (): ()) {
 pub fn reap_batch(ctx: &Context, batch: usize) -> usize {
     let now = now_ms();
     WALK.with(|walk| {
-        let mut walk = walk.borrow_mut();
+        let walk = &mut *walk.borrow_mut();
+        if walk.cursor.is_none() {
+            walk.cursor = ScanCursor::new();
+        }
+        let Some(cursor) = walk.cursor.as_mut() else {
+            return 0;
+        };
         let (mut budget, mut removed, mut wrapped) = (batch, 0, false);
         while budget > 0 {
             if !select_db(ctx, walk.db) {
@@ -87,33 +102,34 @@ pub fn reap_batch(ctx: &Context, batch: usize) -> usize {
                     break;
                 }
                 walk.db = 0;
-                walk.cursor.restart();
+                cursor.restart();
                 wrapped = true;
                 continue;
             }
-            let names = RefCell::new(Vec::new());
+            let mut expired = Vec::new();
             let mut more = true;
             while more && budget > 0 {
-                let seen = RefCell::new(0usize);
-                more = walk.cursor.scan(ctx, &|_, name, key| {
-                    *seen.borrow_mut() += 1;
-                    // Read the lock where the scan already opened it: most
-                    // have nothing to remove and need no second lookup.
-                    let lock = key.and_then(|k| k.get_value::<Lock>(&LOCK_TYPE).ok().flatten());
+                let mut seen = 0usize;
+                // Read the lock where the scan already opened it: most have
+                // nothing to remove and need no second lookup.
+                more = cursor.scan(ctx, &mut |name, lock| {
+                    seen += 1;
                     if lock.is_some_and(|lock| lock.has_expired(now)) {
-                        names.borrow_mut().push(name.as_slice().to_vec());
+                        expired.push(name.to_vec());
                     }
                 });
-                budget = budget.saturating_sub(seen.into_inner());
+                budget = budget.saturating_sub(seen);
+                KEYS_SCANNED.fetch_add(seen as i64, Ordering::Relaxed);
             }
-            for name in names.into_inner() {
+            for name in expired {
                 removed += reap_key(ctx, &ctx.create_string(name), now, None);
             }
             if !more {
                 walk.db += 1;
-                walk.cursor.restart();
+                cursor.restart();
             }
         }
+        TICKS.fetch_add(1, Ordering::Relaxed);
         removed
     })
 }

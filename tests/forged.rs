@@ -187,12 +187,7 @@ fn newer_encodings_huge_counts_and_empty_locks_are_refused() {
             "{what}: nothing half-loaded"
         );
     }
-    let used: String = redis::cmd("INFO").arg("memory").query(con).expect("INFO");
-    let used: i64 = used
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
+    let used = common::info_field(con, "memory", "used_memory");
     assert!(
         used < 100 << 20,
         "no allocation for the forged count: {used}"

@@ -343,3 +343,12 @@ pub fn field(holder: &[(String, Value)], name: &str) -> Value {
         .map(|(_, v)| v.clone())
         .unwrap_or_else(|| panic!("no {name}"))
 }
+
+/// An integer field of `INFO section` (`used_memory`, `unique_locks`...).
+pub fn info_field(con: &mut Connection, section: &str, name: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no integer {name}"))
+}
