@@ -188,15 +188,16 @@ def test_while_executing_conflicts(cel, name):
 def test_until_expired_holds_after_success_until_its_lease(cel):
     mod, worker, c, r = cel
     t = tag()
+    before = c.metrics()["types"].get("until_expired", {"expired": 0, "released": 0})
     first = mod.expiring.delay(t)
     open_gate(r, t)
     assert first.get(timeout=30) == t
     key = mod.expiring.unique_key([t], {})
-    before = c.metrics()["types"]["until_expired"]
-    wait_for(lambda: c.holders(key) == [], message="the lease to end")
-    after = c.metrics()["types"]["until_expired"]
-    # Not released on success: its lease ran out.
-    assert after["expired"] == before["expired"] + 1 and after["released"] == before["released"] == 0
+    # Not released on success: held until its lease ran out and the module removed it.
+    wait_for(lambda: c.metrics()["types"]["until_expired"]["expired"] == before["expired"] + 1,
+             message="the lease to end")
+    assert c.holders(key) == []
+    assert c.metrics()["types"]["until_expired"]["released"] == before["released"] == 0
     second = mod.expiring.delay(t)
     assert second.id != first.id
     open_gate(r, t)
