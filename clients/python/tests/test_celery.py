@@ -202,3 +202,48 @@ def test_until_expired_holds_after_success_until_its_lease(cel):
     assert second.id != first.id
     open_gate(r, t)
     assert second.get(timeout=30) == t
+
+
+def test_monitor_frees_the_locks_of_a_killed_worker(cel, server):
+    """kill -9 of a whole worker (main process and pool): the event monitor sees
+    its heartbeats stop and reaps its OWNER, long before the 60 s run leases."""
+    import signal
+    import threading
+
+    from redis_unique.celery import monitor_workers
+
+    mod, _, c, r = cel
+    reaped = []
+    stop = threading.Event()
+    monitor = threading.Thread(target=monitor_workers, args=(mod.app,),
+                               kwargs={"stop": stop, "interval": 0.3, "on_reap": lambda *a: reaped.append(a)},
+                               daemon=True)
+    monitor.start()
+    queue = "doomed-%s" % tag()
+    log = open(Path(server.dir, "celery-doomed.log"), "w")
+    doomed = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork", "-c", "2", "-Q", queue,
+         "-n", "doomed@%h", "-E", "--without-gossip", "--without-mingle", "-l", "info"],
+        cwd=str(HERE), env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        t1, t2 = tag(), tag()
+        a = mod.ue_skip.apply_async((t1,), queue=queue)
+        b = mod.we_skip.apply_async((t2,), queue=queue)
+        wait_for(lambda: runs(r, t1) and runs(r, t2), timeout=60, message="both tasks running")
+        owner = "doomed@%s:%d" % (os.uname().nodename, doomed.pid)
+        held = c.holders(mod.ue_skip.unique_key([t1], {})) + c.holders(mod.we_skip.unique_key([t2], {}) + ":run")
+        assert [(h.jid, h.owner) for h in held] == [(a.id, owner), (b.id, owner)]
+        assert all(h.ttl <= 60 for h in held)
+        os.killpg(doomed.pid, signal.SIGKILL)
+        doomed.wait()
+        wait_for(lambda: reaped, timeout=30, interval=0.1, message="the monitor to reap the dead worker")
+        assert reaped[0][:2] == ("doomed@%s" % os.uname().nodename, doomed.pid) and reaped[0][2] == 2
+        assert c.holders(mod.ue_skip.unique_key([t1], {})) == []
+        assert c.holders(mod.we_skip.unique_key([t2], {}) + ":run") == []
+    finally:
+        stop.set()
+        if doomed.poll() is None:
+            os.killpg(doomed.pid, signal.SIGKILL)
+            doomed.wait()
+        log.close()
+        monitor.join(10)
