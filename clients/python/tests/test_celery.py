@@ -90,6 +90,8 @@ def test_until_executed_raise_and_custom_key(cel):
     with pytest.raises(DuplicateTask) as e:
         mod.ue_raise.delay(t)
     assert e.value.existing == first.id
+    with pytest.raises(DuplicateTask):
+        mod.ue_raise.delay(tag=t, fail=False)  # the same call, bound to the signature
     other = mod.ue_raise.delay(t + "-other")  # other arguments: another lock
     open_gate(r, t)
     open_gate(r, t + "-other")

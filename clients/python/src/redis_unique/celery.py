@@ -18,7 +18,9 @@ Options of ``unique`` (a dict; ``True`` means every default):
   Default 60.
 - ``key``: ``callable(args, kwargs)`` giving what makes two calls the same (a
   string is used as is, anything else is hashed as JSON; ``None`` from the
-  callable means "not unique"), or ``None`` (default): every argument.
+  callable means "not unique"), or ``None`` (default): every argument, bound
+  to the task's signature with its defaults (``f(1)`` and ``f(x=1)`` are the
+  same call).
 - ``on_conflict``: ``skip`` (default), ``raise`` or ``retry``, or a dict
   ``{"client": ..., "server": ...}``. Client side (sending): ``skip`` returns the
   AsyncResult of the task that holds the lock, ``raise`` raises
@@ -41,6 +43,7 @@ when it is Redis.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -162,7 +165,18 @@ class UniqueTask(Task):
         if opts is None:
             return None
         args, kwargs = list(args or ()), dict(kwargs or {})
-        part = opts.key(args, kwargs) if opts.key is not None else [args, kwargs]
+        if opts.key is not None:
+            part = opts.key(args, kwargs)
+        else:
+            # The call bound to the task's signature, defaults applied: f(1) and
+            # f(x=1) are the same call, as in celery-once and celery-singleton.
+            try:
+                bound = inspect.signature(self.run).bind(*args, **kwargs)
+                bound.apply_defaults()
+                part = dict(bound.arguments)
+                part.pop("self", None)
+            except (TypeError, ValueError):
+                part = [args, kwargs]
         if part is None:
             return None
         return "unique:%s:%s" % (self.name, _digest(part))
