@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """make bench-python: lock+unlock pairs per second through redis-py, one thread.
 
-Contenders, on the same server in the same run, alternated round by round
-(medians of BENCH_ROUNDS, default 3):
+Contenders, on the same server in the same run, interleaved pair by pair
+(batch by batch when pipelined) so that the noise of a shared machine falls
+on every contender alike; the median of BENCH_ROUNDS rounds (default 3) of
+BENCH_PAIRS pairs (3000) or BENCH_PIPE_PAIRS pipelined pairs (20000):
 
 - ``redis_unique.Client``: ``lock(key, jid, ttl=60, type="until_executed",
   meta={...})`` then ``unlock(key, jid)``: 2 round trips a pair;
@@ -47,7 +49,7 @@ MODULE = os.environ.get("REDIS_UNIQUE_MODULE", str(ROOT / "target" / "release" /
 SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 PAIRS = int(os.environ.get("BENCH_PAIRS", "3000"))
-PIPE_PAIRS = int(os.environ.get("BENCH_PIPE_PAIRS", "30000"))
+PIPE_PAIRS = int(os.environ.get("BENCH_PIPE_PAIRS", "20000"))
 PIPELINE = int(os.environ.get("BENCH_PIPELINE", "100"))
 LOCKS = int(os.environ.get("BENCH_LOCKS", "100"))
 RENEW_SECONDS = float(os.environ.get("BENCH_RENEW_SECONDS", "4"))
@@ -163,31 +165,32 @@ def contenders(r: redis.Redis):
     }
 
 
-def measure(fn_pair, fn_pipe, pipelined: bool) -> float:
-    if pipelined:
-        start = time.perf_counter()
-        for s in range(0, PIPE_PAIRS, PIPELINE):
-            fn_pipe(s, PIPELINE)
-        return PIPE_PAIRS / (time.perf_counter() - start)
-    start = time.perf_counter()
-    for i in range(PAIRS):
-        fn_pair(i)
-    return PAIRS / (time.perf_counter() - start)
-
-
 def throughput(r: redis.Redis):
+    """Contenders interleaved pair by pair (batch by batch when pipelined), in
+    alternating order, each call timed on its own: the noise of a shared
+    machine falls on every contender alike. The median of ROUNDS rounds."""
     cs = contenders(r)
+    names = list(cs)
     out = {}
     for pipelined in (False, True):
-        runs = {name: [] for name in cs}
-        for name, (pair, pipe) in cs.items():  # warm-up
-            pair(10 ** 9)
-        for round_ in range(ROUNDS):
-            names = list(cs) if round_ % 2 == 0 else list(reversed(list(cs)))
+        for name in names:  # warm-up: scripts cached, connections open
+            cs[name][0](10 ** 9)
+        runs = {name: [] for name in names}
+        for _ in range(ROUNDS):
+            r.flushall()
+            spent = dict.fromkeys(names, 0.0)
+            steps = range(0, PIPE_PAIRS, PIPELINE) if pipelined else range(PAIRS)
+            for n, i in enumerate(steps):
+                for name in (names if n % 2 == 0 else names[::-1]):
+                    pair, pipe = cs[name]
+                    t0 = time.perf_counter()
+                    if pipelined:
+                        pipe(i, PIPELINE)
+                    else:
+                        pair(i)
+                    spent[name] += time.perf_counter() - t0
             for name in names:
-                r.flushall()
-                pair, pipe = cs[name]
-                runs[name].append(measure(pair, pipe, pipelined))
+                runs[name].append((PIPE_PAIRS if pipelined else PAIRS) / spent[name])
         out["pipelined" if pipelined else "one by one"] = {n: round(statistics.median(v)) for n, v in runs.items()}
     return out
 
@@ -253,6 +256,7 @@ def main() -> int:
         "pairs_per_second": tp,
         "ratio_to_lua_with_metrics": ratios,
         "renewal": ren,
+        "load_average_after": os.getloadavg(),
         "seconds": round(time.time() - started, 1),
     }
     out = HERE / "results"
