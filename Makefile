@@ -41,3 +41,29 @@ deps:
 clean:
 	cargo clean
 	rm -rf dump.rdb appendonlydir
+
+## ---- Python client (clients/python): a venv that make creates, never the system Python
+PY_VENV := clients/python/.venv
+
+$(PY_VENV)/.installed: clients/python/pyproject.toml
+	python3 -m venv $(PY_VENV) || { echo "python3 -m venv failed: on Debian, apt-get install -y python3-venv" >&2; exit 1; }
+	$(PY_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PY_VENV)/bin/python -m pip install --quiet -e 'clients/python[test]'
+	touch $@
+
+.PHONY: python-venv test-python bench-python
+## python-venv: clients/python/.venv with the package, its test extras, celery, rq and pytest
+python-venv: $(PY_VENV)/.installed
+
+## test-python: the Python client's tests (real redis-server, Celery and RQ workers)
+test-python: deps python-venv
+	cargo build --release --lib
+	cd clients/python && .venv/bin/python -m pytest -q
+
+## bench-python: lock+unlock pairs/s through redis-py, the client against the Lua design
+bench-python: deps python-venv
+	cargo build --release --lib
+	$(PY_VENV)/bin/python clients/python/bench/bench.py
+
+test: test-python
+bench: bench-python

@@ -1,0 +1,29 @@
+"""redis-unique: native job locks for Redis, from Python.
+
+``Client`` wraps a redis-py client with one method per UNIQUE.* command;
+``Lock`` and ``Semaphore`` are context managers whose lease renews itself.
+``redis_unique.asyncio`` has the same over ``redis.asyncio``;
+``redis_unique.celery`` and ``redis_unique.rq`` give unique tasks and jobs.
+"""
+
+from ._protocol import LOCK_TYPES, Holder
+from .client import Client, Pipeline
+from .errors import CommandError, DuplicateTask, LockLost, LockNotAcquired, ModuleNotLoaded, UniqueError
+from .lock import Lock, Semaphore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "Pipeline",
+    "Holder",
+    "Lock",
+    "Semaphore",
+    "LOCK_TYPES",
+    "UniqueError",
+    "CommandError",
+    "ModuleNotLoaded",
+    "LockNotAcquired",
+    "LockLost",
+    "DuplicateTask",
+]

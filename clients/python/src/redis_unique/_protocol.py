@@ -1,0 +1,139 @@
+"""Command building and reply parsing shared by the sync and asyncio clients."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+KeyT = Union[str, bytes]
+JidT = Union[str, bytes]
+
+LOCK_TYPES = ("until_executed", "until_executing", "while_executing",
+              "until_and_while_executing", "until_expired")
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One live holder of a lock, as UNIQUE.LOCKEDBY WITHMETA reports it."""
+
+    jid: str
+    token: int
+    acquired_at: datetime
+    expires_at: Optional[datetime]
+    ttl: Optional[float]  # seconds left, None when the hold has no lease
+    type: str
+    owner: Optional[str]
+    meta: Optional[Dict[str, Any]]
+
+
+def seconds_to_ms(seconds: float, what: str) -> int:
+    """A positive number of seconds as whole ms, rounded up (never 0)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError("%s must be a number of seconds, not %r" % (what, seconds))
+    if not seconds > 0 or math.isinf(seconds):
+        raise ValueError("%s must be a positive number of seconds, not %r" % (what, seconds))
+    return max(1, math.ceil(seconds * 1000))
+
+
+def pxat_to_ms(pxat: Union[datetime, float, int]) -> int:
+    if isinstance(pxat, datetime):
+        if pxat.tzinfo is None:
+            raise ValueError("pxat must be an aware datetime (with a tzinfo)")
+        return math.ceil(pxat.timestamp() * 1000)
+    if isinstance(pxat, bool) or not isinstance(pxat, (int, float)):
+        raise TypeError("pxat must be an aware datetime or unix time in seconds, not %r" % (pxat,))
+    return math.ceil(pxat * 1000)
+
+
+def lock_args(key: KeyT, jid: JidT, *, limit: int = 1, ttl: Optional[float] = None,
+              pxat: Union[datetime, float, None] = None, type: Optional[str] = None,
+              owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
+              wait: Optional[float] = None) -> Tuple[Any, ...]:
+    args: List[Any] = ["UNIQUE.LOCK", key, jid]
+    if limit != 1:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError("limit must be an integer >= 0 (0: no limit), not %r" % (limit,))
+        args += ["LIMIT", limit]
+    if ttl is not None and pxat is not None:
+        raise ValueError("give ttl or pxat, not both")
+    if ttl is not None:
+        args += ["TTL", seconds_to_ms(ttl, "ttl")]
+    elif pxat is not None:
+        args += ["PXAT", pxat_to_ms(pxat)]
+    if type is not None:
+        args += ["TYPE", type]
+    if owner is not None:
+        args += ["OWNER", owner]
+    if meta is not None:
+        args += ["META", meta if isinstance(meta, (str, bytes)) else
+                 json.dumps(meta, separators=(",", ":"), default=str)]
+    if wait is not None:
+        args += ["WAIT", seconds_to_ms(wait, "wait")]
+    return tuple(args)
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
+def _aware(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def parse_holder(raw: Any) -> Holder:
+    """One WITHMETA entry: a dict (RESP3) or a flat field/value list (RESP2)."""
+    if isinstance(raw, dict):
+        fields = {_text(k): v for k, v in raw.items()}
+    else:
+        items = list(raw)
+        fields = {_text(items[i]): items[i + 1] for i in range(0, len(items), 2)}
+    expires = int(fields["expires_at"])
+    ttl = int(fields["ttl"])
+    meta = fields.get("meta")
+    return Holder(
+        jid=_text(fields["jid"]),
+        token=int(fields["token"]),
+        acquired_at=_aware(int(fields["acquired_at"])),
+        expires_at=None if expires < 0 else _aware(expires),
+        ttl=None if ttl < 0 else ttl / 1000,
+        type=_text(fields["type"]),
+        owner=None if fields.get("owner") is None else _text(fields["owner"]),
+        meta=None if meta is None else json.loads(meta),
+    )
+
+
+def parse_holders(reply: Sequence[Any]) -> List[Holder]:
+    return [parse_holder(h) for h in reply or ()]
+
+
+def parse_token(reply: Any) -> Optional[int]:
+    return None if reply is None else int(reply)
+
+
+def parse_metrics(reply: Any) -> Dict[str, Any]:
+    return json.loads(reply)
+
+
+def metrics_args(minutes: Optional[int]) -> Tuple[Any, ...]:
+    if minutes is None:
+        return ("UNIQUE.METRICS", "FORMAT", "json")
+    return ("UNIQUE.METRICS", "MINUTES", int(minutes), "FORMAT", "json")
+
+
+def reap_args(cursor: Any, owner: Optional[str], count: int) -> Tuple[Any, ...]:
+    args: List[Any] = ["UNIQUE.REAP", cursor, "COUNT", int(count)]
+    if owner is not None:
+        args += ["OWNER", owner]
+    return tuple(args)
+
+
+def cursor_done(cursor: Any) -> bool:
+    return cursor in (b"0", "0", 0)

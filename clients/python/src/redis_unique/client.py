@@ -1,0 +1,127 @@
+"""The synchronous client: one method per UNIQUE.* command."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+
+from redis.exceptions import ResponseError
+
+from . import _protocol as p
+from ._protocol import Holder, JidT, KeyT
+from .errors import translate
+
+__all__ = ["Client", "Pipeline"]
+
+
+class Client:
+    """redis-unique over a redis-py client (``redis.Redis``, any settings,
+    ``decode_responses`` on or off, RESP2 or RESP3).
+
+    Seconds are floats everywhere (``ttl``, ``wait``); the module gets whole
+    milliseconds, rounded up. A ``wait`` blocks the connection on the server
+    (UNIQUE.LOCK ... WAIT): give the redis-py client a ``socket_timeout`` longer
+    than the longest wait, or none.
+    """
+
+    def __init__(self, redis: Any) -> None:
+        if isinstance(redis, Client):
+            redis = redis.redis
+        self.redis = redis
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> "Client":
+        import redis as redis_py
+
+        return cls(redis_py.Redis.from_url(url, **kwargs))
+
+    def _call(self, *args: Any) -> Any:
+        try:
+            return self.redis.execute_command(*args)
+        except ResponseError as exc:
+            raise translate(exc) from exc
+
+    def lock(self, key: KeyT, jid: JidT, *, limit: int = 1, ttl: Optional[float] = None,
+             pxat: Union[datetime, float, None] = None, type: Optional[str] = None,
+             owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
+             wait: Optional[float] = None) -> Optional[int]:
+        """UNIQUE.LOCK: the fencing token on a grant or a renewal, None when denied
+        (after waiting up to ``wait`` seconds, when given)."""
+        return p.parse_token(self._call(*p.lock_args(
+            key, jid, limit=limit, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta, wait=wait)))
+
+    def unlock(self, key: KeyT, jid: JidT) -> bool:
+        """UNIQUE.UNLOCK: True when ``jid`` held the lock and was removed."""
+        return bool(self._call("UNIQUE.UNLOCK", key, jid))
+
+    def holders(self, key: KeyT) -> List[Holder]:
+        """UNIQUE.LOCKEDBY WITHMETA: the live holders, oldest grant first."""
+        return p.parse_holders(self._call("UNIQUE.LOCKEDBY", key, "WITHMETA"))
+
+    def locked_by(self, key: KeyT) -> List[Any]:
+        """UNIQUE.LOCKEDBY: the jids of the live holders, oldest grant first."""
+        return list(self._call("UNIQUE.LOCKEDBY", key))
+
+    def reap(self, owner: Optional[str] = None, count: int = 1000) -> int:
+        """UNIQUE.REAP from cursor 0 to the end of the iteration, ``count`` keys
+        a call: the number of holders removed (expired ones, and with ``owner``
+        every holder of that owner)."""
+        cursor: Any = 0
+        removed = 0
+        while True:
+            cursor, n = self._call(*p.reap_args(cursor, owner, count))
+            removed += int(n)
+            if p.cursor_done(cursor):
+                return removed
+
+    def metrics(self, minutes: Optional[int] = None) -> Dict[str, Any]:
+        """UNIQUE.METRICS (FORMAT json) as a dict: locks, holders, total, types."""
+        return p.parse_metrics(self._call(*p.metrics_args(minutes)))
+
+    def reset_metrics(self) -> None:
+        self._call("UNIQUE.METRICS", "RESET")
+
+    def pipeline(self, transaction: bool = False) -> "Pipeline":
+        """Queues lock/unlock calls and sends them in one round trip."""
+        return Pipeline(self.redis.pipeline(transaction=transaction))
+
+
+class Pipeline:
+    """A batch of UNIQUE.* calls (WAIT is ignored inside a transaction).
+    ``execute()`` returns the parsed reply of each call, in order."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+        self._parsers: List[Callable[[Any], Any]] = []
+
+    def lock(self, key: KeyT, jid: JidT, **kwargs: Any) -> "Pipeline":
+        self._pipe.execute_command(*p.lock_args(key, jid, **kwargs))
+        self._parsers.append(p.parse_token)
+        return self
+
+    def unlock(self, key: KeyT, jid: JidT) -> "Pipeline":
+        self._pipe.execute_command("UNIQUE.UNLOCK", key, jid)
+        self._parsers.append(bool)
+        return self
+
+    def holders(self, key: KeyT) -> "Pipeline":
+        self._pipe.execute_command("UNIQUE.LOCKEDBY", key, "WITHMETA")
+        self._parsers.append(p.parse_holders)
+        return self
+
+    def execute(self) -> List[Any]:
+        parsers, self._parsers = self._parsers, []
+        try:
+            replies = self._pipe.execute()
+        except ResponseError as exc:
+            raise translate(exc) from exc
+        return [parse(r) for parse, r in zip(parsers, replies)]
+
+    def __len__(self) -> int:
+        return len(self._parsers)
+
+    def __enter__(self) -> "Pipeline":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._pipe.reset()

@@ -1,0 +1,88 @@
+"""Exceptions of redis_unique: every one is a :class:`UniqueError`."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from redis.exceptions import ResponseError
+
+__all__ = [
+    "UniqueError",
+    "CommandError",
+    "ModuleNotLoaded",
+    "LockNotAcquired",
+    "LockLost",
+    "DuplicateTask",
+]
+
+LOAD_HINT = (
+    "the redis-unique module is not loaded on this server: load it with "
+    "`loadmodule /path/to/libredis_unique.so` in redis.conf, "
+    "`redis-server --loadmodule /path/to/libredis_unique.so`, or "
+    "`MODULE LOAD /path/to/libredis_unique.so` (build it with `make build`)"
+)
+
+
+class UniqueError(Exception):
+    """Base class of every error raised by redis_unique."""
+
+
+class CommandError(UniqueError, ResponseError):
+    """The server refused a command. ``code`` is the error code of the reply
+    (``ERR``, ``WRONGTYPE``, ``OOM``...), restored where redis-py strips it."""
+
+    def __init__(self, message: str, code: str = "ERR") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ModuleNotLoaded(CommandError):
+    """The server does not know the UNIQUE.* commands."""
+
+
+class LockNotAcquired(UniqueError):
+    """The lock is held by others (after waiting, when a wait was given)."""
+
+    def __init__(self, message: str, key: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class LockLost(UniqueError):
+    """A held lock was found gone: its lease ran out (renewal came too late or
+    the server was unreachable) or it was removed by REAP, DEL or a failover."""
+
+    def __init__(self, message: str, key: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class DuplicateTask(LockNotAcquired):
+    """A unique task or job was refused because another one holds its lock
+    (``on_conflict="raise"``). ``existing`` is the job id of a holder, if any."""
+
+    def __init__(self, message: str, key: Optional[str] = None, existing: Optional[str] = None) -> None:
+        super().__init__(message, key)
+        self.existing = existing
+
+
+_CODES = ("WRONGTYPE", "OOM", "READONLY", "NOSCRIPT", "BUSY", "NOPERM", "MOVED", "ASK",
+          "CLUSTERDOWN", "LOADING", "MASTERDOWN", "NOREPLICAS", "EXECABORT", "CROSSSLOT", "TRYAGAIN")
+
+
+def translate(exc: ResponseError) -> Exception:
+    """The redis_unique exception for a redis-py ResponseError."""
+    if isinstance(exc, UniqueError):
+        return exc
+    message = str(exc)
+    lowered = message.lower()
+    if "unknown command" in lowered and "unique." in lowered:
+        return ModuleNotLoaded("%s (%s)" % (LOAD_HINT, message), "ERR")
+    first = message.split(" ", 1)[0]
+    if first.isupper() and first.isalpha() and len(first) > 1 and (first in _CODES or first.endswith("ERR")):
+        return CommandError(message, first)
+    # redis-py strips "ERR " and maps some codes to classes of their own.
+    name = type(exc).__name__
+    code = {"OutOfMemoryError": "OOM", "ReadOnlyError": "READONLY", "NoPermissionError": "NOPERM",
+            "NoScriptError": "NOSCRIPT", "BusyLoadingError": "LOADING", "ExecAbortError": "EXECABORT"}.get(name, "ERR")
+    return CommandError(message, code)

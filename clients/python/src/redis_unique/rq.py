@@ -1,0 +1,244 @@
+"""Unique jobs for RQ, on redis-unique: the same lock types as the Celery part.
+
+    from redis_unique.rq import enqueue_unique, while_executing
+
+    job = enqueue_unique(queue, sync_user, 42, lock="until_executed", lock_ttl=3600)   # a Job
+
+    @while_executing(ttl=60, on_conflict="skip")
+    def export(account): ...
+
+- ``until_executed`` (default): locked when enqueued, freed when the job
+  succeeds or fails for good (a failure that RQ retries keeps it); works with
+  any worker (it uses the job's success and failure callbacks, so it cannot be
+  combined with callbacks of your own).
+- ``until_expired``: locked when enqueued, held until its ``lock_ttl`` runs out.
+- ``until_executing``, ``while_executing``, ``until_and_while_executing`` act
+  when the job starts: run the workers with ``--job-class
+  redis_unique.rq.UniqueJob`` (``Worker(..., job_class=UniqueJob)``).
+- the :func:`while_executing` decorator holds a lock around the function
+  itself and works with any worker.
+
+``lock_key``: ``callable(args, kwargs)`` or None for every argument, as in the
+Celery part; lock keys are ``unique:<module.function>:<digest>`` and
+``...:run`` for the lock held while running. Holders' jids are RQ job ids; the
+OWNER of a running job's lock is the worker's name (unique per worker
+process): ``Client(redis).reap(owner=worker_name)`` frees a dead worker's locks.
+
+``on_conflict``: when enqueuing, ``skip`` (default) returns the Job that holds
+the lock (None if it is gone from Redis), ``raise`` raises
+:class:`~redis_unique.DuplicateTask`, ``retry`` waits up to ``lock_wait`` seconds
+(default 5) and then raises (``lock_wait`` waits before any policy). When running, ``skip`` returns None without
+running, ``raise`` fails the job with DuplicateTask, ``retry`` fails it too, so
+that the job's RQ ``Retry`` policy runs it again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import socket
+import uuid
+from typing import Any, Callable, Optional, TypeVar
+
+from rq import get_current_job
+from rq.job import Callback, Job
+
+from ._protocol import LOCK_TYPES
+from .client import Client
+from .errors import DuplicateTask, LockLost, LockNotAcquired
+from .lock import Lock
+
+__all__ = ["enqueue_unique", "while_executing", "UniqueJob", "unique_key"]
+
+log = logging.getLogger("redis_unique.rq")
+META = "redis_unique"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _func_name(func: Any) -> str:
+    if isinstance(func, str):
+        return func
+    return "%s.%s" % (func.__module__, func.__qualname__)
+
+
+def unique_key(func: Any, args: Any = (), kwargs: Any = None,
+               key: Optional[Callable[[Any, Any], Any]] = None) -> Optional[str]:
+    """The lock key of a call (None: the key callable said "not unique")."""
+    args, kwargs = list(args or ()), dict(kwargs or {})
+    part = key(args, kwargs) if key is not None else [args, kwargs]
+    if part is None:
+        return None
+    if not isinstance(part, str):
+        text = json.dumps(part, sort_keys=True, separators=(",", ":"), default=repr)
+        part = hashlib.sha1(text.encode()).hexdigest()
+    return "unique:%s:%s" % (_func_name(func), part)
+
+
+def _owner(job: Job) -> str:
+    return getattr(job, "worker_name", None) or "%s:%d" % (socket.gethostname(), os.getppid())
+
+
+def _policies(on_conflict: Any) -> tuple:
+    if isinstance(on_conflict, str):
+        client = server = on_conflict
+    else:
+        client, server = on_conflict.get("client", "skip"), on_conflict.get("server", "skip")
+    for p in (client, server):
+        if p not in ("skip", "raise", "retry"):
+            raise ValueError("on_conflict must be skip, raise or retry, not %r" % (p,))
+    return client, server
+
+
+def enqueue_unique(queue: Any, func: Any, *args: Any, lock: str = "until_executed", lock_ttl: float = 3600,
+                   lock_run_ttl: float = 60, lock_key: Optional[Callable[[Any, Any], Any]] = None,
+                   on_conflict: Any = "skip", lock_wait: Optional[float] = None, **kwargs: Any) -> Optional[Job]:
+    """``queue.enqueue(func, *args, **kwargs)`` unless the same call holds the
+    lock. ``lock_ttl``: the lease of the lock taken when enqueued (seconds);
+    ``lock_run_ttl``: the lease of the lock held while running, renewed every
+    third of it; ``lock_key``: what makes two calls the same; ``lock_wait``:
+    seconds to wait for the lock before the conflict policy. Options of RQ (``job_id``, ``meta``, ``retry``, ``job_timeout``...)
+    pass through; ``kwargs`` are the function's otherwise, as with enqueue."""
+    if lock not in LOCK_TYPES:
+        raise ValueError("lock must be one of %s, not %r" % (", ".join(LOCK_TYPES), lock))
+    client_policy, server_policy = _policies(on_conflict)
+    fkwargs = dict(kwargs.pop("kwargs", None) or {})
+    options = {k: kwargs.pop(k) for k in list(kwargs) if k in _RQ_OPTIONS}
+    fkwargs.update(kwargs)
+    k = unique_key(func, args, fkwargs, lock_key)
+    wait = lock_wait
+    if k is None:
+        return queue.enqueue(func, args=args, kwargs=fkwargs, **options)
+    client = Client(queue.connection)
+    job_id = options.setdefault("job_id", str(uuid.uuid4()))
+    options["meta"] = dict(options.get("meta") or {}, **{META: {
+        "key": k, "lock": lock, "ttl": lock_ttl, "run_ttl": lock_run_ttl, "on_conflict": server_policy, "wait": wait}})
+    if lock == "until_executed":
+        if options.get("on_success") or options.get("on_failure"):
+            raise ValueError("until_executed frees its lock in the job's callbacks: no on_success/on_failure")
+        options["on_success"] = Callback(_release_on_success)
+        options["on_failure"] = Callback(_release_on_failure)
+    if lock != "while_executing":
+        if wait is None and client_policy == "retry":
+            wait = 5.0
+        token = client.lock(k, job_id, ttl=lock_ttl, type=lock, wait=wait,
+                            meta={"func": _func_name(func), "queue": queue.name})
+        if token is None:
+            holders = client.locked_by(k)
+            existing = holders[0].decode() if holders and isinstance(holders[0], bytes) else None
+            if client_policy == "skip":
+                log.info("unique job %s already enqueued as %s: skipped", k, existing)
+                if existing is None:
+                    return None
+                try:
+                    return Job.fetch(existing, connection=queue.connection)
+                except Exception:  # noqa: BLE001 - gone from Redis (result expired)
+                    return None
+            raise DuplicateTask("%s is already enqueued with the same arguments (%s)" % (_func_name(func), existing),
+                                k, existing)
+    try:
+        return queue.enqueue(func, args=args, kwargs=fkwargs, **options)
+    except BaseException:
+        if lock != "while_executing":
+            client.unlock(k, job_id)
+        raise
+
+
+_RQ_OPTIONS = {"job_timeout", "description", "result_ttl", "ttl", "failure_ttl", "depends_on", "job_id",
+               "at_front", "meta", "retry", "repeat", "on_success", "on_failure", "on_stopped", "pipeline",
+               "rate_limit", "unique", "group_id", "webhooks"}
+
+
+def _release_on_success(job: Job, connection: Any, result: Any, *_: Any) -> None:
+    info = job.meta.get(META) or {}
+    if info.get("key"):
+        Client(connection).unlock(info["key"], job.id)
+
+
+def _release_on_failure(job: Job, connection: Any, *exc_info: Any) -> None:
+    info = job.meta.get(META) or {}
+    if not info.get("key"):
+        return
+    if job.retries_left:  # RQ runs it again: keep the lock
+        return
+    Client(connection).unlock(info["key"], job.id)
+
+
+def _conflict(policy: str, key: str, client: Client) -> None:
+    holders = client.locked_by(key)
+    existing = holders[0].decode() if holders and isinstance(holders[0], bytes) else None
+    if policy == "skip":
+        log.info("unique job: %s is running (%s): skipped", key, existing)
+        return None
+    raise DuplicateTask("%s is running (%s)" % (key, existing), key, existing)
+
+
+class UniqueJob(Job):
+    """The job class of workers that run ``until_executing``, ``while_executing``
+    and ``until_and_while_executing`` jobs of :func:`enqueue_unique`."""
+
+    def perform(self) -> Any:
+        info = self.meta.get(META) or {}
+        kind = info.get("lock")
+        if kind not in ("until_executing", "while_executing", "until_and_while_executing"):
+            return super().perform()
+        client = Client(self.connection)
+        k = info["key"]
+        if kind == "until_executing":
+            client.unlock(k, self.id)
+            return super().perform()
+        hold = Lock(client, k + ":run", ttl=info.get("run_ttl") or 60, jid=self.id, owner=_owner(self),
+                    type="while_executing", wait=info.get("wait"))
+        try:
+            hold.acquire()
+        except LockNotAcquired:
+            policy = info.get("on_conflict", "skip")
+            if kind == "until_and_while_executing" and not (policy == "retry" and self.retries_left):
+                client.unlock(k, self.id)
+            return _conflict(policy, k + ":run", client)
+        if kind == "until_and_while_executing":
+            client.unlock(k, self.id)
+        try:
+            return super().perform()
+        finally:
+            try:
+                hold.release()
+            except LockLost as lost:
+                log.warning("unique job %s: %s", self.id, lost)
+
+
+def while_executing(key: Optional[Callable[[Any, Any], Any]] = None, *, ttl: float = 60,
+                    on_conflict: str = "skip", wait: Optional[float] = None) -> Callable[[F], F]:
+    """A job function that runs once at a time per ``key`` (every argument by
+    default): a lock on ``unique:<module.function>:<digest>:run`` around the
+    call, renewed every ``ttl / 3``, OWNER the worker's name. Called outside a
+    job, the function just runs."""
+    _policies(on_conflict)
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            job = get_current_job()
+            k = unique_key(func, args, kwargs, key)
+            if job is None or k is None:
+                return func(*args, **kwargs)
+            client = Client(job.connection)
+            hold = Lock(client, k + ":run", ttl=ttl, jid=job.id, owner=_owner(job), type="while_executing",
+                        wait=wait)
+            try:
+                hold.acquire()
+            except LockNotAcquired:
+                return _conflict(on_conflict, k + ":run", client)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                try:
+                    hold.release()
+                except LockLost as lost:
+                    log.warning("unique job %s: %s", job.id, lost)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,55 @@
+"""The Celery app of the tests: a real worker process imports it (-A celery_app).
+
+CELERY_TEST_URL: the test Redis (broker, result backend and locks)."""
+
+import os
+
+import redis
+from celery import Celery
+
+from redis_unique.celery import UniqueTask, worker_owner
+
+URL = os.environ["CELERY_TEST_URL"]
+app = Celery("celery_app", broker=URL, backend=URL, task_cls=UniqueTask)
+app.conf.update(
+    task_default_queue="celery",
+    worker_prefetch_multiplier=1,
+    task_acks_late=False,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
+r = redis.Redis.from_url(URL)
+
+
+def body(self, tag, fail=False):
+    """Records the run and its lock holders, then waits for the test to open the gate."""
+    r.rpush("runs:" + tag, self.request.id)
+    r.set("owner:" + tag, worker_owner(self.request.hostname))
+    if not r.blpop(["gate:" + tag], timeout=30):
+        raise RuntimeError("gate never opened")
+    if fail:
+        raise ValueError("failed on purpose")
+    return tag
+
+
+def task(name, **unique):
+    return app.task(name=name, bind=True, unique=unique)(body)
+
+
+ue_skip = task("ue_skip", lock="until_executed")
+ue_raise = task("ue_raise", lock="until_executed", on_conflict="raise")
+ue_keyed = task("ue_keyed", lock="until_executed", key=lambda args, kwargs: "by-tag:" + args[0])
+uing = task("uing", lock="until_executing")
+we_skip = task("we_skip", lock="while_executing")
+we_raise = task("we_raise", lock="while_executing", on_conflict="raise")
+we_retry = task("we_retry", lock="while_executing", on_conflict="retry", retry_countdown=0.1)
+uawe = task("uawe", lock="until_and_while_executing")
+expiring = task("expiring", lock="until_expired", ttl=1)
+
+
+@app.task(name="ue_flaky", bind=True, unique={"lock": "until_executed"}, autoretry_for=(ValueError,),
+          max_retries=1, default_retry_delay=0)
+def ue_flaky(self, tag):
+    r.rpush("runs:" + tag, self.request.id)
+    r.rpush("holders:" + tag, len(r.execute_command("UNIQUE.LOCKEDBY", ue_flaky.unique_key([tag], {}))))
+    raise ValueError("always fails")

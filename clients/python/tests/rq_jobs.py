@@ -1,0 +1,32 @@
+"""The RQ jobs of the tests (real workers import this module). RQ_TEST_URL: the test Redis."""
+
+import os
+
+import redis
+from rq import get_current_job
+
+from redis_unique.rq import while_executing
+
+r = redis.Redis.from_url(os.environ["RQ_TEST_URL"])
+
+
+def gated(tag, fail=False):
+    """Records the run, then waits for the test to open the gate."""
+    job = get_current_job()
+    r.rpush("runs:" + tag, job.id)
+    r.set("owner:" + tag, job.worker_name)
+    if not r.blpop(["gate:" + tag], timeout=30):
+        raise RuntimeError("gate never opened")
+    if fail:
+        raise ValueError("failed on purpose")
+    return tag
+
+
+@while_executing(on_conflict="skip")
+def we_skip(tag):
+    return gated(tag)
+
+
+@while_executing(on_conflict="raise")
+def we_raise(tag):
+    return gated(tag)
