@@ -18,13 +18,11 @@
 //! reads the replica's clock or configuration, so a replica (or an AOF replay)
 //! ends with exactly the primary's data.
 
-use redis_module::{
-    Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
-};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use std::ffi::CStr;
 
-use super::{events, parse_int, settle, tracked};
+use super::{Change, events, finish, parse_int, tracked};
 use crate::fencing;
 use crate::ffi::{self, LockKey};
 use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
@@ -89,12 +87,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
     });
 
-    settle(&mut key)?;
-    // A replica's own AOF only gets what a module command replicates.
-    ctx.replicate_verbatim();
-    if let Some(event) = event {
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key_name);
-    }
+    finish(ctx, key_name, key, now, 0, Change::Replayed(event))?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -2,11 +2,9 @@
 
 use std::ops::Deref;
 
-use redis_module::{
-    Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
-};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{apply, events, parse_int, settle, tracked};
+use super::{Change, finish, parse_int, tracked};
 use crate::ffi::{LockKey, now_ms};
 use crate::lock::{
     Acquired, DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, validate_jid,
@@ -150,8 +148,8 @@ enum Attempt {
     Denied { lease_end: Option<i64> },
 }
 
-/// One LOCK: prune, then acquire or renew, then the side effects of what
-/// changed (key expiry, replication, events, counters).
+/// One LOCK: prune, then acquire or renew, count, then [`finish`] what
+/// changed (key expiry, replication, events, waiters).
 fn attempt(
     ctx: &Context,
     key_name: &RedisString,
@@ -196,40 +194,23 @@ fn attempt(
         }
     };
 
-    if acquired != Acquired::Denied || expired > 0 {
-        settle(&mut key)?;
-    }
-    if expired > 0 {
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, key_name);
-    }
-    let outcome = {
-        let lock = key.lock()?;
-        match (acquired, lock.and_then(|lock| lock.holder(jid))) {
-            (Acquired::Granted(token) | Acquired::Renewed(token), Some(holder)) => {
-                apply::replicate_hold(ctx, key_name, now, holder);
-                if matches!(acquired, Acquired::Granted(_)) {
-                    metrics::record(now, Some(holder.lock_type()), Event::Acquired);
-                    ctx.notify_keyspace_event(NotifyEvent::MODULE, events::LOCK, key_name);
-                } else {
-                    metrics::record(now, Some(holder.lock_type()), Event::Renewed);
-                }
-                Attempt::Granted(token)
-            }
-            _ => {
-                if expired > 0 {
-                    apply::replicate_prune(ctx, key_name, now);
-                }
-                let lease_end =
-                    lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at()).min());
-                Attempt::Denied { lease_end }
-            }
+    let lock = key.lock()?;
+    let (outcome, change) = match (acquired, lock.and_then(|lock| lock.holder(jid))) {
+        (Acquired::Granted(token), Some(holder)) => {
+            metrics::record(now, Some(holder.lock_type()), Event::Acquired);
+            (Attempt::Granted(token), Change::Hold { jid, new: true })
+        }
+        (Acquired::Renewed(token), Some(holder)) => {
+            metrics::record(now, Some(holder.lock_type()), Event::Renewed);
+            (Attempt::Granted(token), Change::Hold { jid, new: false })
+        }
+        _ => {
+            let lease_end =
+                lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at()).min());
+            (Attempt::Denied { lease_end }, Change::None)
         }
     };
-    // Serving waiters opens the key again: ours must be closed first.
-    drop(key);
-    if expired > 0 {
-        waiting::slot_freed(ctx, key_name);
-    }
+    finish(ctx, key_name, key, now, expired, change)?;
     Ok(outcome)
 }
 
