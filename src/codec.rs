@@ -19,9 +19,19 @@
 //! ```
 
 use std::collections::HashSet;
+use std::ffi::CStr;
 use std::fmt;
 
 use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
+
+/// The internal command that carries an effect to replicas and the AOF
+/// (`commands/apply.rs`), as it is registered and written.
+pub const APPLY_COMMAND: &CStr = c"UNIQUE.APPLY";
+/// [`APPLY_COMMAND`] as text, for its registration (`lib.rs`).
+pub const APPLY_COMMAND_NAME: &str = match APPLY_COMMAND.to_str() {
+    Ok(name) => name,
+    Err(_) => "",
+};
 
 /// The encoding this build writes; it reads this one and every older one.
 pub const ENCODING_VERSION: i32 = 1;

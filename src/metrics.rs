@@ -13,6 +13,8 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use serde_json::{Map, Value, json};
 
+use crate::config;
+
 /// The events counted, in the order every format lists them.
 pub const EVENT_NAMES: [&str; 9] = [
     "acquired",
@@ -110,6 +112,16 @@ pub struct Limits {
     pub max_types: usize,
     /// unique.metrics-minutes
     pub minutes: usize,
+}
+
+impl Limits {
+    /// The limits as configured now.
+    pub fn configured() -> Self {
+        Self {
+            max_types: config::metrics_max_types(),
+            minutes: config::metrics_minutes(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -307,7 +319,7 @@ pub fn global() -> MutexGuard<'static, Metrics> {
 
 /// Counts one event for one holder of `lock_type` (`None`: total only).
 pub fn record(now_ms: i64, lock_type: Option<&str>, event: Event) {
-    global().record(now_ms, lock_type, event, 1, crate::config::metrics_limits());
+    global().record(now_ms, lock_type, event, 1, Limits::configured());
 }
 
 /// A lock value came into memory (created, loaded, copied) with `holders`.

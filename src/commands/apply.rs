@@ -20,14 +20,11 @@
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use std::ffi::CStr;
-
 use super::{Change, events, finish, parse_int, tracked};
+use crate::datatype::LockKey;
 use crate::fencing;
-use crate::ffi::{self, LockKey};
+use crate::ffi;
 use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
-
-pub const NAME: &CStr = c"UNIQUE.APPLY";
 
 /// Replicates a grant or renewal: the holder as it now is.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, holder: &Holder) {

@@ -5,13 +5,15 @@ use std::ops::Deref;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{Change, finish, parse_int, tracked};
-use crate::ffi::{LockKey, now_ms};
+use crate::datatype::LockKey;
+use crate::ffi::now_ms;
 use crate::lock::{
     Acquired, DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, validate_jid,
     validate_meta, validate_owner, validate_type,
 };
 use crate::metrics::{self, Event};
-use crate::{config, fencing, waiting};
+use crate::waiting::{self, Served};
+use crate::{config, fencing};
 
 /// The options of a LOCK call, validated, before the clock is read.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -77,29 +79,23 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
     match attempt(ctx, key_name, jid, &opts, Queue::Behind)? {
         Attempt::Granted(token) => Ok(RedisValue::Integer(token)),
-        Attempt::Denied { lease_end } => match wait {
-            Some(ms) if waiting::block(ctx, &args, ms, lease_end) => Ok(RedisValue::NoReply),
-            _ => {
-                let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
-                metrics::record(now_ms(), Some(lock_type), Event::Denied);
-                Ok(RedisValue::Null)
+        Attempt::Denied { lease_end } => {
+            let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
+            match wait {
+                Some(ms) if waiting::block(ctx, &args, ms, lease_end, serve_waiter, lock_type) => {
+                    Ok(RedisValue::NoReply)
+                }
+                _ => {
+                    metrics::record(now_ms(), Some(lock_type), Event::Denied);
+                    Ok(RedisValue::Null)
+                }
             }
-        },
+        }
     }
 }
 
-/// What serving one waiter gave.
-pub enum Served {
-    /// Its token: a grant (or a renewal, if its jid got the lock meanwhile).
-    Granted(i64),
-    /// Still no slot; the earliest end of lease among the holders, if any.
-    Denied { lease_end: Option<i64> },
-    /// Its call fails now (say its PXAT has passed): this error ends the wait.
-    Failed(String),
-}
-
 /// Runs a waiting LOCK (`args`: the command's arguments) again, as the
-/// longest waiter in the queue.
+/// longest waiter in the queue: the [`waiting::Retry`] of a blocked LOCK.
 pub fn serve_waiter(ctx: &Context, args: &[Vec<u8>]) -> Served {
     let [_, key_name, jid, options @ ..] = args else {
         return Served::Failed(RedisError::WrongArity.to_string());
@@ -123,13 +119,6 @@ pub fn serve_waiter(ctx: &Context, args: &[Vec<u8>]) -> Served {
         Ok(Attempt::Denied { lease_end }) => Served::Denied { lease_end },
         Err(e) => Served::Failed(e.to_string()),
     }
-}
-
-/// The TYPE a LOCK call asked for (for counting a call that got nothing).
-pub fn requested_type(args: &[RedisString]) -> String {
-    let options = args.get(3..).unwrap_or_default();
-    let opts = parse_options(options, usize::MAX).unwrap_or_default();
-    opts.lock_type.unwrap_or(DEFAULT_TYPE).to_string()
 }
 
 /// Where a call stands relative to the clients waiting on the same key.

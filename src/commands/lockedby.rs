@@ -4,7 +4,8 @@ use std::ffi::{c_char, c_long};
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, raw};
 
-use crate::ffi::{LockKey, now_ms};
+use crate::datatype::LockKey;
+use crate::ffi::now_ms;
 use crate::lock::{Holder, LockError};
 
 /// Read-only: expired holders are hidden, never removed, so this is right on

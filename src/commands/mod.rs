@@ -12,7 +12,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString};
 
-use crate::ffi::LockKey;
+use crate::datatype::LockKey;
 use crate::lock::{Lock, LockError};
 use crate::metrics as counters;
 use crate::waiting;

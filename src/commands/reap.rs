@@ -7,7 +7,8 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{Change, finish, parse_int, tracked};
-use crate::ffi::{LockKey, now_ms};
+use crate::datatype::LockKey;
+use crate::ffi::now_ms;
 use crate::lock::{LockError, validate_owner};
 use crate::metrics::{self, Event};
 

@@ -3,7 +3,8 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{Change, finish, tracked};
-use crate::ffi::{LockKey, now_ms};
+use crate::datatype::LockKey;
+use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
