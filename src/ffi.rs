@@ -15,7 +15,7 @@ use std::ptr::NonNull;
 use redis_module::native_types::RedisType;
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, raw};
 
-use crate::codec::{APPLY_COMMAND, DecodeError, Sink, Source};
+use crate::codec::{APPLY_COMMAND, DecodeError, Sink, Source, write_holder};
 use crate::lock::Holder;
 
 /// The server's wall clock, unix ms.
@@ -241,37 +241,82 @@ impl Digest {
     }
 }
 
-/// Calls the variadic `$f($first, ...)` with `UNIQUE.APPLY key now HOLD jid
-/// token acquired_at expires_at type owner meta` for holder `$h`: the same
-/// arguments go into a rewritten AOF and to the replicas.
-macro_rules! apply_hold {
-    ($f:expr, $first:expr, $key:expr, $now:expr, $h:expr) => {{
-        let h: &Holder = $h;
-        let (jid, lock_type) = (h.jid(), h.lock_type());
-        let owner = h.owner().unwrap_or_default();
-        let meta = h.meta().unwrap_or_default();
-        // The format describes the arguments one by one: s = a module string,
-        // l = long long, c = C string, b = pointer and length.
-        $f(
-            $first,
-            APPLY_COMMAND.as_ptr(),
-            c"slcblllbbb".as_ptr(),
-            $key,
-            $now as c_longlong,
-            c"HOLD".as_ptr(),
-            jid.as_ptr().cast::<c_char>(),
-            jid.len(),
-            h.token as c_longlong,
-            h.acquired_at as c_longlong,
-            h.expires_at().unwrap_or(-1) as c_longlong,
-            lock_type.as_ptr().cast::<c_char>(),
-            lock_type.len(),
-            owner.as_ptr().cast::<c_char>(),
-            owner.len(),
-            meta.as_ptr().cast::<c_char>(),
-            meta.len(),
-        )
-    }};
+/// Redis strings built through the codec's [`Sink`]: a holder goes to the
+/// AOF and to the replicas in the fields, and the order, it has in the RDB
+/// (`codec::write_holder`). Ours until dropped.
+struct Argv {
+    strings: [*mut raw::RedisModuleString; 8],
+    len: usize,
+}
+
+impl Argv {
+    /// The fields of `h`.
+    fn holder(h: &Holder) -> Self {
+        let mut argv = Self {
+            strings: [std::ptr::null_mut(); 8],
+            len: 0,
+        };
+        write_holder(h, &mut argv);
+        argv
+    }
+
+    fn push(&mut self, s: *mut raw::RedisModuleString) {
+        match self.strings.get_mut(self.len) {
+            Some(slot) if !s.is_null() => {
+                *slot = s;
+                self.len += 1;
+            }
+            // More fields than room: cannot happen (a holder has 7).
+            _ => free_string(s),
+        }
+    }
+}
+
+impl Sink for Argv {
+    fn unsigned(&mut self, value: u64) {
+        self.signed(value as i64);
+    }
+    fn signed(&mut self, value: i64) {
+        // SAFETY: with no context the string is not auto-freed: `Drop` frees it.
+        let s = unsafe {
+            raw::RedisModule_CreateStringFromLongLong
+                .map_or(std::ptr::null_mut(), |f| f(std::ptr::null_mut(), value))
+        };
+        self.push(s);
+    }
+    fn buffer(&mut self, bytes: &[u8]) {
+        // SAFETY: as above; the buffer is valid for `bytes.len()` bytes.
+        let s = unsafe {
+            raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
+                f(
+                    std::ptr::null_mut(),
+                    bytes.as_ptr().cast::<c_char>(),
+                    bytes.len(),
+                )
+            })
+        };
+        self.push(s);
+    }
+}
+
+impl Drop for Argv {
+    fn drop(&mut self) {
+        for &s in self.strings.iter().take(self.len) {
+            free_string(s);
+        }
+    }
+}
+
+fn free_string(s: *mut raw::RedisModuleString) {
+    if s.is_null() {
+        return;
+    }
+    // SAFETY: `s` was created with no context and is freed once.
+    unsafe {
+        if let Some(f) = raw::RedisModule_FreeString {
+            f(std::ptr::null_mut(), s);
+        }
+    }
 }
 
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF,
@@ -281,24 +326,44 @@ pub(crate) fn emit_aof_hold(
     key: *mut raw::RedisModuleString,
     h: &Holder,
 ) {
+    let mut argv = Argv::holder(h);
     // SAFETY: `io` and `key` are what Redis passed to aof_rewrite; every
-    // argument matches the format.
+    // argument matches the format (s = a module string, l = long long, c = C
+    // string, v = an array of module strings and its length).
     unsafe {
         if let Some(emit) = raw::RedisModule_EmitAOF {
-            apply_hold!(emit, io, key, 0, h);
+            emit(
+                io,
+                APPLY_COMMAND.as_ptr(),
+                c"slcv".as_ptr(),
+                key,
+                0 as c_longlong,
+                c"HOLD".as_ptr(),
+                argv.strings.as_mut_ptr(),
+                argv.len,
+            );
         }
     }
 }
 
-/// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is.
-/// Numbers go as numbers and the key as the client's own string, so nothing
-/// is formatted or copied here.
+/// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is,
+/// with the client's own key string.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
+    let mut argv = Argv::holder(h);
     // SAFETY: `ctx` is the context of the running command; every argument
-    // matches the format.
+    // matches the format (as in `emit_aof_hold`).
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
-            apply_hold!(replicate, ctx.get_raw(), key.inner, now, h);
+            replicate(
+                ctx.get_raw(),
+                APPLY_COMMAND.as_ptr(),
+                c"slcv".as_ptr(),
+                key.inner,
+                now as c_longlong,
+                c"HOLD".as_ptr(),
+                argv.strings.as_mut_ptr(),
+                argv.len,
+            );
         }
     }
 }

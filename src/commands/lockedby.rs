@@ -4,6 +4,7 @@ use std::ffi::{c_char, c_long};
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, raw};
 
+use crate::codec::NO_EXPIRY;
 use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::lock::{Holder, LockError};
@@ -69,9 +70,9 @@ impl Reply {
         self.bulk(b"acquired_at");
         self.int(h.acquired_at);
         self.bulk(b"expires_at");
-        self.int(h.expires_at().unwrap_or(-1));
+        self.int(h.expires_at().unwrap_or(NO_EXPIRY));
         self.bulk(b"ttl");
-        self.int(h.ttl(now).unwrap_or(-1));
+        self.int(h.ttl(now).unwrap_or(NO_EXPIRY));
         self.bulk(b"type");
         self.bulk(h.lock_type().as_bytes());
         self.bulk(b"owner");
