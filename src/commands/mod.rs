@@ -6,6 +6,7 @@ pub mod lock;
 pub mod lockedby;
 pub mod metrics;
 pub mod reap;
+pub mod reply;
 pub mod unlock;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
