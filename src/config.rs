@@ -1,10 +1,11 @@
 //! The module's configuration (`unique.<name>`): settable as module arguments
 //! (without the prefix), in redis.conf and with CONFIG SET. Redis enforces the
 //! ranges given at registration (`lib.rs`).
+//!
+//! It imports nothing from the crate: what reads an option lives with its
+//! user (the metrics limits in `metrics.rs`).
 
 use std::sync::atomic::{AtomicI64, Ordering};
-
-use crate::metrics::Limits;
 
 /// A numeric option: its name without the `unique.` prefix, default and range.
 pub struct Numeric {
@@ -58,9 +59,6 @@ pub fn metrics_minutes() -> usize {
     METRICS_MINUTES.get_usize().max(1)
 }
 
-pub fn metrics_limits() -> Limits {
-    Limits {
-        max_types: METRICS_MAX_TYPES.get_usize().max(1),
-        minutes: metrics_minutes(),
-    }
+pub fn metrics_max_types() -> usize {
+    METRICS_MAX_TYPES.get_usize().max(1)
 }

@@ -107,7 +107,7 @@ redis_module! {
         ["unique.lockedby", |ctx, args| guard(ctx, args, commands::lockedby::run), "readonly fast", 1, 1, 1, ""],
         ["unique.reap", |ctx, args| guard(ctx, args, commands::reap::run), "write", 0, 0, 0, ""],
         ["unique.metrics", |ctx, args| guard(ctx, args, commands::metrics::run), "readonly fast", 0, 0, 0, ""],
-        ["unique.apply", |ctx, args| guard(ctx, args, commands::apply::run), "write", 1, 1, 1, ""],
+        [codec::APPLY_COMMAND_NAME, |ctx, args| guard(ctx, args, commands::apply::run), "write", 1, 1, 1, ""],
     ],
     event_handlers: [
         [@GENERIC @EVICTED @EXPIRED: key_gone],
