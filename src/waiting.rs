@@ -25,6 +25,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::ops::Deref;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use redis_module::{Context, RedisResult, RedisValue};
@@ -41,6 +42,11 @@ pub enum Served {
     /// Its call fails now (say its PXAT has passed): this error ends the wait.
     Failed(String),
 }
+
+/// What a client is told when the module hits a bug: the error reply of a
+/// panicking command, and of a waiter whose retry panicked.
+pub const INTERNAL_ERROR: &str =
+    "ERR internal error in the unique module (a bug: see the server log)";
 
 /// Runs a blocked call (its arguments: command, key, ...) again, as the
 /// longest waiter in its key's queue.
@@ -245,7 +251,11 @@ fn serve(ctx: &Context, key: &[u8]) {
     let mut still = VecDeque::with_capacity(queue.len());
     let mut next_lease_end: Option<i64> = None;
     for waiter in queue {
-        let reply = match (waiter.retry)(ctx, &waiter.args) {
+        // A bug in one retry ends that wait with an error; the queue, and
+        // the serving state, must survive it.
+        let served = catch_unwind(AssertUnwindSafe(|| (waiter.retry)(ctx, &waiter.args)))
+            .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()));
+        let reply = match served {
             Served::Granted(token) => WaiterReply::Token(token),
             Served::Failed(e) => WaiterReply::Error(e),
             Served::Denied { lease_end } => {

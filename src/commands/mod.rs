@@ -24,11 +24,8 @@ pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
 /// Runs a handler so that a panic becomes an error reply instead of taking
 /// the server down.
 pub fn guard(ctx: &Context, args: Vec<RedisString>, handler: Handler) -> RedisResult {
-    catch_unwind(AssertUnwindSafe(|| handler(ctx, args))).unwrap_or_else(|_| {
-        Err(RedisError::Str(
-            "ERR internal error in the unique module (a bug: see the server log)",
-        ))
-    })
+    catch_unwind(AssertUnwindSafe(|| handler(ctx, args)))
+        .unwrap_or_else(|_| Err(RedisError::Str(crate::waiting::INTERNAL_ERROR)))
 }
 
 // Not through std::error::Error: redis-module's blanket conversion would add a
