@@ -15,7 +15,6 @@ pub mod reaper;
 pub mod role;
 pub mod waiting;
 
-use redis_module::configuration::ConfigurationFlags;
 use redis_module::server_events::{FlushSubevent, ServerRole};
 use redis_module::{
     Context, InfoContext, ModuleOptions, NotifyEvent, RedisResult, RedisString, Status,
@@ -24,9 +23,6 @@ use redis_module::{
 use redis_module_macros::{flush_event_handler, info_command_handler, role_changed_event_handler};
 
 use crate::commands::guard;
-use crate::config::{
-    MAX_META_BYTES, METRICS_MAX_TYPES, METRICS_MINUTES, REAP_BATCH, REAP_INTERVAL,
-};
 use crate::datatype::LOCK_TYPE;
 
 // Redis's allocator, so that Redis accounts for our memory; unit tests and
@@ -41,7 +37,13 @@ type Allocator = std::alloc::System;
 #[cfg(any(test, feature = "system-alloc"))]
 const ALLOCATOR: Allocator = std::alloc::System;
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    // The `unique.*` configuration, from the module arguments, redis.conf
+    // and MODULE LOADEX; a bad one fails the load (and a server start).
+    if config::load(ctx, args) == Status::Err {
+        return Status::Err;
+    }
+    ffi::describe_commands(ctx);
     // Our rdb_load checks every read, so a truncated RESTORE payload or RDB is
     // an error reply instead of a server abort.
     ctx.set_module_options(ModuleOptions::HANDLE_IO_ERRORS);
@@ -112,17 +114,4 @@ redis_module! {
     event_handlers: [
         [@GENERIC @EVICTED @EXPIRED: key_gone],
     ],
-    configurations: [
-        i64: [
-            [REAP_INTERVAL.name, &REAP_INTERVAL.value, REAP_INTERVAL.default, REAP_INTERVAL.min, REAP_INTERVAL.max, ConfigurationFlags::DEFAULT, None],
-            [REAP_BATCH.name, &REAP_BATCH.value, REAP_BATCH.default, REAP_BATCH.min, REAP_BATCH.max, ConfigurationFlags::DEFAULT, None],
-            [MAX_META_BYTES.name, &MAX_META_BYTES.value, MAX_META_BYTES.default, MAX_META_BYTES.min, MAX_META_BYTES.max, ConfigurationFlags::DEFAULT, None],
-            [METRICS_MINUTES.name, &METRICS_MINUTES.value, METRICS_MINUTES.default, METRICS_MINUTES.min, METRICS_MINUTES.max, ConfigurationFlags::DEFAULT, None],
-            [METRICS_MAX_TYPES.name, &METRICS_MAX_TYPES.value, METRICS_MAX_TYPES.default, METRICS_MAX_TYPES.min, METRICS_MAX_TYPES.max, ConfigurationFlags::DEFAULT, None],
-        ],
-        string: [],
-        bool: [],
-        enum: [],
-        module_args_as_configuration: true,
-    ]
 }
