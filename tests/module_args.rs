@@ -11,7 +11,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Server, module_path};
+use common::module_path;
 
 fn config(con: &mut common::Connection, name: &str) -> String {
     let pair: Vec<String> = redis::cmd("CONFIG")
@@ -24,13 +24,8 @@ fn config(con: &mut common::Connection, name: &str) -> String {
 
 #[test]
 fn both_spellings_set_the_configuration() {
-    let server = Server::start_with(&[
-        "unique.reap-interval",
-        "50",
-        "reap-batch",
-        "7",
-        "UNIQUE.Max-Meta-Bytes",
-        "4096",
+    let server = ConfServer::start(&[
+        "loadmodule {module} unique.reap-interval 50 reap-batch 7 UNIQUE.Max-Meta-Bytes 4096",
     ]);
     let con = &mut server.con();
     assert_eq!(config(con, "unique.reap-interval"), "50");
@@ -332,4 +327,27 @@ fn a_bad_unique_setting_in_the_configuration_file_stops_the_server() {
         "{log}"
     );
     assert!(log.contains("server aborting"), "{log}");
+}
+
+#[test]
+fn module_load_with_a_bad_argument_is_an_error_and_the_server_keeps_serving() {
+    let server = ConfServer::start(&["enable-module-command yes"]);
+    let con = &mut server.con();
+    let module = module_path().display().to_string();
+    let refused = call!(con, "MODULE", "LOAD", &module, "reap-batch", "100001");
+    assert!(
+        matches!(&refused, Err(e) if e.starts_with("ERR Error loading the extension")),
+        "{refused:?}"
+    );
+    assert!(
+        server.log().contains(
+            "module argument `reap-batch 100001`: unique.reap-batch takes an integer from 1 to 100000"
+        ),
+        "{}",
+        server.log()
+    );
+    // Nothing of the failed load is left behind: a good load then works.
+    call!(con, "MODULE", "LOAD", &module, "unique.reap-batch", "9").expect("MODULE LOAD");
+    assert_eq!(config(con, "unique.reap-batch"), "9");
+    assert!(call!(con, "UNIQUE.LOCK", "k", "j").is_ok());
 }
