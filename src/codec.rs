@@ -26,7 +26,7 @@ use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
 
 /// The internal command that carries an effect to replicas and the AOF
 /// (`commands/apply.rs`), as it is registered and written.
-pub const APPLY_COMMAND: &CStr = c"UNIQUE.APPLY";
+pub const APPLY_COMMAND: &CStr = c"unique.apply";
 /// [`APPLY_COMMAND`] as text, for its registration (`lib.rs`).
 pub const APPLY_COMMAND_NAME: &str = match APPLY_COMMAND.to_str() {
     Ok(name) => name,

@@ -2,6 +2,7 @@
 //! (replication, keyspace event) in one place, only when something changed.
 
 pub mod apply;
+pub mod docs;
 pub mod lock;
 pub mod lockedby;
 pub mod metrics;
