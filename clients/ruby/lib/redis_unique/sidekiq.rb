@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "sidekiq"
+require "sidekiq/api"
 require "digest/md5"
 require "json"
 require_relative "../redis_unique"
