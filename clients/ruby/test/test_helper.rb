@@ -9,6 +9,7 @@ at_exit { TestSuite.shutdown }
 
 require "minitest/autorun"
 require "redis_unique/sidekiq"
+Redis.silence_deprecations = true if defined?(Redis) && Redis.respond_to?(:silence_deprecations=)
 
 # One redis-server (with the module) for the whole run, the Sidekiq client of this
 # process pointed at it, and Sidekiq processes started on first use.

@@ -3,6 +3,7 @@
 # The application that the test suite's Sidekiq processes run:
 #   sidekiq -r ./test/app/app.rb     (REDIS_URL set by the harness)
 require "redis_unique/sidekiq"
+Redis.silence_deprecations = true if defined?(Redis) && Redis.respond_to?(:silence_deprecations=)
 
 Sidekiq.configure_server do |config|
   config.redis = { url: ENV.fetch("REDIS_URL") }
