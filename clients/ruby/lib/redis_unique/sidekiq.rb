@@ -474,6 +474,41 @@ module RedisUnique
       end
     end
 
+    # Raised when a job's `depends_on:` keys are held: Sidekiq retries the job later.
+    class DependencyLocked < RedisUnique::Error; end
+
+    # Dependency locks (sidekiq_lockable_job's design on counting locks):
+    #
+    #   sidekiq_options dependency_locks: ->(args) { ["order:#{args[0]}"] }  # held from enqueue to success
+    #   sidekiq_options depends_on:       ->(args) { ["order:#{args[0]}"] }  # may run only when all are free
+    #
+    # Each key is a uniq-lock taken with LIMIT 0 (every job that holds it counts, each
+    # release removes one) and TYPE dependency; the value of either option is a Proc or a
+    # class method name (Symbol) called with the job's args, or an Array of keys.
+    module Dependencies
+      module_function
+
+      def keys(job, name)
+        spec = job.option(name, class_first: true)
+        spec = spec.call(job.item["args"]) if spec.is_a?(Proc)
+        spec = job.klass.public_send(spec, job.item["args"]) if spec.is_a?(Symbol) && job.klass.respond_to?(spec)
+        spec.is_a?(Array) ? spec.map(&:to_s) : []
+      end
+
+      def hold(client, keys, jid)
+        keys.each { |k| client.lock(k, jid, limit: 0, type: "dependency") }
+      end
+
+      def release(client, keys, jid)
+        keys.each { |k| client.unlock(k, jid) }
+      end
+
+      # The keys that some job holds now.
+      def held(client, keys)
+        keys.reject { |k| client.locked_by(k).empty? }
+      end
+    end
+
     # Takes the lock when a job is pushed (perform_async, perform_in, push_bulk, the
     # scheduler moving a job to its queue, a retry).
     class ClientMiddleware
@@ -481,9 +516,16 @@ module RedisUnique
 
       def call(worker_class, item, _queue, redis_pool = nil, &block)
         job = Job.new(worker_class, item, redis_pool || default_pool)
-        return yield unless job.lock_type
+        deps = Dependencies.keys(job, "dependency_locks")
+        return(job.lock_type ? job.client_lock(&block) : yield) if deps.empty?
 
-        job.client_lock(&block)
+        Dependencies.hold(job.client, deps, job.jid)
+        pushed = nil
+        begin
+          pushed = job.lock_type ? job.client_lock(&block) : yield
+        ensure
+          Dependencies.release(job.client, deps, job.jid) unless pushed
+        end
       end
 
       private
@@ -499,9 +541,15 @@ module RedisUnique
 
       def call(worker, item, _queue, &block)
         job = Job.new(worker.class, item, default_pool)
-        return yield unless job.lock_type
-
-        job.execute(&block)
+        blockers = Dependencies.keys(job, "depends_on")
+        unless blockers.empty? || (held = Dependencies.held(job.client, blockers)).empty?
+          raise DependencyLocked, "#{item["class"]} #{item["jid"]} waits for #{held.join(", ")} " \
+                                  "(held by #{held.flat_map { |k| job.client.locked_by(k) }.join(", ")})"
+        end
+        result = job.lock_type ? job.execute(&block) : yield
+        deps = Dependencies.keys(job, "dependency_locks")
+        Dependencies.release(job.client, deps, job.jid) unless deps.empty?
+        result
       end
 
       private
@@ -512,7 +560,9 @@ module RedisUnique
     end
 
     DEATH_HANDLER = lambda do |job, _exception|
-      Job.new(nil, job, nil).died
+      dead = Job.new(nil, job, nil)
+      dead.died
+      Dependencies.release(dead.client, Dependencies.keys(dead, "dependency_locks"), dead.jid)
     rescue StandardError => e
       Sidekiq.logger.warn("redis-unique: could not free the locks of dead job #{job["jid"]}: #{e.class}: #{e.message}")
     end
