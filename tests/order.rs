@@ -18,11 +18,16 @@ use redis::PubSub;
 /// A server with keyspace events of the module (class `d`) and an AOF;
 /// `reap_interval` ms between background reaper ticks (0: none).
 fn server(reap_interval: u32) -> Server {
+    // `appendfsync always`: the AOF holds a command's effects before its reply
+    // leaves (with everysec, a write can be postponed while a background fsync
+    // runs, and counting the effects "before" a step would race).
     Server::start_with(&[
         "--notify-keyspace-events",
         "Kd",
         "--appendonly",
         "yes",
+        "--appendfsync",
+        "always",
         "--unique.reap-interval",
         &reap_interval.to_string(),
     ])
