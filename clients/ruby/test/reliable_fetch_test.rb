@@ -100,6 +100,8 @@ class ReliableFetchTest < Minitest::Test
     assert_equal requeued_before + 1, stats["requeued_dead"].to_i
     assert_empty working(victim_r.identity), "the dead process's working list is gone"
     assert_equal [jid_r], working(survivor_r.identity)
+    puts "\n  kill -9 (Sidekiq #{Sidekiq::VERSION}): ran again #{elapsed.round(1)}s after the kill " \
+         "(dead_after #{TestSuite.dead_after}s, reaper_interval 1s); BRPOP control: lost"
     release(tok_r)
     wait_events("done", 1, tok_r)
     wait_until(message: "acknowledged and unlocked") { working(survivor_r.identity).empty? && client.locked_by(run_r).empty? }
@@ -137,6 +139,8 @@ class ReliableFetchTest < Minitest::Test
                "a duplicate pushed during the restart is refused"
     assert_equal denied_before + 1, client.metrics.dig("types", "until_executed", "denied").to_i
     assert_equal 2, queue_jids("rf_term").size
+    puts "\n  TERM (Sidekiq #{Sidekiq::VERSION}): requeued #{stats["requeued_shutdown"].to_i - requeued_before}, " \
+         "locks kept 2, duplicates refused 1"
 
     fresh = start(RELIABLE_APP, "rf_term", concurrency: 3).first
     wait_events("start", 4)

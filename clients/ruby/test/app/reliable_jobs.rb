@@ -17,6 +17,7 @@ module ChaosJobs
     record(token, "start", job, n)
     sleep(millis / 1000.0)
     record(token, "end", job, n)
+    TestJobs.conn.call("INCR", "chaos:#{token}:ends")
   end
 end
 

@@ -274,7 +274,10 @@ module RedisUnique
         # Before REAP OWNER: the until_executed locks of the dead process's jobs are kept
         # (re-owned by "queued"), so the REAP frees only its runtime locks.
         def before_reap(identity, client)
-          jobs = client.connection.call("LRANGE", ReliableFetch.working_key(identity), 0, -1)
+          key = ReliableFetch.working_key(identity)
+          return if client.connection.call("LLEN", key).to_i.zero? # (a process without ReliableFetch)
+
+          jobs = client.connection.call("LRANGE", key, 0, -1)
           commands = jobs.flat_map { |job| ReliableFetch.keep_lock_commands(parse(job)) }
           multi(client, commands) unless commands.empty?
         end
@@ -284,6 +287,8 @@ module RedisUnique
         def after_reap(identity, client)
           key = ReliableFetch.working_key(identity)
           requeued = 0
+          return requeued if client.connection.call("LLEN", key).to_i.zero?
+
           loop do
             jobs = client.connection.call("LRANGE", key, -100, -1)
             break if jobs.nil? || jobs.empty?
@@ -317,13 +322,16 @@ module RedisUnique
       end
     end
 
+    # Every process with the gem recovers dead processes' working lists when it leads the
+    # reaper, whether or not it fetches with ReliableFetch itself (any process may lead).
+    Reaper.hooks << ReliableFetch::Recovery unless Reaper.hooks.include?(ReliableFetch::Recovery)
+
     class << self
       # Makes Sidekiq fetch with ReliableFetch: on Sidekiq 7 `config[:fetch_class]` (one
       # fetcher per capsule), on 6.4 `Sidekiq.options[:fetch]` (an instance made at startup,
       # when the queues are known). Call it inside Sidekiq.configure_server, with the
       # reaper on (it recovers dead processes' working lists).
       def reliable_fetch!(sidekiq_config = ::Sidekiq)
-        Reaper.hooks << ReliableFetch::Recovery unless Reaper.hooks.include?(ReliableFetch::Recovery)
         logger.warn("redis-unique: ReliableFetch without the reaper: dead processes' jobs stay in their working lists") unless config.reaper
         if sidekiq_config.respond_to?(:capsules)
           sidekiq_config[:fetch_class] = ReliableFetch
