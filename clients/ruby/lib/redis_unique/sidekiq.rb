@@ -318,7 +318,11 @@ module RedisUnique
       end
 
       def execute_until_executed
-        return Conflict.new(self, :server, digest).resolve unless take(digest, owner: Sidekiq.identity)
+        unless take(digest, owner: Sidekiq.identity)
+          return Conflict.new(self, :server, digest).resolve unless ReliableFetch.lapsed?(jid)
+
+          return yield # fetched without its lock (ReliableFetch): it runs, holding and freeing nothing
+        end
 
         done = false
         begin
@@ -327,7 +331,7 @@ module RedisUnique
           result
         ensure
           if done
-            client.unlock(digest, jid)
+            release(digest)
           else
             # failed (retry) or interrupted (requeued at shutdown): keep the lock, owned by nobody
             client.lock(digest, jid, limit: limit, type: lock_type, owner: QUEUED_OWNER)
@@ -343,8 +347,15 @@ module RedisUnique
         begin
           yield
         ensure
-          client.unlock(run_key, jid)
+          release(run_key)
         end
+      end
+
+      # The end-of-job unlock: with ReliableFetch, sent with the job's acknowledgement in one
+      # MULTI (ReliableFetch::UnitOfWork#defer_unlock); otherwise now.
+      def release(key)
+        unit = ReliableFetch.current(jid)
+        unit ? unit.defer_unlock(key, client) : client.unlock(key, jid)
       end
 
       # The job died (retries exhausted or retry: false): free what it holds.
@@ -570,3 +581,4 @@ module RedisUnique
 end
 
 require_relative "sidekiq/reaper"
+require_relative "sidekiq/reliable_fetch"

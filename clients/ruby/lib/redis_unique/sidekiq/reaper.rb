@@ -15,6 +15,12 @@ module RedisUnique
     class Reaper
       attr_reader :identity, :interval, :dead_after, :runs
 
+      # Objects with before_reap(identity, client) and after_reap(identity, client), called
+      # around the REAP OWNER of each dead identity (ReliableFetch's recovery).
+      def self.hooks
+        @hooks ||= []
+      end
+
       def initialize(redis, identity:, interval: 30, dead_after: 60, count: 1000)
         @client = redis.is_a?(Client) ? redis : Client.new(redis)
         @identity = identity
@@ -77,7 +83,9 @@ module RedisUnique
         @runs += 1
         reaped = {}
         dead_identities.each do |dead|
+          Reaper.hooks.each { |hook| hook.before_reap(dead, @client) }
           reaped[dead] = @client.reap(owner: dead, count: @count)
+          Reaper.hooks.each { |hook| hook.after_reap(dead, @client) }
           connection.call("ZREM", OWNERS_KEY, dead)
           if reaped[dead].positive?
             Sidekiq.logger.info("redis-unique reaper: freed #{reaped[dead]} lock(s) of dead process #{dead}")
