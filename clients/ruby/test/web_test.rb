@@ -179,6 +179,25 @@ class WebTest < Minitest::Test
     Sidekiq::DeadSet.new.find_job(dead_jid)&.delete if dead_jid
   end
 
+  def test_a_running_jobs_holder_links_to_busy_and_its_live_owner
+    TestSuite.workers
+    jid = UntilExecutedDefaultJob.perform_async(token, { "hold" => true })
+    digest = digest_of(UntilExecutedDefaultJob, token, { "hold" => true })
+    wait_events("start")
+    # Sidekiq publishes its running jobs with each heartbeat (every 5 s on 6.4, 10 s on 7).
+    row = wait_until(timeout: 30, interval: 0.5, message: "the job shown running") do
+      get_ok("/locks/lock", key: digest)[%r{<tr class="holder">.*?</tr>}m].then { |r| r&.include?(">running<") && r }
+    end
+    assert_includes row, %(<code class="jid">#{jid}</code>)
+    assert_includes CGI.unescapeHTML(row), %(href="/busy")
+    owner = CGI.unescapeHTML(row[%r{<td class="owner">([^<]+)</td>}, 1])
+    assert_includes TestSuite.workers.map(&:identity), owner, "the owner is the live process running it"
+    assert_includes get_ok("/locks/owners")[%r{<tr class="owner-row status-live">\s*<td><code class="owner">#{Regexp.escape(esc(owner))}</code>}], owner
+  ensure
+    release
+    wait_events("done") if jid
+  end
+
   def test_one_lock_shows_the_clients_waiting
     k = key
     client.lock(k, "holder", ttl: 600)
