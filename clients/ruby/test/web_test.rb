@@ -198,6 +198,15 @@ class WebTest < Minitest::Test
     wait_events("done") if jid
   end
 
+  def test_a_counting_lock_looks_up_the_jobs_of_its_first_holders_only
+    k = key
+    (RedisUnique::Web.job_lookup_limit + 2).times { |i| client.lock(k, format("j%03d", i), limit: 0, ttl: 600) }
+    rows = get_ok("/locks/lock", key: k).scan(%r{<tr class="holder">.*?</tr>}m)
+    assert_equal RedisUnique::Web.job_lookup_limit + 2, rows.size
+    assert_equal 2, rows.count { |r| r.include?("job not looked up") }
+    assert_includes rows[RedisUnique::Web.job_lookup_limit - 1], "not in Sidekiq"
+  end
+
   def test_one_lock_shows_the_clients_waiting
     k = key
     client.lock(k, "holder", ttl: 600)

@@ -32,6 +32,9 @@ module RedisUnique
       attr_accessor :owner_scan_limit
       # A job's queue is searched for its jid only up to this length.
       attr_accessor :queue_search_limit
+      # A lock page looks up the jobs of this many holders in Sidekiq (a counting lock
+      # may have thousands).
+      attr_accessor :job_lookup_limit
 
       def redis
         @redis || ::Sidekiq.redis_pool
@@ -140,6 +143,7 @@ module RedisUnique
     self.scan_count = 100
     self.owner_scan_limit = 10_000
     self.queue_search_limit = 10_000
+    self.job_lookup_limit = 50
   end
 end
 
