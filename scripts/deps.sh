@@ -10,6 +10,9 @@ command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-cli"
 ldconfig -p 2>/dev/null | grep -q 'libclang' || missing="$missing libclang"
 # The Ruby gem (clients/ruby): Ruby and Debian's gems, the only ones its tests use.
 ruby_packages="ruby ruby-sidekiq ruby-redis ruby-connection-pool ruby-minitest ruby-rack-test"
+# The web tab's browser test (clients/ruby/test/web_browser_test.rb): headless Chromium,
+# its driver, Selenium's Ruby binding and WEBrick to serve the app.
+ruby_packages="$ruby_packages chromium chromium-driver ruby-selenium-webdriver ruby-webrick"
 if command -v dpkg-query >/dev/null 2>&1; then
     for p in $ruby_packages; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -12,7 +12,7 @@ Gem::Specification.new do |spec|
   spec.authors = ["redis-unique contributors"]
   spec.license = "MIT"
   spec.required_ruby_version = ">= 3.1"
-  spec.files = Dir["lib/**/*.rb", "bin/*", "examples/*.rb", "README.md"]
+  spec.files = Dir["lib/**/*.rb", "lib/redis_unique/web/**/*.{erb,yml,js}", "bin/*", "examples/*.rb", "README.md"]
   spec.bindir = "bin"
   spec.executables = ["redis-unique-migrate"]
   spec.require_paths = ["lib"]

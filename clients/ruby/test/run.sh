@@ -11,4 +11,5 @@ run() { ruby -W0 -Ilib -Itest -e 'files = ARGV.dup; ARGV.clear; files.each { |f|
 echo "== redis-unique gem: Sidekiq 6.4.1 (Debian)"
 RUBYLIB= run "$@"
 echo "== redis-unique gem: Sidekiq 7.3.9 ($SHARED_RUBY)"
+[ -x "$SHARED_RUBY/sidekiq7-env.sh" ] || { echo "no $SHARED_RUBY/sidekiq7-env.sh: set SHARED_RUBY" >&2; exit 1; }
 RUBYLIB=$("$SHARED_RUBY/sidekiq7-env.sh") run "$@"

@@ -248,6 +248,7 @@ module RedisUnique
 
       def meta
         data = { "class" => item["class"].to_s, "queue" => item["queue"], "lock_args" => lock_args }
+        data["limit"] = limit if limit # LIMIT is per call: the Locks page reads it here (as v9 did)
         if truthy?(option("lock_info"))
           data["args"] = item["args"]
           data["at"] = item["at"] if item["at"]

@@ -1,0 +1,56 @@
+# frozen_string_literal: true
+
+require "selenium-webdriver"
+require "webrick"
+require "rack/handler/webrick"
+require "tmpdir"
+require_relative "web"
+
+module RedisUnique
+  # The Sidekiq web app served over HTTP by WEBrick (in this process) and a headless
+  # Chromium (Debian's chromium + chromium-driver) driven by Selenium.
+  module Browser
+    CHROMIUM_FLAGS = %w[--headless --no-sandbox --disable-gpu --disable-quic --no-first-run
+                        --disable-background-networking --disable-component-update --disable-sync
+                        --disable-dev-shm-usage --window-size=1100,800].freeze
+
+    # WEBrick serving the app on a free port of 127.0.0.1.
+    class Server
+      attr_reader :port
+
+      def initialize(app)
+        @port = Harness.free_port
+        @started = false
+        @thread = Thread.new do
+          Rack::Handler::WEBrick.run(app, Host: "127.0.0.1", Port: @port, Logger: WEBrick::Log.new(File::NULL),
+                                          AccessLog: [], StartCallback: -> { @started = true }) do |server|
+            @server = server
+          end
+        end
+        Harness.wait_until(timeout: 15, message: "WEBrick on #{@port}") do
+          @thread.join if !@thread.alive? # raises what stopped it
+          @started
+        end
+      end
+
+      def url(path = "/")
+        "http://127.0.0.1:#{@port}#{path}"
+      end
+
+      def stop
+        @server&.shutdown
+        @thread&.join(5)
+      end
+    end
+
+    module_function
+
+    def driver
+      options = Selenium::WebDriver::Chrome::Options.new(args: CHROMIUM_FLAGS + ["--user-data-dir=#{Dir.mktmpdir("redis-unique-chromium")}"])
+      options.binary = ENV["CHROMIUM"] || "/usr/bin/chromium"
+      service = Selenium::WebDriver::Chrome::Service.new(path: ENV["CHROMEDRIVER"] || "/usr/bin/chromedriver",
+                                                       port: Harness.free_port)
+      Selenium::WebDriver.for(:chrome, options: options, service: service)
+    end
+  end
+end

@@ -1,0 +1,168 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require_relative "support/browser"
+
+# The Locks tab in a real browser: headless Chromium opens the Sidekiq web app served over
+# HTTP, finds a lock this test took, opens it, reads its holder, presses Unlock (a
+# confirmation dialog: dismissed first, then accepted) and sees it gone; a key, jid, owner
+# and META full of markup render as text. Screenshots of each page go to a temporary
+# directory, printed at the start.
+class WebBrowserTest < Minitest::Test
+  include TestHelpers
+
+  class << self
+    def shots
+      @shots ||= Dir.mktmpdir("redis-unique-web-screenshots").tap do |dir|
+        puts "\nweb screenshots (Sidekiq #{Sidekiq::VERSION}): #{dir}"
+      end
+    end
+
+    def browser
+      @browser ||= begin
+        TestSuite.server
+        @http = RedisUnique::Browser::Server.new(RedisUnique::WebSupport.app)
+        Minitest.after_run { shutdown }
+        RedisUnique::Browser.driver
+      end
+    end
+
+    def http
+      browser
+      @http
+    end
+
+    def shutdown
+      begin
+        @browser&.quit
+      rescue StandardError => e
+        warn "chromium quit: #{e.class}: #{e.message}"
+      end
+      @http&.stop
+      @browser = @http = nil
+    end
+  end
+
+  def browser
+    self.class.browser
+  end
+
+  def visit(path)
+    browser.navigate.to(self.class.http.url(path))
+  end
+
+  def shot(name)
+    path = File.join(self.class.shots, "#{Sidekiq::VERSION}-#{name}.png")
+    browser.save_screenshot(path)
+    assert_operator File.size(path), :>, 1000, "a screenshot in #{path}"
+  end
+
+  def css(selector)
+    browser.find_element(css: selector)
+  end
+
+  def csses(selector)
+    browser.find_elements(css: selector)
+  end
+
+  def wait_for(message = "the page", &block)
+    wait_until(timeout: 15, interval: 0.05, message: message) do
+      block.call
+    rescue Selenium::WebDriver::Error::NoSuchElementError, Selenium::WebDriver::Error::StaleElementReferenceError
+      nil
+    end
+  end
+
+  def alert
+    wait_for("the confirmation dialog") do
+      browser.switch_to.alert
+    rescue Selenium::WebDriver::Error::NoSuchAlertError
+      nil
+    end
+  end
+
+  def test_find_a_lock_open_it_and_unlock_its_holder
+    key = "browser:#{token}"
+    meta = { "class" => "BrowserJob", "note" => "meta-#{token}" }
+    tok = client.lock(key, "jid-#{token}", ttl: 600, type: "until_executed", owner: "host:1:abc", meta: meta)
+    client.lock("browser:other:#{token}", "other", ttl: 600)
+
+    visit("/locks")
+    assert_equal "Locks", css("li.active a").text, "the Locks tab is the active one"
+    field = css("input[name=pattern]")
+    field.send_keys("browser:#{token}*")
+    field.submit
+    link = wait_for("the filtered list") do
+      links = csses("#redis-unique-locks-table td.key a")
+      links.size == 1 && links.first.text == key ? links.first : nil
+    end
+    shot("locks")
+    link.click
+
+    wait_for("the lock page") { css("#redis-unique-holders") }
+    assert_equal key, css("h3 code.key").text
+    assert_equal "jid-#{token}", css("tr.holder code.jid").text
+    assert_equal tok.to_s, css("tr.holder code.token").text
+    assert_equal JSON.pretty_generate(meta), css("tr.holder pre.meta").text
+    assert_equal "host:1:abc", css("tr.holder td.owner").text
+    shot("lock")
+
+    css("tr.holder input.unlock").click
+    dialog = alert
+    assert_includes dialog.text, "Remove jid-#{token} from this lock?"
+    dialog.dismiss
+    assert_equal ["jid-#{token}"], client.locked_by(key), "dismissed: nothing sent"
+
+    css("tr.holder input.unlock").click
+    alert.accept
+    wait_for("the holder gone") { css("#redis-unique-free") }
+    assert_equal "The holder was removed.", css("#redis-unique-notice").text
+    assert_empty csses("tr.holder")
+    assert_empty client.locked_by(key)
+    shot("unlocked")
+  end
+
+  def test_markup_in_a_lock_renders_as_text
+    key = %(xss:#{token}:<script>window.__xss=1</script>)
+    jid = %(<img src=x onerror="window.__xss=2">)
+    owner = %("><script>window.__xss=3</script>)
+    note = %(</pre><script>window.__xss=4</script>)
+    client.lock(key, jid, ttl: 600, type: "xss", owner: owner, meta: { "note" => note })
+
+    visit("/locks?pattern=#{CGI.escape("xss:#{token}:*")}")
+    link = wait_for("the XSS lock") { csses("#redis-unique-locks-table td.key a").first }
+    assert_equal key, link.text
+    link.click
+    wait_for("its page") { css("#redis-unique-holders") }
+    assert_equal key, css("h3 code.key").text
+    assert_equal jid, css("tr.holder code.jid").text
+    assert_equal owner, css("tr.holder td.owner").text
+    assert_equal JSON.pretty_generate({ "note" => note }), css("tr.holder pre.meta").text
+    assert_nil browser.execute_script("return window.__xss"), "no markup of the data ran"
+    assert_empty csses("#redis-unique-holders img"), "no element made of the data"
+    shot("xss")
+  end
+
+  def test_owners_and_metrics_pages
+    dead = "deadhost:#{900_000 + rand(90_000)}:#{SecureRandom.hex(6)}"
+    client.lock("browser:owned:#{token}", "j", ttl: 600, type: "until_executed", owner: dead)
+    visit("/locks/owners")
+    row = wait_for("the dead owner's row") do
+      csses("tr.owner-row").find { |r| r.find_element(css: "code.owner").text == dead }
+    end
+    assert_includes row.text, "dead"
+    shot("owners")
+    row.find_element(css: "input[type=submit]").click
+    assert_includes alert.text, "Free every lock held by #{dead}?"
+    alert.accept
+    wait_for("the notice") { css("#redis-unique-notice").text.include?("freed") }
+    assert_empty client.locked_by("browser:owned:#{token}")
+
+    visit("/locks/metrics")
+    chart = wait_for("the chart") { css("svg.redis-unique-chart") }
+    assert chart.displayed?
+    assert_operator csses("svg.redis-unique-chart polyline").size, :>=, 4
+    assert_operator css("#redis-unique-metrics-table tr[data-type=total] th[data-counter=acquired]").text.delete(",").to_i, :>=, 1
+    shot("metrics")
+  end
+end

@@ -1,0 +1,416 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require_relative "support/web"
+require "rack/test"
+require "cgi"
+require "open3"
+
+# The Locks tab through Rack (ruby-rack-test), against the real redis-server with the
+# module, Sidekiq's own web app, its CSRF protection and its API.
+class WebTest < Minitest::Test
+  include TestHelpers
+  include Rack::Test::Methods
+
+  def app
+    RedisUnique::WebSupport.app
+  end
+
+  def setup
+    TestSuite.server
+    RedisUnique::Web.redis = nil
+  end
+
+  def teardown
+    RedisUnique::Web.redis = nil
+  end
+
+  def key(suffix = "")
+    "web:#{token}#{suffix}"
+  end
+
+  def get_ok(path, params = {})
+    get(path, params)
+    assert_equal 200, last_response.status, "GET #{path}: #{last_response.body[0, 2000]}"
+    last_response.body
+  end
+
+  # POSTs with the CSRF token of `from` (a page of the tab); returns the response.
+  def post_form(path, params, from: "/locks")
+    page = get_ok(from)
+    post(path, params.merge("authenticity_token" => RedisUnique::WebSupport.csrf_token(page)))
+    last_response
+  end
+
+  def esc(text)
+    Rack::Utils.escape_html(text)
+  end
+
+  def test_the_tab_is_registered_in_sidekiqs_layout
+    body = get_ok("/locks")
+    assert_match %r{<a href="/locks">Locks</a>}, body, "the Locks tab in Sidekiq's navigation"
+    assert_includes body, "stylesheets/application.css", "Sidekiq's own layout"
+    assert_includes body, "redis-unique-locks"
+    assert_equal "application/javascript", get("/locks/confirm.js").headers["Content-Type"]
+    assert_includes last_response.body, "window.confirm"
+  end
+
+  def test_scripts_carry_the_csp_nonce_on_sidekiq_7
+    body = get_ok("/locks/lock", key: key)
+    scripts = body.scan(/<script\b[^>]*>/)
+    ours = scripts.grep(%r{locks/confirm\.js})
+    assert_equal 1, ours.size, scripts.inspect
+    refute_match(%r{<script(?![^>]*\bsrc=)[^>]*>\s*\S}, body, "no inline script")
+    unless RedisUnique::Harness.sidekiq7?
+      refute_includes last_response.headers["Content-Security-Policy"].to_s, "nonce-", "Sidekiq 6.4 uses no nonce"
+      refute_includes ours.first, "nonce="
+      return
+    end
+
+    csp = last_response.headers["Content-Security-Policy"]
+    nonce = csp[/script-src 'self' 'nonce-([^']+)'/, 1]
+    assert nonce, csp
+    assert_includes ours.first, %(nonce="#{nonce}")
+    scripts.each { |s| assert_includes s, %(nonce="#{nonce}"), "every script carries this response's nonce: #{s}" }
+  end
+
+  def test_locks_page_lists_holders_limit_and_earliest_lease_end
+    client.lock(key(":a"), "ja1", ttl: 600, limit: 2, type: "until_executed", meta: { "limit" => 2, "class" => "A" })
+    client.lock(key(":a"), "ja2", ttl: 30, limit: 2, type: "until_executed", meta: { "limit" => 2 })
+    client.lock(key(":b"), "jb1", type: "while_executing")
+    client.lock("other:#{token}", "jo", ttl: 60)
+    body = get_ok("/locks", pattern: "web:#{token}*", count: 1000)
+    rows = body.scan(%r{<tr>\s*<td class="key">.*?</tr>}m)
+    assert_equal 2, rows.size, "the pattern keeps only this test's two locks"
+    a = rows.find { |r| r.include?(esc(key(":a"))) }
+    assert_match(/2: <code>ja1<\/code> <code>ja2<\/code>/, a)
+    assert_match %r{<td>2</td>}, a, "LIMIT from META"
+    earliest = client.holders(key(":a")).map(&:expires_at).min
+    assert_includes a, earliest.utc.strftime("%Y-%m-%d %H:%M:%S UTC"), "the earliest lease end (ja2's)"
+    b = rows.find { |r| r.include?(esc(key(":b"))) }
+    assert_includes b, "no lease"
+    assert_includes b, "<td>—</td>", "no LIMIT known"
+    refute_includes body, "other:#{token}"
+  end
+
+  # A job pushed with lock_limit: the gem records its LIMIT in META, and the page shows it.
+  class WebLimitedJob
+    include Sidekiq::Job
+    sidekiq_options queue: "web_nobody", lock: :until_executed, lock_limit: 3, lock_ttl: 600
+
+    def perform(*); end
+  end
+
+  def test_a_sidekiq_jobs_lock_shows_its_lock_limit
+    jid = WebLimitedJob.perform_async(token)
+    digest = digest_of(WebLimitedJob, token, queue: "web_nobody")
+    assert_equal [jid], client.locked_by(digest)
+    row = get_ok("/locks", pattern: digest)[%r{<tr>\s*<td class="key">.*?</tr>}m]
+    assert_includes row, %(<code>#{jid}</code>)
+    assert_includes row, "<td>3</td>"
+    assert_includes row, "until_executed"
+  ensure
+    Sidekiq::Queue.new("web_nobody").clear
+  end
+
+  def test_locks_pages_walk_the_scan_cursor_one_step_each
+    keys = Array.new(7) { |i| key(":#{i}") }
+    keys.each { |k| client.lock(k, "j", ttl: 600) }
+    seen = []
+    cursor = nil
+    steps = 0
+    loop do
+      body = get_ok("/locks", { pattern: "web:#{token}:*", count: 2, cursor: cursor }.compact)
+      steps += 1
+      seen.concat(body.scan(%r{<td class="key"><a [^>]*>([^<]+)</a>}).flatten.map { |k| CGI.unescapeHTML(k) })
+      cursor = body[/id="redis-unique-next" href="[^"]*cursor=(\d+)/, 1]
+      break unless cursor
+      raise "too many steps" if steps > 10_000
+    end
+    assert_equal keys.sort, seen.sort, "every lock once over the steps"
+    assert_operator steps, :>, 1, "COUNT 2 takes several steps"
+  end
+
+  def test_one_lock_shows_every_holder_and_where_sidekiq_has_its_job
+    queue = "webq#{rand(1 << 30)}"
+    queued = Sidekiq::Client.push("class" => "WebNobodyRunsThis", "queue" => queue, "args" => [token])
+    scheduled = Sidekiq::Client.push("class" => "WebNobodyRunsThis", "queue" => queue, "args" => [token],
+                                     "at" => Time.now.to_f + 3600)
+    retry_jid = SecureRandom.hex(12)
+    retry_job = { "class" => "WebNobodyRunsThis", "queue" => queue, "args" => [token], "jid" => retry_jid,
+                  "retry_count" => 0, "error_message" => "x", "error_class" => "RuntimeError",
+                  "failed_at" => Time.now.to_f }
+    conn.call("ZADD", "retry", (Time.now.to_f + 3600).to_s, JSON.generate(retry_job))
+    dead_jid = SecureRandom.hex(12)
+    Sidekiq::DeadSet.new.kill(JSON.generate(retry_job.merge("jid" => dead_jid)), notify_failure: false)
+    gone = SecureRandom.hex(12)
+    k = key
+    meta = { "class" => "WebNobodyRunsThis", "queue" => queue, "note" => "meta-#{token}" }
+    tokens = [queued, scheduled, retry_jid, dead_jid, gone].to_h do |jid|
+      [jid, client.lock(k, jid, limit: 0, ttl: 900, type: "until_executed", owner: "host:1:abc", meta: meta)]
+    end
+    body = get_ok("/locks/lock", key: k)
+    holders = body.scan(%r{<tr class="holder">.*?</tr>}m)
+    assert_equal 5, holders.size
+    row = ->(jid) { holders.find { |h| h.include?(%(<code class="jid">#{jid}</code>)) } or flunk("no row for #{jid}") }
+    tokens.each do |jid, tok|
+      r = row.call(jid)
+      assert_includes r, %(<code class="token">#{tok}</code>)
+      assert_includes r, "until_executed"
+      assert_includes r, "host:1:abc"
+      assert_match(/1[45]m \d\ds/, r, "time left")
+      assert_includes r, esc(JSON.pretty_generate(meta)), "META as formatted JSON"
+    end
+    link = ->(jid) { CGI.unescapeHTML(row.call(jid)) }
+    assert_includes link.call(queued), %(href="/queues/#{queue}">in queue #{queue}<)
+    assert_match %r{href="/scheduled/[\d.]+-#{scheduled}">scheduled<}, link.call(scheduled)
+    assert_match %r{href="/retries/[\d.]+-#{retry_jid}">retry<}, link.call(retry_jid)
+    assert_match %r{href="/morgue/[\d.]+-#{dead_jid}">dead<}, link.call(dead_jid)
+    assert_includes link.call(gone), "not in Sidekiq's queues or sets"
+    # The links lead to Sidekiq's own pages for those jobs.
+    %w[retries morgue scheduled].each do |page|
+      href = CGI.unescapeHTML(body)[%r{href="(/#{page}/[^"]+)"}, 1]
+      assert_includes get_ok(href), token, "Sidekiq's #{page} page shows the job"
+    end
+  ensure
+    Sidekiq::Queue.new(queue).clear if queue
+    Sidekiq::ScheduledSet.new.find_job(scheduled)&.delete if scheduled
+    conn.call("ZREM", "retry", JSON.generate(retry_job)) if retry_job
+    Sidekiq::DeadSet.new.find_job(dead_jid)&.delete if dead_jid
+  end
+
+  def test_a_running_jobs_holder_links_to_busy_and_its_live_owner
+    TestSuite.workers
+    jid = UntilExecutedDefaultJob.perform_async(token, { "hold" => true })
+    digest = digest_of(UntilExecutedDefaultJob, token, { "hold" => true })
+    wait_events("start")
+    # Sidekiq publishes its running jobs with each heartbeat (every 5 s on 6.4, 10 s on 7).
+    row = wait_until(timeout: 30, interval: 0.5, message: "the job shown running") do
+      get_ok("/locks/lock", key: digest)[%r{<tr class="holder">.*?</tr>}m].then { |r| r&.include?(">running<") && r }
+    end
+    assert_includes row, %(<code class="jid">#{jid}</code>)
+    assert_includes CGI.unescapeHTML(row), %(href="/busy")
+    owner = CGI.unescapeHTML(row[%r{<td class="owner">([^<]+)</td>}, 1])
+    assert_includes TestSuite.workers.map(&:identity), owner, "the owner is the live process running it"
+    assert_includes get_ok("/locks/owners")[%r{<tr class="owner-row status-live">\s*<td><code class="owner">#{Regexp.escape(esc(owner))}</code>}], owner
+  ensure
+    release
+    wait_events("done") if jid
+  end
+
+  def test_a_counting_lock_looks_up_the_jobs_of_its_first_holders_only
+    k = key
+    (RedisUnique::Web.job_lookup_limit + 2).times { |i| client.lock(k, format("j%03d", i), limit: 0, ttl: 600) }
+    rows = get_ok("/locks/lock", key: k).scan(%r{<tr class="holder">.*?</tr>}m)
+    assert_equal RedisUnique::Web.job_lookup_limit + 2, rows.size
+    assert_equal 2, rows.count { |r| r.include?("job not looked up") }
+    assert_includes rows[RedisUnique::Web.job_lookup_limit - 1], "not in Sidekiq"
+  end
+
+  def test_one_lock_shows_the_clients_waiting
+    k = key
+    client.lock(k, "holder", ttl: 600)
+    waiter = RedisUnique::Client.new(TestSuite.raw_connection)
+    got = Thread.new { waiter.lock(k, "waiter", wait: 20) }
+    wait_until(message: "a waiter") { client.connection.call("INFO", "unique")[/unique_waiting:(\d+)/, 1].to_i >= 1 }
+    body = get_ok("/locks/lock", key: k)
+    assert_operator body[%r{id="redis-unique-waiting">(\d+)<}, 1].to_i, :>=, 1
+    post_form("/locks/unlock", { "key" => k, "jid" => "holder" })
+    assert got.join(10), "the waiter is served"
+    assert got.value, "the waiter got the lock the page freed"
+    assert_equal ["waiter"], client.locked_by(k)
+  end
+
+  def test_unlock_removes_one_holder_with_the_csrf_token
+    k = key
+    client.lock(k, "j1", limit: 2, ttl: 600)
+    client.lock(k, "j2", limit: 2, ttl: 600)
+    res = post_form("/locks/unlock", { "key" => k, "jid" => "j1" }, from: "/locks/lock?key=#{CGI.escape(k)}")
+    assert_equal 302, res.status, res.body
+    assert_equal ["j2"], client.locked_by(k)
+    follow_redirect!
+    assert_includes last_response.body, "The holder was removed."
+    refute_includes last_response.body, %(<code class="jid">j1</code>)
+    res = post_form("/locks/unlock", { "key" => k, "jid" => "j1" })
+    follow_redirect!
+    assert_includes last_response.body, "no longer held the lock"
+  end
+
+  def test_actions_without_the_csrf_token_are_refused
+    k = key
+    client.lock(k, "j1", ttl: 600)
+    get_ok("/locks") # a session exists
+    post("/locks/unlock", "key" => k, "jid" => "j1")
+    assert_equal 403, last_response.status
+    post("/locks/delete", "key" => k, "authenticity_token" => "forged")
+    assert_equal 403, last_response.status
+    assert_equal ["j1"], client.locked_by(k), "nothing changed"
+  end
+
+  def test_delete_a_lock_and_never_another_type
+    k = key
+    client.lock(k, "j1", limit: 0, ttl: 600)
+    client.lock(k, "j2", limit: 0)
+    res = post_form("/locks/delete", { "key" => k })
+    assert_equal 302, res.status
+    assert_equal 0, conn.call("EXISTS", k)
+    follow_redirect!
+    assert_includes last_response.body, "The lock was deleted."
+    conn.call("SET", key(":string"), "x")
+    post_form("/locks/delete", { "key" => key(":string") })
+    assert_equal "x", conn.call("GET", key(":string")), "a key of another type stays"
+    follow_redirect!
+    assert_includes last_response.body, "nothing was deleted"
+  end
+
+  def test_owners_page_and_freeing_a_dead_owners_locks
+    live = TestSuite.workers.first.identity
+    dead = "deadhost:#{900_000 + rand(90_000)}:#{SecureRandom.hex(6)}"
+    conn.call("ZADD", RedisUnique::Web::OWNERS_KEY, "NX", Time.now.to_i.to_s, dead)
+    3.times { |i| client.lock(key(":dead#{i}"), "jd#{i}", ttl: 600, owner: dead) }
+    client.lock(key(":live"), "jl", ttl: 600, owner: live)
+    client.lock(key(":queued"), "jq", ttl: 600, owner: "queued")
+    client.lock(key(":other"), "jo", ttl: 600, owner: "web-#{token}")
+    body = get_ok("/locks/owners")
+    row = ->(o) { body[%r{<tr class="owner-row[^"]*">\s*<td><code class="owner">#{Regexp.escape(o)}</code>.*?</tr>}m] or flunk("no row for #{o}") }
+    assert_includes row.call(dead), "status-dead"
+    assert_match %r{<td>3</td>}, row.call(dead)
+    assert_includes row.call(dead), "Free its locks"
+    assert_includes row.call(live), "live Sidekiq process"
+    refute_includes row.call(live), "Free its locks"
+    refute_includes row.call("queued"), "Free its locks"
+    assert_includes row.call("web-#{token}"), "not a Sidekiq identity"
+    refute_includes row.call("web-#{token}"), "Free its locks"
+    # A live owner is never freed, even when asked.
+    res = post_form("/locks/owners/free", { "owner" => live }, from: "/locks/owners")
+    assert_equal 302, res.status
+    assert_equal ["jl"], client.locked_by(key(":live"))
+    follow_redirect!
+    assert_includes last_response.body, "not a dead Sidekiq process"
+    post_form("/locks/owners/free", { "owner" => dead }, from: "/locks/owners")
+    3.times { |i| assert_empty client.locked_by(key(":dead#{i}")) }
+    assert_equal ["jl"], client.locked_by(key(":live"))
+    assert_equal ["jq"], client.locked_by(key(":queued"))
+    follow_redirect!
+    assert_includes last_response.body, "#{esc("The owner's locks were freed.")} (3 holder(s))"
+  ensure
+    conn.call("ZREM", RedisUnique::Web::OWNERS_KEY, dead) if dead
+  end
+
+  def test_metrics_page_table_chart_and_gauges
+    type = "webmetrics#{rand(1 << 30)}"
+    k = key
+    2.times { |i| client.lock(key(":#{i}"), "j", ttl: 600, type: type) }
+    refute client.lock(key(":0"), "other", type: type), "denied"
+    client.unlock(key(":1"), "j")
+    body = get_ok("/locks/metrics")
+    row = body[%r{<tr data-type="#{type}">.*?</tr>}m]
+    assert row, "a row for #{type}"
+    { "acquired" => 2, "denied" => 1, "released" => 1, "expired" => 0 }.each do |counter, n|
+      assert_includes row, %(<td data-counter="#{counter}">#{n}</td>), counter
+    end
+    assert_match %r{<tr data-type="total">}, body
+    gauge = body[%r{data-gauge="locks"><span class="value">([\d,]+)<}, 1].delete(",").to_i
+    assert_operator gauge, :>=, 1
+    assert_includes body, "<svg"
+    body = get_ok("/locks/metrics", type: type)
+    svg = body[%r{<svg.*?</svg>}m]
+    points = svg[%r{data-series="acquired"[^>]*points="([^"]+)"}, 1].split.map { |p| p.split(",").map(&:to_f) }
+    assert_operator points.size, :>=, 2
+    assert_operator points.last[1], :<, points.first[1], "this minute's 2 acquisitions sit above the empty start"
+    refute_match %r{(src|href)="https?://}, svg, "nothing from another host"
+    assert k
+  end
+
+  def test_everything_is_escaped
+    evil_key = %(xss:#{token}:<script>alert("k")</script>'")
+    evil_jid = %(<script>alert('j')</script>)
+    evil_owner = %("><img src=x onerror=alert(1)>)
+    client.lock(evil_key, evil_jid, ttl: 600, type: "xss", owner: evil_owner,
+                                    meta: { "x" => %(</pre><script>alert("m")</script>) })
+    pages = [get_ok("/locks", pattern: "xss:#{token}:*"), get_ok("/locks/lock", key: evil_key), get_ok("/locks/owners")]
+    pages.each do |body|
+      refute_match(/<script>alert/, body)
+      refute_includes body, "<img src=x"
+    end
+    assert_includes pages[0], esc(evil_key)
+    assert_includes pages[1], esc(evil_jid)
+    assert_includes pages[1], esc(JSON.pretty_generate({ "x" => %(</pre><script>alert("m")</script>) }))
+    assert_includes pages[2], esc(evil_owner)
+    # The lock page of that key still works through its escaped link, and Unlock takes the exact bytes.
+    href = CGI.unescapeHTML(pages[0][%r{<td class="key"><a href="([^"]+)"}, 1])
+    assert_includes get_ok(href), esc(evil_jid)
+    post_form("/locks/unlock", { "key" => evil_key, "jid" => evil_jid })
+    assert_empty client.locked_by(evil_key)
+  end
+
+  def test_without_the_module_the_tab_says_how_to_load_it
+    csrf = RedisUnique::WebSupport.csrf_token(get_ok("/locks"))
+    bare = RedisUnique::Harness::RedisServer.new(load_module: false)
+    RedisUnique::Web.redis = ConnectionPool.new(size: 1) { TestSuite.raw_connection(bare.url) }
+    %w[/locks /locks/lock?key=x /locks/owners /locks/metrics].each do |path|
+      body = get_ok(path)
+      assert_includes body, "module is not loaded", path
+      assert_includes body, "loadmodule", path
+    end
+    post("/locks/unlock", "key" => "x", "jid" => "y", "authenticity_token" => csrf)
+    assert_equal 302, last_response.status
+    follow_redirect!
+    assert_includes last_response.body, "module is not loaded"
+  ensure
+    RedisUnique::Web.redis = nil
+    bare&.stop
+  end
+
+  # 100,000 locks: a Locks page is one SCAN step (COUNT at most 1000), never KEYS.
+  def test_a_large_keyspace_takes_one_scan_step_per_request
+    big = RedisUnique::Harness::RedisServer.new
+    n = 100_000
+    commands = +""
+    n.times do |i|
+      args = ["UNIQUE.LOCK", "big:#{i}", "j#{i}", "TTL", "3600000", "OWNER", "deadhost:1:abc"]
+      commands << "*#{args.size}\r\n" << args.map { |a| "$#{a.bytesize}\r\n#{a}\r\n" }.join
+    end
+    out, st = Open3.capture2e("redis-cli", "-p", big.port.to_s, "--pipe", stdin_data: commands)
+    assert st.success?, out
+    raw = TestSuite.raw_connection(big.url)
+    big_conn = RedisUnique::Connection.new(raw)
+    assert_equal n, big_conn.call("DBSIZE")
+    RedisUnique::Web.redis = ConnectionPool.new(size: 1) { TestSuite.raw_connection(big.url) }
+    stats = lambda do
+      info = big_conn.call("INFO", "commandstats")
+      info.scan(/^cmdstat_([\w|.]+):calls=(\d+)/).to_h.transform_values(&:to_i)
+    end
+
+    big_conn.call("CONFIG", "RESETSTAT")
+    body = get_ok("/locks")
+    shown = body.scan(%r{<td class="key">}).size
+    s = stats.call
+    assert_equal 1, s["scan"], "one SCAN step: #{s}"
+    assert_nil s["keys"]
+    assert_operator shown, :>, 0
+    assert_equal shown, s["unique.lockedby"] - 1, "one LOCKEDBY per key shown (plus the module probe)"
+    assert_includes body, "COUNT 100 TYPE uniq-lock"
+
+    big_conn.call("CONFIG", "RESETSTAT")
+    next_href = CGI.unescapeHTML(body[/id="redis-unique-next" href="([^"]+)"/, 1])
+    get_ok(next_href)
+    assert_equal 1, stats.call["scan"], "the next page: one more step"
+
+    big_conn.call("CONFIG", "RESETSTAT")
+    body = get_ok("/locks", count: 1_000_000)
+    assert_includes body, "COUNT 1000 TYPE uniq-lock", "COUNT is bounded"
+    assert_equal 1, stats.call["scan"]
+
+    # The Owners page counts over at most owner_scan_limit keys, step by step.
+    big_conn.call("CONFIG", "RESETSTAT")
+    body = get_ok("/locks/owners")
+    assert_includes body, "the counts are partial"
+    s = stats.call
+    assert_operator s["scan"], :<=, (RedisUnique::Web.owner_scan_limit / 500) + 1
+    assert_operator s["scan"], :>, 1
+  ensure
+    RedisUnique::Web.redis = nil
+    big&.stop
+  end
+end
