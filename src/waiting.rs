@@ -30,6 +30,9 @@ use crate::metrics::{self, Event};
 struct Waiter {
     blocked: Blocked,
     args: Vec<Vec<u8>>,
+    /// When its WAIT runs out (ms, taken just before blocking: never later
+    /// than Redis's own deadline for it).
+    deadline: i64,
 }
 
 type KeyId = (i32, Vec<u8>);
@@ -47,6 +50,26 @@ thread_local! {
     /// Set while a queue is being served: grants made for waiters must not
     /// start serving again.
     static SERVING: Cell<bool> = const { Cell::new(false) };
+    /// Wake-up timers armed and not yet fired (INFO `unique_timers_armed`).
+    static ARMED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// How many of this file's timers are armed and have not fired yet.
+pub fn timers_armed() -> usize {
+    ARMED.get()
+}
+
+/// `ctx.create_timer`, counted in [`timers_armed`] until it fires.
+fn arm<T: 'static>(ctx: &Context, delay: Duration, callback: fn(&Context, T), data: T) {
+    ARMED.set(ARMED.get() + 1);
+    ctx.create_timer(
+        delay,
+        move |ctx: &Context, data: T| {
+            ARMED.set(ARMED.get().saturating_sub(1));
+            callback(ctx, data);
+        },
+        data,
+    );
 }
 
 /// How many clients wait on `key` of the selected database.
@@ -74,6 +97,7 @@ pub fn block(ctx: &Context, args: &[RedisString], timeout_ms: i64, lease_end: Op
     let Some(key) = args.get(1) else {
         return false;
     };
+    let deadline = now_ms().saturating_add(timeout_ms);
     let Some(blocked) = ffi::block_client(ctx, timeout_ms) else {
         return false;
     };
@@ -81,10 +105,11 @@ pub fn block(ctx: &Context, args: &[RedisString], timeout_ms: i64, lease_end: Op
     let args = args.iter().map(|a| a.to_vec()).collect();
     BLOCKED.with(|b| b.borrow_mut().insert(blocked, id.clone()));
     QUEUES.with(|q| {
-        q.borrow_mut()
-            .entry(id)
-            .or_default()
-            .push_back(Waiter { blocked, args })
+        q.borrow_mut().entry(id).or_default().push_back(Waiter {
+            blocked,
+            args,
+            deadline,
+        })
     });
     TOTAL.set(TOTAL.get() + 1);
     if let Some(at) = lease_end {
@@ -112,7 +137,15 @@ fn serve(ctx: &Context, key: &[u8]) {
     SERVING.set(true);
     let mut still = VecDeque::with_capacity(queue.len());
     let mut next_lease_end: Option<i64> = None;
+    let now = now_ms();
     for waiter in queue {
+        // Its wait has run out: Redis times it out (nil) before it would
+        // deliver a grant made now, and then drops that grant's reply, so
+        // the hold would stay with a client that never learns of it.
+        if now >= waiter.deadline {
+            still.push_back(waiter);
+            continue;
+        }
         let reply = match lock::serve_waiter(ctx, &waiter.args) {
             Served::Granted(token) => WaiterReply::Token(token),
             Served::Failed(e) => WaiterReply::Error(e),
@@ -152,7 +185,7 @@ fn wake_at(ctx: &Context, key: &[u8], at: i64) {
     let delay = u64::try_from(at.saturating_sub(now_ms()))
         .unwrap_or(0)
         .max(1);
-    ctx.create_timer(Duration::from_millis(delay), wake, (id, at));
+    arm(ctx, Duration::from_millis(delay), wake, (id, at));
 }
 
 fn wake(ctx: &Context, ((db, key), at): (KeyId, i64)) {
@@ -171,7 +204,7 @@ fn wake(ctx: &Context, ((db, key), at): (KeyId, i64)) {
 pub fn key_gone(ctx: &Context, db: i32, key: &[u8]) {
     let id = (db, key.to_vec());
     if QUEUES.with(|q| q.borrow().contains_key(&id)) {
-        ctx.create_timer(Duration::from_millis(1), serve_key, id);
+        arm(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
 
@@ -179,7 +212,7 @@ pub fn key_gone(ctx: &Context, db: i32, key: &[u8]) {
 pub fn flushed(ctx: &Context) {
     let ids: Vec<KeyId> = QUEUES.with(|q| q.borrow().keys().cloned().collect());
     for id in ids {
-        ctx.create_timer(Duration::from_millis(1), serve_key, id);
+        arm(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
 
