@@ -110,10 +110,14 @@ impl Server {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
             }
+            // Ready (PING answers once loading is done), and ours, not
+            // another process that took the port meanwhile.
             if let Ok(mut con) = self.try_connect()
                 && redis::cmd("PING").query::<String>(&mut con).is_ok()
+                && let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut con)
             {
-                return true;
+                let pid = format!("process_id:{}", self.child.id());
+                return info.lines().any(|l| l.trim() == pid);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
