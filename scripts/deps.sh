@@ -1,13 +1,17 @@
 #!/bin/sh
 # Installs what building and testing need when any of it is missing:
-# redis-server and redis-cli (the tests run real servers) and libclang
-# (bindgen, which redis-module uses to read redismodule.h).
+# redis-server and redis-cli (the tests run real servers), libclang
+# (bindgen, which redis-module uses to read redismodule.h), redis-sentinel
+# (make soak), valgrind (make test-valgrind), and the Ruby gem's Debian
+# packages (clients/ruby: no RubyGems registry is used).
 set -eu
 
 missing=""
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-cli"
 ldconfig -p 2>/dev/null | grep -q 'libclang' || missing="$missing libclang"
+command -v redis-sentinel >/dev/null 2>&1 || missing="$missing redis-sentinel"
+command -v valgrind >/dev/null 2>&1 || missing="$missing valgrind"
 # The Ruby gem (clients/ruby): Ruby and Debian's gems, the only ones its tests use.
 ruby_packages="ruby ruby-sidekiq ruby-redis ruby-connection-pool ruby-minitest ruby-rack-test"
 # The web tab's browser test (clients/ruby/test/web_browser_test.rb): headless Chromium,
@@ -22,7 +26,7 @@ else
 fi
 [ -z "$missing" ] && exit 0
 
-packages="redis-server redis-tools libclang-dev $ruby_packages"
+packages="redis-server redis-tools redis-sentinel libclang-dev valgrind $ruby_packages"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "Installing$missing: apt-get install -y $packages"
     apt-get update -qq

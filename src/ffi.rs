@@ -416,16 +416,18 @@ pub enum WaiterReply {
 /// What Redis calls back for a blocked client, besides the reply that
 /// [`unblock`] gives it.
 pub trait BlockHandler {
-    /// The wait ran out: the client's reply.
+    /// `CLIENT UNBLOCK` ended the wait: the client's reply.
     fn on_timeout(ctx: &Context, blocked: Option<Blocked>) -> RedisResult;
     /// The client went away while blocked.
-    fn on_disconnect(blocked: Blocked);
+    fn on_disconnect(ctx: &Context, blocked: Blocked);
 }
 
-/// Blocks the calling client for up to `timeout_ms`. Redis calls
-/// `H::on_timeout` when the time runs out and `H::on_disconnect` if the
-/// client goes away; the module ends the wait with [`unblock`].
-pub fn block_client<H: BlockHandler>(ctx: &Context, timeout_ms: i64) -> Option<Blocked> {
+/// Blocks the calling client with no deadline of Redis's: the module ends
+/// the wait with [`unblock`], its own timer included (see `waiting.rs`: a
+/// Redis timeout could fire after the module granted the client a slot, and
+/// Redis would then drop the grant's reply). Redis calls `H::on_timeout` for
+/// `CLIENT UNBLOCK` and `H::on_disconnect` if the client goes away.
+pub fn block_client<H: BlockHandler>(ctx: &Context) -> Option<Blocked> {
     // SAFETY: `ctx` is the context of the command being run; the callbacks
     // are `extern "C"` functions of this module that live as long as it.
     unsafe {
@@ -435,7 +437,7 @@ pub fn block_client<H: BlockHandler>(ctx: &Context, timeout_ms: i64) -> Option<B
             Some(waiter_reply),
             Some(waiter_timeout::<H>),
             Some(free_waiter_reply),
-            timeout_ms,
+            0,
         ))?;
         if let Some(on_disconnect) = raw::RedisModule_SetDisconnectCallback {
             on_disconnect(bc.as_ptr(), Some(waiter_disconnected::<H>));
@@ -502,12 +504,58 @@ extern "C" fn waiter_timeout<H: BlockHandler>(
 }
 
 extern "C" fn waiter_disconnected<H: BlockHandler>(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
+    let context = Context::new(ctx);
     if let Some(bc) = NonNull::new(bc) {
-        let _ = std::panic::catch_unwind(|| H::on_disconnect(Blocked(bc)));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            H::on_disconnect(&context, Blocked(bc))
+        }));
     }
+}
+
+/// A module timer (`RM_CreateTimer`) that carries a number: nothing to
+/// allocate, and stopping it frees nothing. (redis-module's `stop_timer`
+/// casts the timer's box back to the payload's type alone, which only fits
+/// when the callback is zero-sized.)
+pub type TimerId = raw::RedisModuleTimerID;
+
+/// What a [`arm_timer`] timer calls when it fires, with its number.
+pub trait TimerHandler {
+    fn fired(ctx: &Context, data: usize);
+}
+
+/// Arms a timer that calls `H::fired(ctx, data)` in `delay_ms` (1 at least).
+pub fn arm_timer<H: TimerHandler>(ctx: &Context, delay_ms: i64, data: usize) -> Option<TimerId> {
+    let delay = u64::try_from(delay_ms).unwrap_or(0).max(1);
+    // SAFETY: `ctx` is live; the callback is an `extern "C"` function of this
+    // module; the payload is a number, never dereferenced.
+    unsafe {
+        raw::RedisModule_CreateTimer.map(|f| {
+            f(
+                ctx.get_raw(),
+                delay as raw::mstime_t,
+                Some(timer_fired::<H>),
+                std::ptr::without_provenance_mut::<c_void>(data),
+            )
+        })
+    }
+}
+
+/// Stops a timer of [`arm_timer`] before it fires; false when it is gone.
+pub fn stop_timer(ctx: &Context, id: TimerId) -> bool {
+    let mut data: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `ctx` is live; StopTimer only writes the payload (a number).
+    let status = unsafe { raw::RedisModule_StopTimer.map(|f| f(ctx.get_raw(), id, &mut data)) };
+    status == Some(raw::REDISMODULE_OK as i32)
+}
+
+extern "C" fn timer_fired<H: TimerHandler>(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let context = Context::new(ctx);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        H::fired(&context, data.addr())
+    }));
 }
 
 extern "C" fn free_waiter_reply(_ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {

@@ -124,7 +124,8 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .add_section("")
         .field("locks", report.locks)?
         .field("holders", report.holders)?
-        .field("waiting", waiting::waiting() as i64)?;
+        .field("waiting", waiting::waiting() as i64)?
+        .field("timers_armed", waiting::timers_armed() as i64)?;
     for (name, n) in report.total.named() {
         section = section.field(name, i64::try_from(n).unwrap_or(i64::MAX))?;
     }

@@ -16,6 +16,12 @@
 //! (Redis 7.0 only serves clients blocked *on keys* while the key exists,
 //! and a lock's key goes with its last holder: hence this queue of our own.)
 //!
+//! The module also keeps each waiter's deadline, with a timer of its own:
+//! given a timeout, Redis could time a client out after the module granted
+//! it a slot in the same event-loop iteration, and then drop the grant's
+//! reply, leaving a hold that nobody knows of. With the module deciding both,
+//! a waiter gets exactly one outcome: its token, an error, or nil.
+//!
 //! This module knows nothing of LOCK: as Redis's own blocked clients keep
 //! their command, a waiter keeps what retrying it takes (its arguments, a
 //! [`Retry`] function, the lock type it asked for), given by LOCK when it
@@ -30,7 +36,9 @@ use std::time::Duration;
 
 use redis_module::{Context, RedisResult, RedisValue};
 
-use crate::ffi::{self, BlockHandler, Blocked, WaiterReply, now_ms, select_db, selected_db};
+use crate::ffi::{
+    self, BlockHandler, Blocked, TimerHandler, TimerId, WaiterReply, now_ms, select_db, selected_db,
+};
 use crate::metrics::{self, Event};
 
 /// What retrying one waiter gave.
@@ -59,6 +67,10 @@ struct Waiter<C> {
     args: Vec<Vec<u8>>,
     retry: Retry,
     lock_type: Box<str>,
+    /// Its number, which its deadline timer carries.
+    seq: usize,
+    /// The timer that ends its wait, if one could be armed.
+    deadline: Option<TimerId>,
 }
 
 /// A key: its database and name.
@@ -76,6 +88,13 @@ struct Waiters<C> {
     /// Set while a queue is being served: grants made for waiters must not
     /// start serving again.
     serving: bool,
+    /// The client of each waiter by its number, for its deadline timer.
+    by_seq: HashMap<usize, C>,
+    /// The number of the next waiter.
+    next_seq: usize,
+    /// Module timers armed and not yet fired or stopped (INFO
+    /// `unique_timers_armed`): deadlines and wake-ups.
+    armed: usize,
 }
 
 impl<C> Default for Waiters<C> {
@@ -85,6 +104,9 @@ impl<C> Default for Waiters<C> {
             blocked: HashMap::new(),
             timers: HashMap::new(),
             serving: false,
+            by_seq: HashMap::new(),
+            next_seq: 0,
+            armed: 0,
         }
     }
 }
@@ -105,8 +127,15 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
             .map_or(0, VecDeque::len)
     }
 
+    /// A number for the next waiter.
+    fn next_seq(&mut self) -> usize {
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.next_seq
+    }
+
     /// `waiter` joins the end of the queue of `id`.
     fn push(&mut self, id: KeyId, waiter: Waiter<C>) {
+        self.by_seq.insert(waiter.seq, waiter.client);
         self.blocked.insert(waiter.client, id.clone());
         self.queues.entry(id).or_default().push_back(waiter);
     }
@@ -122,9 +151,10 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         Some(queue)
     }
 
-    /// `client`, taken out to be served, got its reply: it waits no more.
-    fn served(&mut self, client: C) {
-        self.blocked.remove(&client);
+    /// `waiter`, taken out to be served, got its reply: it waits no more.
+    fn served(&mut self, waiter: &Waiter<C>) {
+        self.blocked.remove(&waiter.client);
+        self.by_seq.remove(&waiter.seq);
     }
 
     /// Serving `id` is over: the waiters `still` denied keep their place.
@@ -150,7 +180,17 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         if queue.is_empty() {
             self.queues.remove(&id);
         }
+        if let Some(waiter) = &waiter {
+            self.by_seq.remove(&waiter.seq);
+        }
         Some(waiter)
+    }
+
+    /// The deadline of waiter `seq` came: it leaves its queue. `None` when
+    /// it is no longer waiting.
+    fn deadline_passed(&mut self, seq: usize) -> Option<Waiter<C>> {
+        let client = *self.by_seq.get(&seq)?;
+        self.forget(client).flatten()
     }
 
     /// Whether a wake-up at `at` must be armed for `id` (none is armed at
@@ -168,6 +208,15 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         if self.timers.get(id) == Some(&at) {
             self.timers.remove(id);
         }
+    }
+
+    /// A module timer was armed (`true`) or went (fired or stopped).
+    fn count_timer(&mut self, armed: bool) {
+        self.armed = if armed {
+            self.armed + 1
+        } else {
+            self.armed.saturating_sub(1)
+        };
     }
 
     fn has_queue(&self, id: &KeyId) -> bool {
@@ -200,6 +249,34 @@ pub fn waiting() -> usize {
     with(|w| w.waiting())
 }
 
+/// How many of this module's timers are armed: deadlines and wake-ups.
+pub fn timers_armed() -> usize {
+    with(|w| w.armed)
+}
+
+/// `ctx.create_timer` for a wake-up, counted in [`timers_armed`] until it
+/// fires. (Wake-ups are never stopped: one that finds nothing to do is cheap.)
+fn arm_wake_up<T: 'static>(ctx: &Context, delay: Duration, callback: fn(&Context, T), data: T) {
+    with(|w| w.count_timer(true));
+    ctx.create_timer(
+        delay,
+        move |ctx: &Context, data: T| {
+            with(|w| w.count_timer(false));
+            callback(ctx, data);
+        },
+        data,
+    );
+}
+
+/// Stops the deadline timer of a waiter that got its outcome otherwise.
+fn stop_deadline<C>(ctx: &Context, waiter: &Waiter<C>) {
+    if let Some(timer) = waiter.deadline
+        && ffi::stop_timer(ctx, timer)
+    {
+        with(|w| w.count_timer(false));
+    }
+}
+
 /// Blocks the calling client (its command's `args`: name, key, ...) for up
 /// to `timeout_ms` at the end of its key's queue, to be served by `retry`;
 /// `lock_type` is counted if the wait runs out. `lease_end` is the earliest
@@ -216,14 +293,21 @@ pub fn block<A: Deref<Target = [u8]>>(
     let Some(key) = args.get(1) else {
         return false;
     };
-    let Some(client) = ffi::block_client::<Callbacks>(ctx, timeout_ms) else {
+    let Some(client) = ffi::block_client::<Callbacks>(ctx) else {
         return false;
     };
+    let seq = with(|w| w.next_seq());
+    let deadline = ffi::arm_timer::<Callbacks>(ctx, timeout_ms, seq);
+    if deadline.is_some() {
+        with(|w| w.count_timer(true));
+    }
     let waiter = Waiter {
         client,
         args: args.iter().map(|a| a.to_vec()).collect(),
         retry,
         lock_type: lock_type.into(),
+        seq,
+        deadline,
     };
     with(|w| w.push((selected_db(ctx), key.to_vec()), waiter));
     if let Some(at) = lease_end {
@@ -267,7 +351,8 @@ fn serve(ctx: &Context, key: &[u8]) {
                 continue;
             }
         };
-        with(|w| w.served(waiter.client));
+        with(|w| w.served(&waiter));
+        stop_deadline(ctx, &waiter);
         ffi::unblock(waiter.client, Some(reply));
     }
     let waits = !still.is_empty();
@@ -288,7 +373,7 @@ fn wake_at(ctx: &Context, key: &[u8], at: i64) {
     let delay = u64::try_from(at.saturating_sub(now_ms()))
         .unwrap_or(0)
         .max(1);
-    ctx.create_timer(Duration::from_millis(delay), wake, (id, at));
+    arm_wake_up(ctx, Duration::from_millis(delay), wake, (id, at));
 }
 
 fn wake(ctx: &Context, (id, at): (KeyId, i64)) {
@@ -302,14 +387,14 @@ fn wake(ctx: &Context, (id, at): (KeyId, i64)) {
 pub fn key_gone(ctx: &Context, db: i32, key: &[u8]) {
     let id = (db, key.to_vec());
     if with(|w| w.has_queue(&id)) {
-        ctx.create_timer(Duration::from_millis(1), serve_key, id);
+        arm_wake_up(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
 
 /// A database or all of them were flushed: serve every waiter, soon after.
 pub fn flushed(ctx: &Context) {
     for id in with(|w| w.keys()) {
-        ctx.create_timer(Duration::from_millis(1), serve_key, id);
+        arm_wake_up(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
 
@@ -319,28 +404,50 @@ fn serve_key(ctx: &Context, (db, key): KeyId) {
     }
 }
 
-/// What Redis calls back for a waiting client.
+/// What Redis calls back for a waiting client, and its deadline timer.
 struct Callbacks;
 
+/// A wait that ends without a slot: the client leaves its queue, its
+/// deadline timer stops, and the time-out is counted for its lock type.
+fn time_out(ctx: &Context, waiter: Option<Waiter<Blocked>>) {
+    let lock_type = waiter.as_ref().map(|w| w.lock_type.clone());
+    if let Some(waiter) = &waiter {
+        stop_deadline(ctx, waiter);
+    }
+    metrics::record(now_ms(), lock_type.as_deref(), Event::TimedOut);
+}
+
+impl TimerHandler for Callbacks {
+    /// The deadline of waiter `seq` came: nil, and nothing was added.
+    fn fired(ctx: &Context, seq: usize) {
+        with(|w| w.count_timer(false));
+        if let Some(mut waiter) = with(|w| w.deadline_passed(seq)) {
+            waiter.deadline = None; // it fired: nothing to stop
+            let client = waiter.client;
+            time_out(ctx, Some(waiter));
+            ffi::unblock(client, None);
+        }
+    }
+}
+
 impl BlockHandler for Callbacks {
-    /// The wait ran out: nil, and nothing was added.
-    fn on_timeout(_ctx: &Context, blocked: Option<Blocked>) -> RedisResult {
+    /// CLIENT UNBLOCK ended the wait: nil, and nothing was added.
+    fn on_timeout(ctx: &Context, blocked: Option<Blocked>) -> RedisResult {
         let forgotten = blocked.and_then(|b| Some((b, with(|w| w.forget(b))?)));
-        let lock_type = forgotten
-            .as_ref()
-            .and_then(|(_, w)| w.as_ref())
-            .map(|w| w.lock_type.clone());
-        if let Some((blocked, _)) = forgotten {
+        if let Some((blocked, waiter)) = forgotten {
+            time_out(ctx, waiter);
             // The reply is this callback's; unblocking only frees the handle.
             ffi::unblock(blocked, None);
         }
-        metrics::record(now_ms(), lock_type.as_deref(), Event::TimedOut);
         Ok(RedisValue::Null)
     }
 
     /// The client went away while waiting: forget it, free its handle.
-    fn on_disconnect(blocked: Blocked) {
-        if with(|w| w.forget(blocked)).is_some() {
+    fn on_disconnect(ctx: &Context, blocked: Blocked) {
+        if let Some(waiter) = with(|w| w.forget(blocked)) {
+            if let Some(waiter) = &waiter {
+                stop_deadline(ctx, waiter);
+            }
             ffi::unblock(blocked, None);
         }
     }
@@ -364,6 +471,8 @@ mod tests {
             ],
             retry: never,
             lock_type: "until_executed".into(),
+            seq: client as usize,
+            deadline: None,
         }
     }
 
@@ -426,7 +535,7 @@ mod tests {
         let mut still = VecDeque::new();
         while let Some(next) = queue.pop_front() {
             if next.client % 2 == 1 {
-                w.served(next.client);
+                w.served(&next);
             } else {
                 still.push_back(next);
             }
@@ -452,5 +561,51 @@ mod tests {
         assert!(!w.arm(&key("k"), 60));
         w.fired(&key("k"), 50);
         assert!(w.arm(&key("k"), 60));
+    }
+
+    #[test]
+    fn a_deadline_takes_its_waiter_out_once_and_only_while_it_waits() {
+        let mut w = Waiters::default();
+        for c in [1, 2, 3] {
+            w.push(key("k"), waiter(c));
+        }
+        let out = w.deadline_passed(2).expect("waiter 2 waits");
+        assert_eq!(out.client, 2);
+        assert_eq!(w.waiting(), 2);
+        assert!(w.deadline_passed(2).is_none(), "once");
+        let queue = w.start_serving(&key("k")).expect("a queue");
+        assert_eq!(clients(&queue), [1, 3], "the others keep their order");
+        let mut queue = queue;
+        let first = queue.pop_front().expect("waiter 1");
+        w.served(&first);
+        assert!(
+            w.deadline_passed(1).is_none(),
+            "a served waiter has no deadline"
+        );
+        w.stop_serving(key("k"), queue);
+        assert_eq!(w.deadline_passed(3).map(|w| w.client), Some(3));
+        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
+        assert!(w.by_seq.is_empty());
+    }
+
+    #[test]
+    fn a_forgotten_waiter_has_no_deadline_left() {
+        let mut w = Waiters::default();
+        w.push(key("k"), waiter(7));
+        assert!(w.forget(7).is_some());
+        assert!(w.deadline_passed(7).is_none());
+        assert!(w.by_seq.is_empty());
+    }
+
+    #[test]
+    fn timers_are_counted_until_they_go() {
+        let mut w: Waiters<u32> = Waiters::default();
+        w.count_timer(true);
+        w.count_timer(true);
+        w.count_timer(false);
+        assert_eq!(w.armed, 1);
+        w.count_timer(false);
+        w.count_timer(false);
+        assert_eq!(w.armed, 0, "never below zero");
     }
 }

@@ -145,7 +145,9 @@ fn aof_restart(preamble: &str) {
         call!(con, "UNIQUE.UNLOCK", "lock:2", "b2"),
         Ok(Value::Int(1))
     );
-    max = max.max(token(call!(con, "UNIQUE.LOCK", "short", "s", "TTL", 1_500)));
+    // (Long enough to outlast the restart, also under valgrind.)
+    let ttl = 1_500 * i64::from(common::patience());
+    max = max.max(token(call!(con, "UNIQUE.LOCK", "short", "s", "TTL", ttl)));
     let short_end: i64 = redis::cmd("PEXPIRETIME")
         .arg("short")
         .query(con)

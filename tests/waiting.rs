@@ -103,6 +103,38 @@ fn a_wait_that_runs_out_replies_nil_and_adds_nothing() {
 }
 
 #[test]
+fn client_unblock_ends_a_wait_with_nil_and_its_deadline_timer() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "a"));
+    let mut waiter = server.con();
+    let id = int(call!(&mut waiter, "CLIENT", "ID").expect("CLIENT ID"));
+    let blocked = std::thread::spawn(move || {
+        call!(
+            &mut waiter,
+            "UNIQUE.LOCK",
+            "k",
+            "b",
+            "WAIT",
+            600_000,
+            "TYPE",
+            "t"
+        )
+    });
+    wait_until(Duration::from_secs(5), "the waiter to block", || {
+        waiting(con) == 1
+    });
+    assert_eq!(common::info_field(con, "unique", "unique_timers_armed"), 1);
+    assert_eq!(call!(con, "CLIENT", "UNBLOCK", id), Ok(Value::Int(1)));
+    assert_eq!(blocked.join().expect("waiter"), Ok(Value::Nil));
+    assert_eq!(waiting(con), 0);
+    // Its 10-minute deadline timer went with it.
+    assert_eq!(common::info_field(con, "unique", "unique_timers_armed"), 0);
+    assert_eq!(common::metrics_json(con, &[])["types"]["t"]["timed_out"], 1);
+    assert_eq!(holders(con, "k"), ["a"]);
+}
+
+#[test]
 fn waiters_are_served_first_come_first_served() {
     let server = Server::start();
     let con = &mut server.con();

@@ -106,14 +106,18 @@ impl Server {
 
     fn wait_ready(&mut self) -> bool {
         let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
+        while start.elapsed() < Duration::from_secs(10) * patience() {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
             }
+            // Ready (PING answers once loading is done), and ours, not
+            // another process that took the port meanwhile.
             if let Ok(mut con) = self.try_connect()
                 && redis::cmd("PING").query::<String>(&mut con).is_ok()
+                && let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut con)
             {
-                return true;
+                let pid = format!("process_id:{}", self.child.id());
+                return info.lines().any(|l| l.trim() == pid);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -185,7 +189,8 @@ impl Server {
 
     pub fn wait_in_sync(&self) {
         let mut con = self.con();
-        wait_until(Duration::from_secs(10), "the replica link", || {
+        let limit = Duration::from_secs(10) * patience();
+        wait_until(limit, "the replica link", || {
             let info: String = redis::cmd("INFO")
                 .arg("replication")
                 .query(&mut con)
@@ -201,6 +206,17 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // Under valgrind, a clean shutdown: the leak report is written at exit.
+        if valgrind_logs().is_some()
+            && let Ok(Ok(None)) = self.try_connect().map(|mut con| {
+                let _ = redis::cmd("SHUTDOWN")
+                    .arg("NOSAVE")
+                    .query::<Value>(&mut con);
+                self.child.try_wait()
+            })
+        {
+            let _ = self.child.wait();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -226,8 +242,32 @@ fn free_port_with_bus() -> u16 {
 }
 
 fn spawn(port: u16, dir: &Path, extra: &[String]) -> Child {
-    let module = module_path();
-    Command::new("redis-server")
+    // REDIS_UNIQUE_MODULE: a module built elsewhere (default: the one built
+    // above); REDIS_SERVER: the server binary (default: redis-server on PATH).
+    let module = std::env::var_os("REDIS_UNIQUE_MODULE")
+        .map_or_else(|| module_path().to_path_buf(), PathBuf::from);
+    let server = std::env::var_os("REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+    // REDIS_VALGRIND=<dir>: the server runs under valgrind memcheck, one log
+    // per server in <dir> (`make test-valgrind` reads them).
+    let mut command = match valgrind_logs() {
+        Some(logs) => {
+            let mut c = Command::new("valgrind");
+            c.args(["--tool=memcheck", "--leak-check=full", "--num-callers=30"])
+                .args([
+                    "--show-leak-kinds=definite",
+                    "--errors-for-leak-kinds=definite",
+                ])
+                .arg(format!(
+                    "--suppressions={}/tests/valgrind.supp",
+                    env!("CARGO_MANIFEST_DIR")
+                ))
+                .arg(format!("--log-file={logs}/redis-%p.log"))
+                .arg(server);
+            c
+        }
+        None => Command::new(server),
+    };
+    command
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .arg("--dir")
         .arg(dir)
@@ -249,6 +289,18 @@ fn spawn(port: u16, dir: &Path, extra: &[String]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server runs (apt-get install redis-server)")
+}
+
+/// The directory for valgrind's logs when the servers run under valgrind.
+pub fn valgrind_logs() -> Option<String> {
+    std::env::var("REDIS_VALGRIND")
+        .ok()
+        .filter(|d| !d.is_empty())
+}
+
+/// How much longer than usual a server takes to start or sync (valgrind: 20x).
+pub fn patience() -> u32 {
+    if valgrind_logs().is_some() { 20 } else { 1 }
 }
 
 /// Runs a command; the reply, or the error as the text Redis sent.
