@@ -521,10 +521,21 @@ module RedisUnique
       end
     end
 
+    # The Redis pool of a middleware: its Sidekiq 7 config's (the capsule's
+    # Sidekiq::Config) when it has one, else Sidekiq's global pool (6.4).
+    module DefaultPool
+      private
+
+      def default_pool
+        respond_to?(:config) && config ? config.redis_pool : ::Sidekiq.redis_pool
+      end
+    end
+
     # Takes the lock when a job is pushed (perform_async, perform_in, push_bulk, the
     # scheduler moving a job to its queue, a retry).
     class ClientMiddleware
       include ::Sidekiq::ClientMiddleware if defined?(::Sidekiq::ClientMiddleware)
+      include DefaultPool
 
       def call(worker_class, item, _queue, redis_pool = nil, &block)
         job = Job.new(worker_class, item, redis_pool || default_pool)
@@ -539,17 +550,12 @@ module RedisUnique
           Dependencies.release(job.client, deps, job.jid) unless pushed
         end
       end
-
-      private
-
-      def default_pool
-        respond_to?(:config) && config ? config.redis_pool : ::Sidekiq.redis_pool
-      end
     end
 
     # Takes and frees locks around perform, per lock type.
     class ServerMiddleware
       include ::Sidekiq::ServerMiddleware if defined?(::Sidekiq::ServerMiddleware)
+      include DefaultPool
 
       def call(worker, item, _queue, &block)
         job = Job.new(worker.class, item, default_pool)
@@ -562,12 +568,6 @@ module RedisUnique
         deps = Dependencies.keys(job, "dependency_locks")
         Dependencies.release(job.client, deps, job.jid) unless deps.empty?
         result
-      end
-
-      private
-
-      def default_pool
-        respond_to?(:config) && config ? config.redis_pool : ::Sidekiq.redis_pool
       end
     end
 
