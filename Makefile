@@ -3,17 +3,28 @@
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
 
-.PHONY: run test build bench bench-scale loadgen fuzz fuzz-libfuzzer deps clean
+.PHONY: run test build bench bench-scale loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
 	redis-server ./redis.conf --port $(PORT)
 
 ## test: formatting, lints, unit tests, integration tests and the redis-cli suite
-test: deps
+test: deps test-ruby
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	cargo test
+
+## test-ruby: the Ruby gem (clients/ruby) against real Sidekiq 6.4.1 and 7.3.9 processes, and its gem build
+SHARED_RUBY ?= $(abspath ../shared/ruby)
+test-ruby: deps
+	cargo build --release --lib
+	SHARED_RUBY=$(SHARED_RUBY) clients/ruby/test/run.sh
+
+## bench-ruby: the gem's client and Sidekiq jobs/s against the Lua design of bench/lua (clients/ruby/bench)
+bench-ruby: deps
+	cargo build --release --lib
+	ruby -Iclients/ruby/lib clients/ruby/bench/bench.rb
 
 ## build: the release module, $(MODULE)
 build:
@@ -23,6 +34,7 @@ build:
 ## replica and AOF (bench/results/latest.json; BENCH_ROUNDS, default 5; BENCH_REQUESTS)
 bench: deps build loadgen
 	python3 bench/bench.py
+	$(MAKE) bench-ruby
 
 ## bench-scale: LOCK/UNLOCK throughput and bytes per lock with 10,000,000 locks present
 ## against 1,000 (about 3 GB of memory; bench/results/scale.json)

@@ -19,15 +19,26 @@
 //! ```
 
 use std::collections::HashSet;
+use std::ffi::CStr;
 use std::fmt;
 
 use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
 
+/// The internal command that carries an effect to replicas and the AOF
+/// (`commands/apply.rs`), as it is registered and written.
+pub const APPLY_COMMAND: &CStr = c"unique.apply";
+/// [`APPLY_COMMAND`] as text, for its registration (`lib.rs`).
+pub const APPLY_COMMAND_NAME: &str = match APPLY_COMMAND.to_str() {
+    Ok(name) => name,
+    Err(_) => "",
+};
+
 /// The encoding this build writes; it reads this one and every older one.
 pub const ENCODING_VERSION: i32 = 1;
 
-/// Stands for "no lease" in the encoding.
-const NO_EXPIRY: i64 = -1;
+/// Stands for "no lease" on the wire: in the encoding, in `UNIQUE.APPLY ...
+/// HOLD` and in the replies of LOCKEDBY WITHMETA.
+pub const NO_EXPIRY: i64 = -1;
 
 /// Holders are never pre-allocated beyond this from a count read from the
 /// payload: a forged count cannot make the loader reserve memory.
@@ -75,14 +86,21 @@ pub trait Source {
 pub fn encode(lock: &Lock, out: &mut impl Sink) {
     out.unsigned(lock.holders().len() as u64);
     for h in lock.holders() {
-        out.buffer(h.jid());
-        out.signed(h.token);
-        out.signed(h.acquired_at);
-        out.signed(h.expires_at().unwrap_or(NO_EXPIRY));
-        out.buffer(h.lock_type().as_bytes());
-        out.buffer(h.owner().unwrap_or_default());
-        out.buffer(h.meta().unwrap_or_default());
+        write_holder(h, out);
     }
+}
+
+/// A holder's fields in the one order of every wire form: the encoding (RDB,
+/// DUMP, digest) and `UNIQUE.APPLY key now HOLD ...` in the replication
+/// stream and the AOF. [`read_holder`] reads them back.
+pub fn write_holder(h: &Holder, out: &mut impl Sink) {
+    out.buffer(h.jid());
+    out.signed(h.token);
+    out.signed(h.acquired_at);
+    out.signed(h.expires_at().unwrap_or(NO_EXPIRY));
+    out.buffer(h.lock_type().as_bytes());
+    out.buffer(h.owner().unwrap_or_default());
+    out.buffer(h.meta().unwrap_or_default());
 }
 
 /// Reads a lock written with encoding `version`: whole and valid, or an error.
@@ -100,7 +118,7 @@ pub fn decode(version: i32, input: &mut impl Source) -> Result<Lock, DecodeError
     let count = usize::try_from(count).map_err(|_| DecodeError::Corrupt("holder count"))?;
     let mut holders = Vec::with_capacity(count.min(MAX_PREALLOCATED_HOLDERS));
     for _ in 0..count {
-        holders.push(decode_holder(input)?);
+        holders.push(read_holder(input)?);
     }
     let mut seen = HashSet::with_capacity(holders.len());
     if !holders.iter().all(|h| seen.insert(h.jid())) {
@@ -109,26 +127,35 @@ pub fn decode(version: i32, input: &mut impl Source) -> Result<Lock, DecodeError
     Ok(Lock::from_holders(holders))
 }
 
-fn decode_holder(input: &mut impl Source) -> Result<Holder, DecodeError> {
-    let jid = input.buffer()?;
+/// Reads the fields [`write_holder`] writes: a valid holder, or the error
+/// naming the first bad field (`Io` when the input ends early or cannot be
+/// read).
+pub fn read_holder(input: &mut impl Source) -> Result<Holder, DecodeError> {
+    let bad = |field: &'static str| {
+        move |e: DecodeError| match e {
+            DecodeError::Io => DecodeError::Io,
+            _ => DecodeError::Corrupt(field),
+        }
+    };
+    let jid = input.buffer().map_err(bad("jid"))?;
     validate_jid(&jid).map_err(|_| DecodeError::Corrupt("jid"))?;
-    let token = input.signed()?;
+    let token = input.signed().map_err(bad("token"))?;
     if token <= 0 {
         return Err(DecodeError::Corrupt("token"));
     }
-    let acquired_at = input.signed()?;
-    let expires_at = match input.signed()? {
+    let acquired_at = input.signed().map_err(bad("acquired_at"))?;
+    let expires_at = match input.signed().map_err(bad("expires_at"))? {
         NO_EXPIRY => None,
         at if at >= 0 => Some(at),
         _ => return Err(DecodeError::Corrupt("expires_at")),
     };
-    let lock_type = input.buffer()?;
+    let lock_type = input.buffer().map_err(bad("type"))?;
     let lock_type = validate_type(&lock_type).map_err(|_| DecodeError::Corrupt("type"))?;
-    let owner = input.buffer()?;
+    let owner = input.buffer().map_err(bad("owner"))?;
     if !owner.is_empty() {
         validate_owner(&owner).map_err(|_| DecodeError::Corrupt("owner"))?;
     }
-    let meta = input.buffer()?;
+    let meta = input.buffer().map_err(bad("meta"))?;
     std::str::from_utf8(&meta).map_err(|_| DecodeError::Corrupt("meta"))?;
     Ok(Holder::new(
         &jid,
@@ -300,6 +327,25 @@ mod tests {
                     Err(DecodeError::Corrupt(_))
                 ),
                 "{at}: {item:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_field_is_named() {
+        let good = encoded(&sample());
+        for (at, item, field) in [
+            (1, Item::Buffer(vec![]), "jid"),
+            (2, Item::Signed(-1), "token"),
+            (4, Item::Signed(-2), "expires_at"),
+            (5, Item::Buffer(b"a b".to_vec()), "type"),
+            (7, Item::Buffer(vec![0xff]), "meta"),
+        ] {
+            let mut items = good.clone();
+            items.0[at] = item;
+            assert_eq!(
+                decode(1, &mut ItemReader::new(&items)),
+                Err(DecodeError::Corrupt(field))
             );
         }
     }

@@ -1,16 +1,20 @@
 //! The `uniq-lock` data type: its callbacks are thin `extern "C"` shims over
 //! the safe encoding in `codec.rs`. None of them may unwind into Redis: each
 //! one turns a panic into the callback's failure value.
+//!
+//! [`LockKey`], a key that holds (or may come to hold) a lock, lives here too:
+//! every place where a lock comes into or leaves the keyspace counts it in
+//! the gauges beside the others (`create`, `rdb_load`, `copy`, `free`).
 
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::logging::{RedisLogLevel, log_io_error};
 use redis_module::native_types::RedisType;
-use redis_module::raw;
+use redis_module::{Context, RedisError, RedisString, raw};
 
 use crate::codec::{self, ENCODING_VERSION};
-use crate::ffi::{self, Digest, Rdb};
+use crate::ffi::{self, Digest, ModuleKey, Rdb, ValueType};
 use crate::lock::Lock;
 use crate::metrics::{self, Event};
 use crate::{fencing, role};
@@ -40,6 +44,47 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save2: None,
     },
 );
+
+/// The values of `uniq-lock`, as locks.
+// SAFETY: every value of the type is a `Box<Lock>`: `LockKey::create`,
+// `rdb_load` and `copy` store no other, and `free` frees them as such.
+pub static LOCKS: ValueType<Lock> = unsafe { ValueType::new(&LOCK_TYPE) };
+
+/// An open key that holds (or may come to hold) a lock.
+pub struct LockKey(ModuleKey<Lock>);
+
+impl LockKey {
+    /// Opens `name` for reading, or for writing when `writable`. `None` when a
+    /// read-only open finds no key.
+    pub fn open(ctx: &Context, name: &RedisString, writable: bool) -> Option<Self> {
+        ModuleKey::open(ctx, name, writable, &LOCKS).map(Self)
+    }
+
+    /// The lock, `None` for an empty key, `WRONGTYPE` for any other type.
+    pub fn lock(&self) -> Result<Option<&Lock>, RedisError> {
+        self.0.value()
+    }
+
+    pub fn lock_mut(&mut self) -> Result<Option<&mut Lock>, RedisError> {
+        self.0.value_mut()
+    }
+
+    /// Stores `lock` in this empty key; returns it in place.
+    pub fn create(&mut self, lock: Lock) -> Result<&mut Lock, RedisError> {
+        let lock = self.0.set_value(lock)?;
+        metrics::lock_added(lock.len());
+        Ok(lock)
+    }
+
+    pub fn delete(&mut self) {
+        self.0.delete();
+    }
+
+    /// Sets the key's expiry to `at` (unix ms), or removes it.
+    pub fn set_expire_at(&mut self, at: Option<i64>) {
+        self.0.set_expire_at(at);
+    }
+}
 
 /// Runs `f`, or returns `failed` if it panics.
 fn no_unwind<T>(failed: T, f: impl FnOnce() -> T) -> T {

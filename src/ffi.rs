@@ -1,19 +1,22 @@
 //! The thin layer over the Redis module API that `redis-module` 2.0.8 does not
-//! wrap the way this module needs: typed access to a lock key (its
-//! `WRONGTYPE` check, absolute expiry), the clock, RDB and digest I/O and AOF
-//! emission. Every `unsafe` block of the crate lives here or in the type
-//! callbacks of `datatype.rs`.
+//! wrap the way this module needs: typed access to a key of a module type
+//! (its `WRONGTYPE` check, absolute expiry), the clock, RDB and digest I/O,
+//! replication and AOF emission, blocked clients, key scans. Every `unsafe`
+//! block of the crate lives here or in the type callbacks of `datatype.rs`.
+//!
+//! The bottom of the Redis glue: it imports only the pure `codec` and
+//! `lock`, and calls up into nothing (the callbacks of a blocked client are
+//! a [`BlockHandler`] given by the caller).
 
 use std::ffi::{CStr, c_char, c_longlong, c_void};
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 
-use redis_module::{Context, RedisError, RedisString, raw};
+use redis_module::native_types::RedisType;
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, raw};
 
-use crate::codec::{DecodeError, Sink, Source};
-use crate::commands::apply;
-use crate::datatype::LOCK_TYPE;
-use crate::lock::{Holder, Lock};
-use crate::metrics;
+use crate::codec::{APPLY_COMMAND, DecodeError, Sink, Source, write_holder};
+use crate::lock::Holder;
 
 /// The server's wall clock, unix ms.
 pub fn now_ms() -> i64 {
@@ -30,21 +33,51 @@ pub fn select_db(ctx: &Context, db: i32) -> bool {
     status == Some(raw::REDISMODULE_OK as i32)
 }
 
-/// An open key that holds (or may come to hold) a lock.
-pub struct LockKey {
-    key: NonNull<raw::RedisModuleKey>,
+/// A module data type whose every value is a `Box<T>`: what lets
+/// [`ModuleKey`] and [`ScanCursor`] hand out values as `&T`.
+pub struct ValueType<T: 'static> {
+    ty: &'static RedisType,
+    value: PhantomData<fn() -> T>,
 }
 
-impl LockKey {
+impl<T> ValueType<T> {
+    /// # Safety
+    /// Every value Redis holds with type `ty` must be a `Box<T>`: the type's
+    /// callbacks (`rdb_load`, `copy`) and [`ModuleKey::set_value`] create no
+    /// other, and `free` frees them as such.
+    pub const unsafe fn new(ty: &'static RedisType) -> Self {
+        Self {
+            ty,
+            value: PhantomData,
+        }
+    }
+
+    fn raw(&self) -> *mut raw::RedisModuleType {
+        *self.ty.raw_type.borrow()
+    }
+}
+
+/// An open key that holds (or may come to hold) a value of one module type.
+pub struct ModuleKey<T: 'static> {
+    key: NonNull<raw::RedisModuleKey>,
+    ty: &'static ValueType<T>,
+}
+
+impl<T> ModuleKey<T> {
     /// Opens `name` for reading, or for writing when `writable`. `None` when a
     /// read-only open finds no key.
-    pub fn open(ctx: &Context, name: &RedisString, writable: bool) -> Option<Self> {
+    pub fn open(
+        ctx: &Context,
+        name: &RedisString,
+        writable: bool,
+        ty: &'static ValueType<T>,
+    ) -> Option<Self> {
         let mode = if writable {
             raw::KeyMode::READ | raw::KeyMode::WRITE
         } else {
             raw::KeyMode::READ
         };
-        NonNull::new(raw::open_key(ctx.get_raw(), name.inner, mode)).map(|key| Self { key })
+        NonNull::new(raw::open_key(ctx.get_raw(), name.inner, mode)).map(|key| Self { key, ty })
     }
 
     fn kind(&self) -> raw::KeyType {
@@ -52,52 +85,48 @@ impl LockKey {
         unsafe { raw::RedisModule_KeyType.map_or(0, |f| f(self.key.as_ptr())) }.into()
     }
 
-    /// The address of the lock, `None` for an empty key, `WRONGTYPE` for a
+    /// The address of the value, `None` for an empty key, `WRONGTYPE` for a
     /// key of any other type.
-    fn value_ptr(&self) -> Result<Option<NonNull<Lock>>, RedisError> {
+    fn value_ptr(&self) -> Result<Option<NonNull<T>>, RedisError> {
         match self.kind() {
             raw::KeyType::Empty => Ok(None),
             raw::KeyType::Module => {
                 // SAFETY: the key is open and holds a module value.
                 let ty =
                     unsafe { raw::RedisModule_ModuleTypeGetType.map(|f| f(self.key.as_ptr())) };
-                if ty != Some(*LOCK_TYPE.raw_type.borrow()) {
+                if ty != Some(self.ty.raw()) {
                     return Err(RedisError::WrongType);
                 }
-                // SAFETY: the value of a key of our type is a `Box<Lock>` that
-                // we stored with ModuleTypeSetValue.
+                // SAFETY: the value of a key of this type is a `Box<T>`
+                // (the contract of `ValueType::new`).
                 let value =
                     unsafe { raw::RedisModule_ModuleTypeGetValue.map(|f| f(self.key.as_ptr())) };
-                Ok(value.and_then(|v| NonNull::new(v.cast::<Lock>())))
+                Ok(value.and_then(|v| NonNull::new(v.cast::<T>())))
             }
             _ => Err(RedisError::WrongType),
         }
     }
 
-    pub fn lock(&self) -> Result<Option<&Lock>, RedisError> {
-        // SAFETY: the lock lives as long as the key stays open and unchanged,
+    pub fn value(&self) -> Result<Option<&T>, RedisError> {
+        // SAFETY: the value lives as long as the key stays open and unchanged,
         // which the borrow of `self` guarantees.
         Ok(self.value_ptr()?.map(|p| unsafe { p.as_ref() }))
     }
 
-    pub fn lock_mut(&mut self) -> Result<Option<&mut Lock>, RedisError> {
-        // SAFETY: as in `lock`; the exclusive borrow of `self` makes this the
+    pub fn value_mut(&mut self) -> Result<Option<&mut T>, RedisError> {
+        // SAFETY: as in `value`; the exclusive borrow of `self` makes this the
         // only reference (Redis runs commands on one thread).
         Ok(self.value_ptr()?.map(|mut p| unsafe { p.as_mut() }))
     }
 
-    /// Stores `lock` in this empty key; returns it in place.
-    pub fn create(&mut self, lock: Lock) -> Result<&mut Lock, RedisError> {
-        let value = Box::into_raw(Box::new(lock));
+    /// Stores `value` in this empty key; returns it in place.
+    pub fn set_value(&mut self, value: T) -> Result<&mut T, RedisError> {
+        let value = Box::into_raw(Box::new(value));
         // SAFETY: the key is open for writing; on success Redis owns the box
         // and frees it through the type's `free` callback.
         let status = unsafe {
             raw::RedisModule_ModuleTypeSetValue.map_or(raw::REDISMODULE_ERR as i32, |f| {
-                f(
-                    self.key.as_ptr(),
-                    *LOCK_TYPE.raw_type.borrow(),
-                    value.cast::<c_void>(),
-                )
+                f(self.key.as_ptr(), self.ty.raw(), value.cast::<c_void>())
             })
         };
         if status != raw::REDISMODULE_OK as i32 {
@@ -106,9 +135,7 @@ impl LockKey {
             return Err(RedisError::Str("ERR could not store the lock"));
         }
         // SAFETY: Redis now owns the box, which stays put while the key is open.
-        let lock = unsafe { &mut *value };
-        metrics::lock_added(lock.len());
-        Ok(lock)
+        Ok(unsafe { &mut *value })
     }
 
     pub fn delete(&mut self) {
@@ -143,7 +170,7 @@ impl LockKey {
     }
 }
 
-impl Drop for LockKey {
+impl<T> Drop for ModuleKey<T> {
     fn drop(&mut self) {
         raw::close_key(self.key.as_ptr());
     }
@@ -214,37 +241,82 @@ impl Digest {
     }
 }
 
-/// Calls the variadic `$f($first, ...)` with `UNIQUE.APPLY key now HOLD jid
-/// token acquired_at expires_at type owner meta` for holder `$h`: the same
-/// arguments go into a rewritten AOF and to the replicas.
-macro_rules! apply_hold {
-    ($f:expr, $first:expr, $key:expr, $now:expr, $h:expr) => {{
-        let h: &Holder = $h;
-        let (jid, lock_type) = (h.jid(), h.lock_type());
-        let owner = h.owner().unwrap_or_default();
-        let meta = h.meta().unwrap_or_default();
-        // The format describes the arguments one by one: s = a module string,
-        // l = long long, c = C string, b = pointer and length.
-        $f(
-            $first,
-            apply::NAME.as_ptr(),
-            c"slcblllbbb".as_ptr(),
-            $key,
-            $now as c_longlong,
-            c"HOLD".as_ptr(),
-            jid.as_ptr().cast::<c_char>(),
-            jid.len(),
-            h.token as c_longlong,
-            h.acquired_at as c_longlong,
-            h.expires_at().unwrap_or(-1) as c_longlong,
-            lock_type.as_ptr().cast::<c_char>(),
-            lock_type.len(),
-            owner.as_ptr().cast::<c_char>(),
-            owner.len(),
-            meta.as_ptr().cast::<c_char>(),
-            meta.len(),
-        )
-    }};
+/// Redis strings built through the codec's [`Sink`]: a holder goes to the
+/// AOF and to the replicas in the fields, and the order, it has in the RDB
+/// (`codec::write_holder`). Ours until dropped.
+struct Argv {
+    strings: [*mut raw::RedisModuleString; 8],
+    len: usize,
+}
+
+impl Argv {
+    /// The fields of `h`.
+    fn holder(h: &Holder) -> Self {
+        let mut argv = Self {
+            strings: [std::ptr::null_mut(); 8],
+            len: 0,
+        };
+        write_holder(h, &mut argv);
+        argv
+    }
+
+    fn push(&mut self, s: *mut raw::RedisModuleString) {
+        match self.strings.get_mut(self.len) {
+            Some(slot) if !s.is_null() => {
+                *slot = s;
+                self.len += 1;
+            }
+            // More fields than room: cannot happen (a holder has 7).
+            _ => free_string(s),
+        }
+    }
+}
+
+impl Sink for Argv {
+    fn unsigned(&mut self, value: u64) {
+        self.signed(value as i64);
+    }
+    fn signed(&mut self, value: i64) {
+        // SAFETY: with no context the string is not auto-freed: `Drop` frees it.
+        let s = unsafe {
+            raw::RedisModule_CreateStringFromLongLong
+                .map_or(std::ptr::null_mut(), |f| f(std::ptr::null_mut(), value))
+        };
+        self.push(s);
+    }
+    fn buffer(&mut self, bytes: &[u8]) {
+        // SAFETY: as above; the buffer is valid for `bytes.len()` bytes.
+        let s = unsafe {
+            raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
+                f(
+                    std::ptr::null_mut(),
+                    bytes.as_ptr().cast::<c_char>(),
+                    bytes.len(),
+                )
+            })
+        };
+        self.push(s);
+    }
+}
+
+impl Drop for Argv {
+    fn drop(&mut self) {
+        for &s in self.strings.iter().take(self.len) {
+            free_string(s);
+        }
+    }
+}
+
+fn free_string(s: *mut raw::RedisModuleString) {
+    if s.is_null() {
+        return;
+    }
+    // SAFETY: `s` was created with no context and is freed once.
+    unsafe {
+        if let Some(f) = raw::RedisModule_FreeString {
+            f(std::ptr::null_mut(), s);
+        }
+    }
 }
 
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF,
@@ -254,24 +326,44 @@ pub(crate) fn emit_aof_hold(
     key: *mut raw::RedisModuleString,
     h: &Holder,
 ) {
+    let mut argv = Argv::holder(h);
     // SAFETY: `io` and `key` are what Redis passed to aof_rewrite; every
-    // argument matches the format.
+    // argument matches the format (s = a module string, l = long long, c = C
+    // string, v = an array of module strings and its length).
     unsafe {
         if let Some(emit) = raw::RedisModule_EmitAOF {
-            apply_hold!(emit, io, key, 0, h);
+            emit(
+                io,
+                APPLY_COMMAND.as_ptr(),
+                c"slcv".as_ptr(),
+                key,
+                0 as c_longlong,
+                c"HOLD".as_ptr(),
+                argv.strings.as_mut_ptr(),
+                argv.len,
+            );
         }
     }
 }
 
-/// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is.
-/// Numbers go as numbers and the key as the client's own string, so nothing
-/// is formatted or copied here.
+/// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is,
+/// with the client's own key string.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
+    let mut argv = Argv::holder(h);
     // SAFETY: `ctx` is the context of the running command; every argument
-    // matches the format.
+    // matches the format (as in `emit_aof_hold`).
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
-            apply_hold!(replicate, ctx.get_raw(), key.inner, now, h);
+            replicate(
+                ctx.get_raw(),
+                APPLY_COMMAND.as_ptr(),
+                c"slcv".as_ptr(),
+                key.inner,
+                now as c_longlong,
+                c"HOLD".as_ptr(),
+                argv.strings.as_mut_ptr(),
+                argv.len,
+            );
         }
     }
 }
@@ -284,7 +376,7 @@ pub fn replicate_effect(ctx: &Context, key: &RedisString, now: i64, op: &CStr, a
             match arg {
                 Some(arg) => replicate(
                     ctx.get_raw(),
-                    apply::NAME.as_ptr(),
+                    APPLY_COMMAND.as_ptr(),
                     c"slcb".as_ptr(),
                     key.inner,
                     now as c_longlong,
@@ -294,7 +386,7 @@ pub fn replicate_effect(ctx: &Context, key: &RedisString, now: i64, op: &CStr, a
                 ),
                 None => replicate(
                     ctx.get_raw(),
-                    apply::NAME.as_ptr(),
+                    APPLY_COMMAND.as_ptr(),
                     c"slc".as_ptr(),
                     key.inner,
                     now as c_longlong,
@@ -321,10 +413,19 @@ pub enum WaiterReply {
     Error(String),
 }
 
+/// What Redis calls back for a blocked client, besides the reply that
+/// [`unblock`] gives it.
+pub trait BlockHandler {
+    /// The wait ran out: the client's reply.
+    fn on_timeout(ctx: &Context, blocked: Option<Blocked>) -> RedisResult;
+    /// The client went away while blocked.
+    fn on_disconnect(blocked: Blocked);
+}
+
 /// Blocks the calling client for up to `timeout_ms`. Redis calls
-/// `waiting::on_timeout` when the time runs out and `waiting::on_disconnect`
-/// if the client goes away; the module ends the wait with [`unblock`].
-pub fn block_client(ctx: &Context, timeout_ms: i64) -> Option<Blocked> {
+/// `H::on_timeout` when the time runs out and `H::on_disconnect` if the
+/// client goes away; the module ends the wait with [`unblock`].
+pub fn block_client<H: BlockHandler>(ctx: &Context, timeout_ms: i64) -> Option<Blocked> {
     // SAFETY: `ctx` is the context of the command being run; the callbacks
     // are `extern "C"` functions of this module that live as long as it.
     unsafe {
@@ -332,12 +433,12 @@ pub fn block_client(ctx: &Context, timeout_ms: i64) -> Option<Blocked> {
         let bc = NonNull::new(block(
             ctx.get_raw(),
             Some(waiter_reply),
-            Some(waiter_timeout),
+            Some(waiter_timeout::<H>),
             Some(free_waiter_reply),
             timeout_ms,
         ))?;
         if let Some(on_disconnect) = raw::RedisModule_SetDisconnectCallback {
-            on_disconnect(bc.as_ptr(), Some(waiter_disconnected));
+            on_disconnect(bc.as_ptr(), Some(waiter_disconnected::<H>));
         }
         Some(Blocked(bc))
     }
@@ -377,36 +478,35 @@ extern "C" fn waiter_reply(
     let reply = unsafe { raw::RedisModule_GetBlockedClientPrivateData.map(|f| f(ctx)) }
         .and_then(|p| unsafe { p.cast::<WaiterReply>().as_ref() });
     let reply = match reply {
-        Some(WaiterReply::Token(token)) => Ok(redis_module::RedisValue::Integer(*token)),
+        Some(WaiterReply::Token(token)) => Ok(RedisValue::Integer(*token)),
         Some(WaiterReply::Error(e)) => Err(RedisError::String(e.clone())),
-        None => Ok(redis_module::RedisValue::Null),
+        None => Ok(RedisValue::Null),
     };
     context.reply(reply);
     raw::REDISMODULE_OK as std::ffi::c_int
 }
 
-extern "C" fn waiter_timeout(
+extern "C" fn waiter_timeout<H: BlockHandler>(
     ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: std::ffi::c_int,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: std::ffi::c_int,
 ) -> std::ffi::c_int {
     let context = Context::new(ctx);
-    let args = redis_module::decode_args(ctx, argv, argc);
     let blocked = blocked_of(ctx);
     let reply = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        crate::waiting::on_timeout(&context, blocked, &args)
+        H::on_timeout(&context, blocked)
     }))
-    .unwrap_or(Ok(redis_module::RedisValue::Null));
+    .unwrap_or(Ok(RedisValue::Null));
     context.reply(reply);
     raw::REDISMODULE_OK as std::ffi::c_int
 }
 
-extern "C" fn waiter_disconnected(
+extern "C" fn waiter_disconnected<H: BlockHandler>(
     _ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
     if let Some(bc) = NonNull::new(bc) {
-        let _ = std::panic::catch_unwind(|| crate::waiting::on_disconnect(Blocked(bc)));
+        let _ = std::panic::catch_unwind(|| H::on_disconnect(Blocked(bc)));
     }
 }
 
@@ -445,19 +545,25 @@ impl ScanCursor {
     }
 
     /// Visits the next batch of keys of the selected database, each as its
-    /// name and, when it holds a lock, the lock. Returns false when the walk
-    /// is complete (or the scan failed).
-    pub fn scan<F: FnMut(&[u8], Option<&Lock>)>(&mut self, ctx: &Context, visit: &mut F) -> bool {
+    /// name and, when it holds a value of type `ty`, the value. Returns false
+    /// when the walk is complete (or the scan failed).
+    pub fn scan<T: 'static, F: FnMut(&[u8], Option<&T>)>(
+        &mut self,
+        ctx: &Context,
+        ty: &'static ValueType<T>,
+        visit: &mut F,
+    ) -> bool {
+        let mut visit = (ty, visit);
         // SAFETY: `ctx` is live; the cursor is ours; the private data is
-        // `visit`, which outlives the call, and `scan_visitor::<F>` casts it
-        // back to the same `F`.
+        // `visit`, which outlives the call, and `scan_visitor::<T, F>` casts
+        // it back to the same type.
         let more = unsafe {
             raw::RedisModule_Scan.map(|f| {
                 f(
                     ctx.get_raw(),
                     self.0.as_ptr(),
-                    Some(scan_visitor::<F>),
-                    (visit as *mut F).cast::<c_void>(),
+                    Some(scan_visitor::<T, F>),
+                    (&mut visit as *mut (&'static ValueType<T>, &mut F)).cast::<c_void>(),
                 )
             })
         };
@@ -478,44 +584,287 @@ impl Drop for ScanCursor {
 
 /// The `RM_Scan` callback of [`ScanCursor::scan`]: Redis owns `name` and
 /// `key` and releases them after the call, so both are only borrowed.
-extern "C" fn scan_visitor<F: FnMut(&[u8], Option<&Lock>)>(
+extern "C" fn scan_visitor<T: 'static, F: FnMut(&[u8], Option<&T>)>(
     _ctx: *mut raw::RedisModuleCtx,
     name: *mut raw::RedisModuleString,
     key: *mut raw::RedisModuleKey,
     visit: *mut c_void,
 ) {
+    // SAFETY: `visit` is the `(type, &mut F)` that `scan` passed and that
+    // outlives this call; nothing else refers to it during the call.
+    let (ty, visit) = unsafe { &mut *visit.cast::<(&'static ValueType<T>, &mut F)>() };
     let name = RedisString::string_as_slice(name);
-    let lock = NonNull::new(key).and_then(|key| {
+    let value = NonNull::new(key).and_then(|key| {
         // SAFETY: Redis opened `key` for this callback (read-only); it stays
         // open until we return.
-        let value = unsafe { lock_in(key) }?;
-        // SAFETY: the lock lives as long as the key is open, which outlasts
+        let value = unsafe { value_in(key, ty) }?;
+        // SAFETY: the value lives as long as the key is open, which outlasts
         // the visit.
         Some(unsafe { value.as_ref() })
     });
-    // SAFETY: `visit` is the `&mut F` that `scan` passed and that outlives
-    // this call; nothing else refers to it during the call.
-    let visit = unsafe { &mut *visit.cast::<F>() };
     // A bug in a visitor must not unwind into Redis.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| visit(name, lock)));
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| visit(name, value)));
 }
 
-/// The lock stored in open key `key`, `None` for any other key.
+/// The value of type `ty` stored in open key `key`, `None` for any other key.
 ///
 /// # Safety
 /// `key` must be an open key.
-unsafe fn lock_in(key: NonNull<raw::RedisModuleKey>) -> Option<NonNull<Lock>> {
-    // SAFETY: the caller guarantees the key is open.
+unsafe fn value_in<T: 'static>(
+    key: NonNull<raw::RedisModuleKey>,
+    ty: &ValueType<T>,
+) -> Option<NonNull<T>> {
+    // SAFETY: the caller guarantees the key is open; a value of type `ty` is
+    // a `Box<T>` (the contract of `ValueType::new`).
     unsafe {
         let kind = raw::RedisModule_KeyType.map_or(0, |f| f(key.as_ptr()));
         if raw::KeyType::from(kind) != raw::KeyType::Module {
             return None;
         }
-        let ty = raw::RedisModule_ModuleTypeGetType.map(|f| f(key.as_ptr()))?;
-        if ty != *LOCK_TYPE.raw_type.borrow() {
+        let found = raw::RedisModule_ModuleTypeGetType.map(|f| f(key.as_ptr()))?;
+        if found != ty.raw() {
             return None;
         }
         let value = raw::RedisModule_ModuleTypeGetValue.map(|f| f(key.as_ptr()))?;
-        NonNull::new(value.cast::<Lock>())
+        NonNull::new(value.cast::<T>())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Command info (issue 12): RM_GetCommand + RM_SetCommandInfo from the plain
+// data of `commands::docs`, and RM_LoadConfigs for `config::load`.
+// ---------------------------------------------------------------------------
+
+mod command_info {
+    use std::ffi::{CString, c_char, c_int};
+    use std::ptr::{null, null_mut};
+
+    use redis_module::{Context, raw};
+
+    use crate::commands::docs::{Arg, ArgType, CommandDoc, KeyFlag, KeySpec};
+
+    /// The C strings and arrays a `RedisModuleCommandInfo` points into. Redis
+    /// copies all of it in RM_SetCommandInfo, so this lives only for the call;
+    /// moving a `CString` or a `Vec` into it leaves their heap buffers (what
+    /// the pointers point at) in place.
+    #[derive(Default)]
+    struct Arena {
+        strings: Vec<CString>,
+        args: Vec<Vec<raw::RedisModuleCommandArg>>,
+        specs: Vec<Vec<raw::RedisModuleCommandKeySpec>>,
+    }
+
+    impl Arena {
+        fn str(&mut self, s: &str) -> Result<*const c_char, String> {
+            let c = CString::new(s).map_err(|_| format!("a NUL byte in {s:?}"))?;
+            let p = c.as_ptr();
+            self.strings.push(c);
+            Ok(p)
+        }
+
+        fn opt_str(&mut self, s: Option<&str>) -> Result<*const c_char, String> {
+            s.map_or(Ok(null()), |s| self.str(s))
+        }
+
+        /// A NULL-name-terminated array of `args`.
+        fn args(&mut self, args: &[Arg]) -> Result<*mut raw::RedisModuleCommandArg, String> {
+            if args.is_empty() {
+                return Ok(null_mut());
+            }
+            let mut out = Vec::with_capacity(args.len() + 1);
+            for arg in args {
+                let (type_, key_spec_index) = match arg.kind {
+                    ArgType::Key(i) => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY, i),
+                    ArgType::String => (
+                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+                        -1,
+                    ),
+                    ArgType::Integer => (
+                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+                        -1,
+                    ),
+                    ArgType::UnixTime => (
+                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
+                        -1,
+                    ),
+                    ArgType::PureToken => (
+                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+                        -1,
+                    ),
+                    ArgType::OneOf => (
+                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+                        -1,
+                    ),
+                    ArgType::Block => (
+                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+                        -1,
+                    ),
+                };
+                let mut flags = raw::REDISMODULE_CMD_ARG_NONE;
+                if arg.optional {
+                    flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
+                }
+                if arg.multiple {
+                    flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE;
+                }
+                out.push(raw::RedisModuleCommandArg {
+                    name: self.str(arg.name)?,
+                    type_,
+                    key_spec_index,
+                    token: self.opt_str(arg.token)?,
+                    summary: self.opt_str(Some(arg.summary).filter(|s| !s.is_empty()))?,
+                    since: null(),
+                    flags: flags as c_int,
+                    deprecated_since: null(),
+                    subargs: self.args(arg.subargs)?,
+                    // Read from Redis 7.2 on (the placeholder in redis-cli's
+                    // hints); 7.0 steps over it (sizeof_arg below).
+                    display_text: self.opt_str(arg.display)?,
+                });
+            }
+            out.push(raw::RedisModuleCommandArg {
+                name: null(),
+                type_: 0,
+                key_spec_index: 0,
+                token: null(),
+                summary: null(),
+                since: null(),
+                flags: 0,
+                deprecated_since: null(),
+                subargs: null_mut(),
+                display_text: null(),
+            });
+            let p = out.as_mut_ptr();
+            self.args.push(out);
+            Ok(p)
+        }
+
+        /// A terminated array of single-key specs, NULL for none.
+        fn specs(&mut self, specs: &[KeySpec]) -> *mut raw::RedisModuleCommandKeySpec {
+            if specs.is_empty() {
+                return null_mut();
+            }
+            let spec = |begin, pos, flags| raw::RedisModuleCommandKeySpec {
+                notes: null(),
+                flags,
+                begin_search_type: begin,
+                bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+                    index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos },
+                },
+                find_keys_type: if begin == 0 {
+                    0
+                } else {
+                    raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE
+                },
+                fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                    // One key: the last is the first, step 1, no limit.
+                    range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                        lastkey: 0,
+                        keystep: if begin == 0 { 0 } else { 1 },
+                        limit: 0,
+                    },
+                },
+            };
+            let mut out: Vec<_> = specs
+                .iter()
+                .map(|s| {
+                    let flags = s.flags.iter().fold(0u64, |acc, f| {
+                        acc | u64::from(match f {
+                            KeyFlag::Ro => raw::REDISMODULE_CMD_KEY_RO,
+                            KeyFlag::Rw => raw::REDISMODULE_CMD_KEY_RW,
+                            KeyFlag::Access => raw::REDISMODULE_CMD_KEY_ACCESS,
+                            KeyFlag::Update => raw::REDISMODULE_CMD_KEY_UPDATE,
+                            KeyFlag::Delete => raw::REDISMODULE_CMD_KEY_DELETE,
+                        })
+                    });
+                    spec(
+                        raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+                        s.index,
+                        flags,
+                    )
+                })
+                .collect();
+            // begin_search_type 0 (INVALID) ends the array.
+            out.push(spec(0, 0, 0));
+            let p = out.as_mut_ptr();
+            self.specs.push(out);
+            p
+        }
+    }
+
+    /// Gives `cmd`, a command this module registered, its docs, arity and
+    /// key specs. Only during the module's load (RM_OnLoad).
+    pub fn describe(ctx: &Context, cmd: &CommandDoc) -> Result<(), String> {
+        let mut arena = Arena::default();
+        let name = arena.str(cmd.name)?;
+        // SAFETY: `ctx` is the load context; `name` is a NUL-terminated
+        // string that outlives the call. A NULL reply means not ours.
+        let command = unsafe { raw::RedisModule_GetCommand.map(|f| f(ctx.get_raw(), name)) }
+            .filter(|c| !c.is_null())
+            .ok_or("RM_GetCommand found no such command of this module")?;
+        // What Redis reads the arrays with: the sizes of this module's
+        // structs (version 1 of the API, as in Redis 7.0's header).
+        let version = raw::RedisModuleCommandInfoVersion {
+            version: 1,
+            sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
+            sizeof_keyspec: size_of::<raw::RedisModuleCommandKeySpec>(),
+            sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
+        };
+        let info = raw::RedisModuleCommandInfo {
+            version: &version,
+            summary: arena.str(cmd.summary)?,
+            complexity: arena.str(cmd.complexity)?,
+            since: arena.str(cmd.since)?,
+            history: null_mut(),
+            tips: arena.opt_str(Some(cmd.tips).filter(|t| !t.is_empty()))?,
+            arity: cmd.arity,
+            key_specs: arena.specs(cmd.key_specs),
+            args: arena.args(cmd.args)?,
+        };
+        // SAFETY: `command` is this module's command; `info` and everything
+        // it points to (`version`, `arena`) are alive and well-formed for
+        // the call: every array ends with its terminator, every string with
+        // NUL. Redis validates the info, copies what it keeps and retains no
+        // pointer into it.
+        let status = unsafe {
+            raw::RedisModule_SetCommandInfo
+                .map_or(raw::REDISMODULE_ERR as c_int, |f| f(command, &info))
+        };
+        if status == raw::REDISMODULE_OK as c_int {
+            Ok(())
+        } else {
+            Err("RM_SetCommandInfo refused the info (see the line above)".into())
+        }
+    }
+}
+
+/// Registers the docs of every public command (`commands::docs::COMMANDS`).
+/// A refusal is logged and leaves that command as it was (arity -1, its
+/// registration key range): the module still loads.
+pub fn describe_commands(ctx: &Context) {
+    for cmd in crate::commands::docs::COMMANDS {
+        if let Err(e) = command_info::describe(ctx, cmd) {
+            ctx.log_warning(&format!("no command docs for {}: {e}", cmd.name));
+        }
+    }
+}
+
+/// Applies the configuration that redis.conf, the command line or MODULE
+/// LOADEX gave for the registered `unique.*` settings (or their defaults).
+/// False when Redis refused a value (it logs which).
+pub fn load_configs(ctx: &Context) -> bool {
+    // SAFETY: `ctx` is the load context, after every config was registered.
+    let status = unsafe { raw::RedisModule_LoadConfigs.map(|f| f(ctx.get_raw())) };
+    status == Some(raw::REDISMODULE_OK as i32)
+}
+
+/// Whether the server has the module configuration API (Redis 7.0+).
+pub fn has_module_configs() -> bool {
+    // SAFETY: reads function pointers that RedisModule_Init set during the
+    // load, before any other module code runs.
+    unsafe {
+        let register = raw::RedisModule_RegisterNumericConfig;
+        let load = raw::RedisModule_LoadConfigs;
+        register.is_some() && load.is_some()
     }
 }

@@ -15,7 +15,6 @@ pub mod reaper;
 pub mod role;
 pub mod waiting;
 
-use redis_module::configuration::ConfigurationFlags;
 use redis_module::server_events::{FlushSubevent, ServerRole};
 use redis_module::{
     Context, InfoContext, ModuleOptions, NotifyEvent, RedisResult, RedisString, Status,
@@ -23,10 +22,9 @@ use redis_module::{
 };
 use redis_module_macros::{flush_event_handler, info_command_handler, role_changed_event_handler};
 
+use redis_module::configuration::{ConfigurationFlags, register_i64_configuration};
+
 use crate::commands::guard;
-use crate::config::{
-    MAX_META_BYTES, METRICS_MAX_TYPES, METRICS_MINUTES, REAP_BATCH, REAP_INTERVAL,
-};
 use crate::datatype::LOCK_TYPE;
 
 // Redis's allocator, so that Redis accounts for our memory; unit tests and
@@ -41,12 +39,58 @@ type Allocator = std::alloc::System;
 #[cfg(any(test, feature = "system-alloc"))]
 const ALLOCATOR: Allocator = std::alloc::System;
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    // The `unique.*` configuration, from the module arguments, redis.conf
+    // and MODULE LOADEX; a bad one fails the load (and a server start).
+    if load_config(ctx, args) == Status::Err {
+        return Status::Err;
+    }
+    ffi::describe_commands(ctx);
     // Our rdb_load checks every read, so a truncated RESTORE payload or RDB is
     // an error reply instead of a server abort.
     ctx.set_module_options(ModuleOptions::HANDLE_IO_ERRORS);
     role::refresh(ctx);
     reaper::start(ctx);
+    Status::Ok
+}
+
+/// Registers the options with Redis, the module arguments giving their
+/// defaults, then applies what redis.conf or MODULE LOADEX set (which wins).
+/// On an error it logs one line saying why and returns `Err`: the module
+/// must then fail to load.
+fn load_config(ctx: &Context, args: &[RedisString]) -> Status {
+    let raw: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+    let given = match config::parse_args(&raw) {
+        Ok(given) => given,
+        Err(e) => {
+            ctx.log_warning(&e);
+            return Status::Err;
+        }
+    };
+    if !ffi::has_module_configs() {
+        ctx.log_warning("this server has no module configuration API (Redis 7.0 or later needed)");
+        return Status::Err;
+    }
+    for option in config::ALL {
+        let default = given
+            .iter()
+            .find(|(n, _)| std::ptr::eq(*n, option))
+            .map_or(option.default, |(_, v)| *v);
+        register_i64_configuration(
+            ctx,
+            option.name,
+            &option.value,
+            default,
+            option.min,
+            option.max,
+            ConfigurationFlags::DEFAULT,
+            None,
+        );
+    }
+    if !ffi::load_configs(ctx) {
+        ctx.log_warning("a unique.* setting of the configuration was refused (see the line above)");
+        return Status::Err;
+    }
     Status::Ok
 }
 
@@ -107,22 +151,9 @@ redis_module! {
         ["unique.lockedby", |ctx, args| guard(ctx, args, commands::lockedby::run), "readonly fast", 1, 1, 1, ""],
         ["unique.reap", |ctx, args| guard(ctx, args, commands::reap::run), "write", 0, 0, 0, ""],
         ["unique.metrics", |ctx, args| guard(ctx, args, commands::metrics::run), "readonly fast", 0, 0, 0, ""],
-        ["unique.apply", |ctx, args| guard(ctx, args, commands::apply::run), "write", 1, 1, 1, ""],
+        [codec::APPLY_COMMAND_NAME, |ctx, args| guard(ctx, args, commands::apply::run), "write", 1, 1, 1, ""],
     ],
     event_handlers: [
         [@GENERIC @EVICTED @EXPIRED: key_gone],
     ],
-    configurations: [
-        i64: [
-            [REAP_INTERVAL.name, &REAP_INTERVAL.value, REAP_INTERVAL.default, REAP_INTERVAL.min, REAP_INTERVAL.max, ConfigurationFlags::DEFAULT, None],
-            [REAP_BATCH.name, &REAP_BATCH.value, REAP_BATCH.default, REAP_BATCH.min, REAP_BATCH.max, ConfigurationFlags::DEFAULT, None],
-            [MAX_META_BYTES.name, &MAX_META_BYTES.value, MAX_META_BYTES.default, MAX_META_BYTES.min, MAX_META_BYTES.max, ConfigurationFlags::DEFAULT, None],
-            [METRICS_MINUTES.name, &METRICS_MINUTES.value, METRICS_MINUTES.default, METRICS_MINUTES.min, METRICS_MINUTES.max, ConfigurationFlags::DEFAULT, None],
-            [METRICS_MAX_TYPES.name, &METRICS_MAX_TYPES.value, METRICS_MAX_TYPES.default, METRICS_MAX_TYPES.min, METRICS_MAX_TYPES.max, ConfigurationFlags::DEFAULT, None],
-        ],
-        string: [],
-        bool: [],
-        enum: [],
-        module_args_as_configuration: true,
-    ]
 }

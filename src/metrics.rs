@@ -1,17 +1,21 @@
 //! What this server has done with locks: counters per lock type and in total,
 //! per minute for a window of recent minutes, and the two gauges.
 //!
-//! The counters are pure data ([`Metrics`]), kept in one global behind a
-//! mutex: the data type's callbacks may run on a Redis background thread
-//! (FLUSHALL ASYNC frees values there), the commands on the main thread.
+//! The counters are pure data ([`Metrics`]), kept on Redis's main thread,
+//! where everything that counts or reports them runs: commands, timers,
+//! keyspace events, the type's `unlink2`, INFO. No mutex: the one callback
+//! that runs off the main thread, the type's `free` (on a lazy-free thread:
+//! FLUSHALL ASYNC, UNLINK), only moves the two gauges, which are atomics.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use serde_json::{Map, Value, json};
+
+use crate::config;
 
 /// The events counted, in the order every format lists them.
 pub const EVENT_NAMES: [&str; 9] = [
@@ -110,6 +114,16 @@ pub struct Limits {
     pub max_types: usize,
     /// unique.metrics-minutes
     pub minutes: usize,
+}
+
+impl Limits {
+    /// The limits as configured now.
+    pub fn configured() -> Self {
+        Self {
+            max_types: config::metrics_max_types(),
+            minutes: config::metrics_minutes(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -292,22 +306,28 @@ impl Report {
 
 // ---- the server's metrics ----------------------------------------------
 
-static METRICS: LazyLock<Mutex<Metrics>> = LazyLock::new(|| Mutex::new(Metrics::default()));
+thread_local! {
+    /// The counters, on Redis's main thread.
+    static METRICS: RefCell<Metrics> = RefCell::new(Metrics::default());
+}
 
 /// Keys of type uniq-lock, and holders in memory, on this server.
 static LOCKS: AtomicI64 = AtomicI64::new(0);
 static HOLDERS: AtomicI64 = AtomicI64::new(0);
 
-pub fn global() -> MutexGuard<'static, Metrics> {
-    // A panic while counting leaves counters that are still usable.
-    METRICS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+fn with<T>(f: impl FnOnce(&mut Metrics) -> T) -> T {
+    METRICS.with(|m| f(&mut m.borrow_mut()))
 }
 
 /// Counts one event for one holder of `lock_type` (`None`: total only).
 pub fn record(now_ms: i64, lock_type: Option<&str>, event: Event) {
-    global().record(now_ms, lock_type, event, 1, crate::config::metrics_limits());
+    let limits = Limits::configured();
+    with(|m| m.record(now_ms, lock_type, event, 1, limits));
+}
+
+/// Sets every counter to 0 and forgets the type names seen (METRICS RESET).
+pub fn reset() {
+    with(Metrics::reset);
 }
 
 /// A lock value came into memory (created, loaded, copied) with `holders`.
@@ -328,7 +348,7 @@ pub fn holders_changed(before: usize, after: usize) {
 
 /// The report with the current gauges.
 pub fn report(now_ms: i64, minutes: Option<usize>) -> Report {
-    let mut report = global().report(now_ms, minutes);
+    let mut report = with(|m| m.report(now_ms, minutes));
     report.locks = LOCKS.load(Ordering::Relaxed);
     report.holders = HOLDERS.load(Ordering::Relaxed);
     report

@@ -15,7 +15,9 @@ use redis_module::{Context, ContextFlags};
 
 use crate::commands::reap::reap_key;
 use crate::config;
+use crate::datatype::LOCKS;
 use crate::ffi::{ScanCursor, now_ms, select_db};
+use crate::lock::Lock;
 
 /// How often an idle reaper (interval 0) looks at its configuration again.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -112,7 +114,7 @@ pub fn reap_batch(ctx: &Context, batch: usize) -> usize {
                 let mut seen = 0usize;
                 // Read the lock where the scan already opened it: most have
                 // nothing to remove and need no second lookup.
-                more = cursor.scan(ctx, &mut |name, lock| {
+                more = cursor.scan(ctx, &LOCKS, &mut |name, lock: Option<&Lock>| {
                     seen += 1;
                     if lock.is_some_and(|lock| lock.has_expired(now)) {
                         expired.push(name.to_vec());

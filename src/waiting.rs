@@ -15,78 +15,217 @@
 //!
 //! (Redis 7.0 only serves clients blocked *on keys* while the key exists,
 //! and a lock's key goes with its last holder: hence this queue of our own.)
+//!
+//! This module knows nothing of LOCK: as Redis's own blocked clients keep
+//! their command, a waiter keeps what retrying it takes (its arguments, a
+//! [`Retry`] function, the lock type it asked for), given by LOCK when it
+//! blocks. The bookkeeping is one [`Waiters`] value, tested without a server.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+use std::ops::Deref;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisResult, RedisValue};
 
-use crate::commands::lock::{self, Served};
-use crate::ffi::{self, Blocked, WaiterReply, now_ms, select_db, selected_db};
+use crate::ffi::{self, BlockHandler, Blocked, WaiterReply, now_ms, select_db, selected_db};
 use crate::metrics::{self, Event};
 
-/// One blocked LOCK: its client and its own arguments (key, jid, options).
-struct Waiter {
-    blocked: Blocked,
-    args: Vec<Vec<u8>>,
+/// What retrying one waiter gave.
+pub enum Served {
+    /// Its token: a grant (or a renewal, if its jid got the lock meanwhile).
+    Granted(i64),
+    /// Still no slot; the earliest end of lease among the holders, if any.
+    Denied { lease_end: Option<i64> },
+    /// Its call fails now (say its PXAT has passed): this error ends the wait.
+    Failed(String),
 }
 
+/// What a client is told when the module hits a bug: the error reply of a
+/// panicking command, and of a waiter whose retry panicked.
+pub const INTERNAL_ERROR: &str =
+    "ERR internal error in the unique module (a bug: see the server log)";
+
+/// Runs a blocked call (its arguments: command, key, ...) again, as the
+/// longest waiter in its key's queue.
+pub type Retry = fn(&Context, &[Vec<u8>]) -> Served;
+
+/// One blocked call: its client, its own arguments, how to retry it, and the
+/// lock type it asked for (counted if its wait runs out).
+struct Waiter<C> {
+    client: C,
+    args: Vec<Vec<u8>>,
+    retry: Retry,
+    lock_type: Box<str>,
+}
+
+/// A key: its database and name.
 type KeyId = (i32, Vec<u8>);
 
-thread_local! {
-    /// Waiters per key, oldest first. Redis calls every callback on its main
-    /// thread, so the queues live there.
-    static QUEUES: RefCell<HashMap<KeyId, VecDeque<Waiter>>> = RefCell::new(HashMap::new());
-    /// Which key each blocked client waits on.
-    static BLOCKED: RefCell<HashMap<Blocked, KeyId>> = RefCell::new(HashMap::new());
-    /// Clients waiting in all, for the checks on every command and event.
-    static TOTAL: Cell<usize> = const { Cell::new(0) };
+/// Every blocked client: a queue per key, oldest first, the key each client
+/// waits on, the wake-ups armed, and whether a queue is being served. `C`
+/// is the handle of a blocked client (a [`Blocked`] in Redis).
+struct Waiters<C> {
+    queues: HashMap<KeyId, VecDeque<Waiter<C>>>,
+    /// The key each blocked client waits on (also while its queue is served).
+    blocked: HashMap<C, KeyId>,
     /// The earliest time a wake-up timer is armed for, per key.
-    static TIMERS: RefCell<HashMap<KeyId, i64>> = RefCell::new(HashMap::new());
+    timers: HashMap<KeyId, i64>,
     /// Set while a queue is being served: grants made for waiters must not
     /// start serving again.
-    static SERVING: Cell<bool> = const { Cell::new(false) };
+    serving: bool,
+}
+
+impl<C> Default for Waiters<C> {
+    fn default() -> Self {
+        Self {
+            queues: HashMap::new(),
+            blocked: HashMap::new(),
+            timers: HashMap::new(),
+            serving: false,
+        }
+    }
+}
+
+impl<C: Copy + Eq + Hash> Waiters<C> {
+    /// Clients waiting, on every key.
+    fn waiting(&self) -> usize {
+        self.blocked.len()
+    }
+
+    /// Clients waiting on `key` of database `db`.
+    fn waiting_on(&self, db: i32, key: &[u8]) -> usize {
+        if self.queues.is_empty() {
+            return 0; // the common case, on every LOCK: no lookup, no copy
+        }
+        self.queues
+            .get(&(db, key.to_vec()))
+            .map_or(0, VecDeque::len)
+    }
+
+    /// `waiter` joins the end of the queue of `id`.
+    fn push(&mut self, id: KeyId, waiter: Waiter<C>) {
+        self.blocked.insert(waiter.client, id.clone());
+        self.queues.entry(id).or_default().push_back(waiter);
+    }
+
+    /// Takes the queue of `id` to serve it; `None` when it has none or a
+    /// queue is being served already.
+    fn start_serving(&mut self, id: &KeyId) -> Option<VecDeque<Waiter<C>>> {
+        if self.serving {
+            return None;
+        }
+        let queue = self.queues.remove(id)?;
+        self.serving = true;
+        Some(queue)
+    }
+
+    /// `client`, taken out to be served, got its reply: it waits no more.
+    fn served(&mut self, client: C) {
+        self.blocked.remove(&client);
+    }
+
+    /// Serving `id` is over: the waiters `still` denied keep their place.
+    fn stop_serving(&mut self, id: KeyId, still: VecDeque<Waiter<C>>) {
+        self.serving = false;
+        if !still.is_empty() {
+            // No waiter could block in between: nothing to merge.
+            self.queues.insert(id, still);
+        }
+    }
+
+    /// Removes `client` from its queue. `None` when it was not waiting;
+    /// otherwise the waiter, as found in its queue.
+    fn forget(&mut self, client: C) -> Option<Option<Waiter<C>>> {
+        let id = self.blocked.remove(&client)?;
+        let Some(queue) = self.queues.get_mut(&id) else {
+            return Some(None);
+        };
+        let waiter = queue
+            .iter()
+            .position(|w| w.client == client)
+            .and_then(|at| queue.remove(at));
+        if queue.is_empty() {
+            self.queues.remove(&id);
+        }
+        Some(waiter)
+    }
+
+    /// Whether a wake-up at `at` must be armed for `id` (none is armed at
+    /// or before `at`); if so it counts as armed from now on.
+    fn arm(&mut self, id: &KeyId, at: i64) -> bool {
+        if self.timers.get(id).is_some_and(|&when| when <= at) {
+            return false;
+        }
+        self.timers.insert(id.clone(), at);
+        true
+    }
+
+    /// The wake-up armed for `id` at `at` went off.
+    fn fired(&mut self, id: &KeyId, at: i64) {
+        if self.timers.get(id) == Some(&at) {
+            self.timers.remove(id);
+        }
+    }
+
+    fn has_queue(&self, id: &KeyId) -> bool {
+        self.queues.contains_key(id)
+    }
+
+    fn keys(&self) -> Vec<KeyId> {
+        self.queues.keys().cloned().collect()
+    }
+}
+
+thread_local! {
+    /// Redis calls every callback on its main thread, so the waiters live there.
+    static WAITERS: RefCell<Waiters<Blocked>> = RefCell::new(Waiters::default());
+}
+
+/// Runs `f` on the waiters. `f` must not call out (a retry, Redis): what it
+/// calls could come back here.
+fn with<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
+    WAITERS.with(|w| f(&mut w.borrow_mut()))
 }
 
 /// How many clients wait on `key` of the selected database.
 pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
-    QUEUES.with(|q| {
-        let queues = q.borrow();
-        if queues.is_empty() {
-            return 0; // the common case, on every LOCK: no lookup, no copy
-        }
-        queues
-            .get(&(selected_db(ctx), key.to_vec()))
-            .map_or(0, VecDeque::len)
-    })
+    with(|w| w.waiting_on(selected_db(ctx), key))
 }
 
 /// How many clients wait, on every key.
 pub fn waiting() -> usize {
-    TOTAL.get()
+    with(|w| w.waiting())
 }
 
-/// Blocks the calling client (the LOCK `args`) for up to `timeout_ms` at the
-/// end of its key's queue. `lease_end` is the earliest end of lease among the
-/// key's holders, if any has one. False when the client could not block.
-pub fn block(ctx: &Context, args: &[RedisString], timeout_ms: i64, lease_end: Option<i64>) -> bool {
+/// Blocks the calling client (its command's `args`: name, key, ...) for up
+/// to `timeout_ms` at the end of its key's queue, to be served by `retry`;
+/// `lock_type` is counted if the wait runs out. `lease_end` is the earliest
+/// end of lease among the key's holders, if any has one. False when the
+/// client could not block.
+pub fn block<A: Deref<Target = [u8]>>(
+    ctx: &Context,
+    args: &[A],
+    timeout_ms: i64,
+    lease_end: Option<i64>,
+    retry: Retry,
+    lock_type: &str,
+) -> bool {
     let Some(key) = args.get(1) else {
         return false;
     };
-    let Some(blocked) = ffi::block_client(ctx, timeout_ms) else {
+    let Some(client) = ffi::block_client::<Callbacks>(ctx, timeout_ms) else {
         return false;
     };
-    let id = (selected_db(ctx), key.to_vec());
-    let args = args.iter().map(|a| a.to_vec()).collect();
-    BLOCKED.with(|b| b.borrow_mut().insert(blocked, id.clone()));
-    QUEUES.with(|q| {
-        q.borrow_mut()
-            .entry(id)
-            .or_default()
-            .push_back(Waiter { blocked, args })
-    });
-    TOTAL.set(TOTAL.get() + 1);
+    let waiter = Waiter {
+        client,
+        args: args.iter().map(|a| a.to_vec()).collect(),
+        retry,
+        lock_type: lock_type.into(),
+    };
+    with(|w| w.push((selected_db(ctx), key.to_vec()), waiter));
     if let Some(at) = lease_end {
         wake_at(ctx, key, at);
     }
@@ -96,7 +235,7 @@ pub fn block(ctx: &Context, args: &[RedisString], timeout_ms: i64, lease_end: Op
 /// A change may have freed a slot of `key` (selected database): serve its
 /// waiters.
 pub fn slot_freed(ctx: &Context, key: &[u8]) {
-    if !SERVING.get() && waiting_on(ctx, key) > 0 {
+    if waiting_on(ctx, key) > 0 {
         serve(ctx, key);
     }
 }
@@ -106,14 +245,17 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 /// order, and a wake-up is armed for the next lease to end.
 fn serve(ctx: &Context, key: &[u8]) {
     let id = (selected_db(ctx), key.to_vec());
-    let Some(queue) = QUEUES.with(|q| q.borrow_mut().remove(&id)) else {
+    let Some(queue) = with(|w| w.start_serving(&id)) else {
         return;
     };
-    SERVING.set(true);
     let mut still = VecDeque::with_capacity(queue.len());
     let mut next_lease_end: Option<i64> = None;
     for waiter in queue {
-        let reply = match lock::serve_waiter(ctx, &waiter.args) {
+        // A bug in one retry ends that wait with an error; the queue, and
+        // the serving state, must survive it.
+        let served = catch_unwind(AssertUnwindSafe(|| (waiter.retry)(ctx, &waiter.args)))
+            .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()));
+        let reply = match served {
             Served::Granted(token) => WaiterReply::Token(token),
             Served::Failed(e) => WaiterReply::Error(e),
             Served::Denied { lease_end } => {
@@ -125,17 +267,13 @@ fn serve(ctx: &Context, key: &[u8]) {
                 continue;
             }
         };
-        BLOCKED.with(|b| b.borrow_mut().remove(&waiter.blocked));
-        TOTAL.set(TOTAL.get().saturating_sub(1));
-        ffi::unblock(waiter.blocked, Some(reply));
+        with(|w| w.served(waiter.client));
+        ffi::unblock(waiter.client, Some(reply));
     }
-    SERVING.set(false);
-    if !still.is_empty() {
-        // No waiter could block in between: nothing to merge.
-        QUEUES.with(|q| q.borrow_mut().insert(id, still));
-        if let Some(at) = next_lease_end {
-            wake_at(ctx, key, at);
-        }
+    let waits = !still.is_empty();
+    with(|w| w.stop_serving(id, still));
+    if let Some(at) = next_lease_end.filter(|_| waits) {
+        wake_at(ctx, key, at);
     }
 }
 
@@ -143,11 +281,9 @@ fn serve(ctx: &Context, key: &[u8]) {
 /// at or before `at` is armed already.
 fn wake_at(ctx: &Context, key: &[u8], at: i64) {
     let id = (selected_db(ctx), key.to_vec());
-    let armed = TIMERS.with(|t| t.borrow().get(&id).is_some_and(|&when| when <= at));
-    if armed {
+    if !with(|w| w.arm(&id, at)) {
         return;
     }
-    TIMERS.with(|t| t.borrow_mut().insert(id.clone(), at));
     // A lease is live while now < expires_at: wake at expires_at exactly.
     let delay = u64::try_from(at.saturating_sub(now_ms()))
         .unwrap_or(0)
@@ -155,14 +291,9 @@ fn wake_at(ctx: &Context, key: &[u8], at: i64) {
     ctx.create_timer(Duration::from_millis(delay), wake, (id, at));
 }
 
-fn wake(ctx: &Context, ((db, key), at): (KeyId, i64)) {
-    TIMERS.with(|t| {
-        let mut timers = t.borrow_mut();
-        if timers.get(&(db, key.clone())) == Some(&at) {
-            timers.remove(&(db, key.clone()));
-        }
-    });
-    serve_key(ctx, (db, key));
+fn wake(ctx: &Context, (id, at): (KeyId, i64)) {
+    with(|w| w.fired(&id, at));
+    serve_key(ctx, id);
 }
 
 /// `key` of database `db` was deleted (DEL, UNLINK, eviction, expiry): serve
@@ -170,15 +301,14 @@ fn wake(ctx: &Context, ((db, key), at): (KeyId, i64)) {
 /// not write.
 pub fn key_gone(ctx: &Context, db: i32, key: &[u8]) {
     let id = (db, key.to_vec());
-    if QUEUES.with(|q| q.borrow().contains_key(&id)) {
+    if with(|w| w.has_queue(&id)) {
         ctx.create_timer(Duration::from_millis(1), serve_key, id);
     }
 }
 
 /// A database or all of them were flushed: serve every waiter, soon after.
 pub fn flushed(ctx: &Context) {
-    let ids: Vec<KeyId> = QUEUES.with(|q| q.borrow().keys().cloned().collect());
-    for id in ids {
+    for id in with(|w| w.keys()) {
         ctx.create_timer(Duration::from_millis(1), serve_key, id);
     }
 }
@@ -189,39 +319,138 @@ fn serve_key(ctx: &Context, (db, key): KeyId) {
     }
 }
 
-/// Removes `blocked` from its queue; true when it was waiting there.
-fn forget(blocked: Blocked) -> bool {
-    let Some(id) = BLOCKED.with(|b| b.borrow_mut().remove(&blocked)) else {
-        return false;
-    };
-    TOTAL.set(TOTAL.get().saturating_sub(1));
-    QUEUES.with(|q| {
-        let mut queues = q.borrow_mut();
-        if let Some(queue) = queues.get_mut(&id) {
-            queue.retain(|w| w.blocked != blocked);
-            if queue.is_empty() {
-                queues.remove(&id);
+/// What Redis calls back for a waiting client.
+struct Callbacks;
+
+impl BlockHandler for Callbacks {
+    /// The wait ran out: nil, and nothing was added.
+    fn on_timeout(_ctx: &Context, blocked: Option<Blocked>) -> RedisResult {
+        let forgotten = blocked.and_then(|b| Some((b, with(|w| w.forget(b))?)));
+        let lock_type = forgotten
+            .as_ref()
+            .and_then(|(_, w)| w.as_ref())
+            .map(|w| w.lock_type.clone());
+        if let Some((blocked, _)) = forgotten {
+            // The reply is this callback's; unblocking only frees the handle.
+            ffi::unblock(blocked, None);
+        }
+        metrics::record(now_ms(), lock_type.as_deref(), Event::TimedOut);
+        Ok(RedisValue::Null)
+    }
+
+    /// The client went away while waiting: forget it, free its handle.
+    fn on_disconnect(blocked: Blocked) {
+        if with(|w| w.forget(blocked)).is_some() {
+            ffi::unblock(blocked, None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn never(_: &Context, _: &[Vec<u8>]) -> Served {
+        Served::Failed(String::new())
+    }
+
+    fn waiter(client: u32) -> Waiter<u32> {
+        Waiter {
+            client,
+            args: vec![
+                b"UNIQUE.LOCK".to_vec(),
+                b"k".to_vec(),
+                client.to_string().into_bytes(),
+            ],
+            retry: never,
+            lock_type: "until_executed".into(),
+        }
+    }
+
+    fn key(name: &str) -> KeyId {
+        (0, name.as_bytes().to_vec())
+    }
+
+    fn clients(queue: &VecDeque<Waiter<u32>>) -> Vec<u32> {
+        queue.iter().map(|w| w.client).collect()
+    }
+
+    #[test]
+    fn waiters_queue_per_key_in_arrival_order() {
+        let mut w = Waiters::default();
+        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
+        for c in [1, 2, 3] {
+            w.push(key("k"), waiter(c));
+        }
+        w.push(key("other"), waiter(4));
+        w.push((1, b"k".to_vec()), waiter(5));
+        assert_eq!(w.waiting(), 5);
+        assert_eq!(w.waiting_on(0, b"k"), 3);
+        assert_eq!(w.waiting_on(1, b"k"), 1, "databases apart");
+        assert_eq!(w.waiting_on(0, b"none"), 0);
+        let queue = w.start_serving(&key("k")).expect("a queue");
+        assert_eq!(clients(&queue), [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_forgotten_client_leaves_its_queue_and_the_counts() {
+        let mut w = Waiters::default();
+        for c in [1, 2, 3] {
+            w.push(key("k"), waiter(c));
+        }
+        let gone = w.forget(2).flatten().expect("2 waited");
+        assert_eq!(&*gone.lock_type, "until_executed");
+        assert!(w.forget(2).is_none(), "forgotten once");
+        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (2, 2));
+        w.forget(1);
+        w.forget(3);
+        assert_eq!(w.waiting(), 0);
+        assert!(!w.has_queue(&key("k")), "an empty queue goes");
+        assert!(w.keys().is_empty());
+    }
+
+    #[test]
+    fn serving_takes_the_queue_once_and_keeps_the_denied_in_order() {
+        let mut w = Waiters::default();
+        for c in [1, 2, 3, 4] {
+            w.push(key("k"), waiter(c));
+        }
+        w.push(key("j"), waiter(9));
+        let mut queue = w.start_serving(&key("k")).expect("a queue");
+        assert!(
+            w.start_serving(&key("j")).is_none(),
+            "no serving inside serving"
+        );
+        assert_eq!(w.waiting(), 5, "being served still counts as waiting");
+        // 1 and 3 get their reply; 2 and 4 are still denied.
+        let mut still = VecDeque::new();
+        while let Some(next) = queue.pop_front() {
+            if next.client % 2 == 1 {
+                w.served(next.client);
+            } else {
+                still.push_back(next);
             }
         }
-    });
-    true
-}
-
-/// The wait ran out: nil, and nothing was added.
-pub fn on_timeout(_ctx: &Context, blocked: Option<Blocked>, args: &[RedisString]) -> RedisResult {
-    if let Some(blocked) = blocked
-        && forget(blocked)
-    {
-        // The reply is this callback's; unblocking only frees the handle.
-        ffi::unblock(blocked, None);
+        w.stop_serving(key("k"), still);
+        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (3, 2));
+        let queue = w.start_serving(&key("k")).expect("the rest");
+        assert_eq!(clients(&queue), [2, 4]);
+        w.stop_serving(key("k"), VecDeque::new());
+        assert!(!w.has_queue(&key("k")));
+        assert!(w.start_serving(&key("j")).is_some(), "serving is over");
     }
-    metrics::record(now_ms(), Some(&lock::requested_type(args)), Event::TimedOut);
-    Ok(RedisValue::Null)
-}
 
-/// The client went away while waiting: forget it, free its handle.
-pub fn on_disconnect(blocked: Blocked) {
-    if forget(blocked) {
-        ffi::unblock(blocked, None);
+    #[test]
+    fn a_wake_up_is_armed_only_when_none_comes_first() {
+        let mut w: Waiters<u32> = Waiters::default();
+        assert!(w.arm(&key("k"), 100));
+        assert!(!w.arm(&key("k"), 100), "armed already");
+        assert!(!w.arm(&key("k"), 150), "an earlier one comes first");
+        assert!(w.arm(&key("k"), 50), "an earlier lease needs its own");
+        assert!(w.arm(&key("j"), 150), "keys apart");
+        w.fired(&key("k"), 100); // the stale one: 50 stays armed
+        assert!(!w.arm(&key("k"), 60));
+        w.fired(&key("k"), 50);
+        assert!(w.arm(&key("k"), 60));
     }
 }

@@ -219,7 +219,8 @@ fn a_replica_writes_the_effects_to_its_own_aof() {
             .flatten()
             .any(|f| {
                 f.file_name().to_string_lossy().ends_with(".incr.aof")
-                    && std::fs::read_to_string(f.path()).is_ok_and(|s| s.contains("UNIQUE.APPLY"))
+                    && std::fs::read_to_string(f.path())
+                        .is_ok_and(|s| s.to_ascii_uppercase().contains("UNIQUE.APPLY"))
             })
     });
 }

@@ -11,25 +11,22 @@
 //! Every form first removes the holders whose lease ended at `now` (the
 //! primary's clock at the time of the command, or 0 to remove none), then:
 //! HOLD puts the holder exactly as given (a new grant or a renewal, with
-//! absolute times and its token; expires_at -1, owner "" and meta "" stand for
-//! none), RELEASE removes one holder, REAP every holder of that owner, PRUNE
+//! absolute times and its token), in the fields of the encoding, read and
+//! checked by the same code (`codec::write_holder`, `codec::read_holder`:
+//! expires_at -1, owner "" and meta "" stand for none), RELEASE removes one holder, REAP every holder of that owner, PRUNE
 //! nothing more. The key is then
 //! deleted when empty or given its expiry, as on the primary. Nothing here
 //! reads the replica's clock or configuration, so a replica (or an AOF replay)
 //! ends with exactly the primary's data.
 
-use redis_module::{
-    Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
-};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use std::ffi::CStr;
-
-use super::{events, parse_int, settle, tracked};
+use super::{Change, events, finish, parse_int, tracked};
+use crate::codec::{self, DecodeError, Source};
+use crate::datatype::LockKey;
 use crate::fencing;
-use crate::ffi::{self, LockKey};
-use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
-
-pub const NAME: &CStr = c"UNIQUE.APPLY";
+use crate::ffi;
+use crate::lock::{Holder, Lock};
 
 /// Replicates a grant or renewal: the holder as it now is.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, holder: &Holder) {
@@ -89,12 +86,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
     });
 
-    settle(&mut key)?;
-    // A replica's own AOF only gets what a module command replicates.
-    ctx.replicate_verbatim();
-    if let Some(event) = event {
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key_name);
-    }
+    finish(ctx, key_name, key, now, 0, Change::Replayed(event))?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
@@ -119,32 +111,35 @@ impl<'a> Effect<'a> {
     }
 }
 
+/// The holder of `HOLD`, in the fields and with the checks of the encoding
+/// (`codec::read_holder`); a bad field is named in the error.
 fn parse_holder(args: &[RedisString]) -> Result<Holder, RedisError> {
-    let [jid, token, acquired_at, expires_at, lock_type, owner, meta] = args else {
-        return Err(RedisError::WrongArity);
-    };
-    let corrupt = |_field: &str| RedisError::Str("ERR invalid holder in UNIQUE.APPLY");
-    validate_jid(jid)?;
-    let token = parse_int(token)?;
-    if token <= 0 {
-        return Err(corrupt("token"));
+    let mut input = Args(args.iter());
+    match codec::read_holder(&mut input) {
+        Ok(holder) if input.0.len() == 0 => Ok(holder),
+        Ok(_) | Err(DecodeError::Io) => Err(RedisError::WrongArity),
+        Err(DecodeError::Corrupt(field)) => Err(RedisError::String(format!(
+            "ERR invalid holder in UNIQUE.APPLY: {field}"
+        ))),
+        Err(e) => Err(RedisError::String(format!(
+            "ERR invalid holder in UNIQUE.APPLY: {e}"
+        ))),
     }
-    let expires_at = match parse_int(expires_at)? {
-        -1 => None,
-        at if at >= 0 => Some(at),
-        _ => return Err(corrupt("expires_at")),
-    };
-    if !owner.is_empty() {
-        validate_owner(owner)?;
+}
+
+/// The arguments of an APPLY as a codec [`Source`]: integers as Redis parses
+/// them, bytes as given; the end of the arguments is a short read.
+struct Args<'a>(std::slice::Iter<'a, RedisString>);
+
+impl Source for Args<'_> {
+    fn unsigned(&mut self) -> Result<u64, DecodeError> {
+        u64::try_from(self.signed()?).map_err(|_| DecodeError::Corrupt("not an integer"))
     }
-    std::str::from_utf8(meta).map_err(|_| corrupt("meta"))?;
-    Ok(Holder::new(
-        jid,
-        token,
-        parse_int(acquired_at)?,
-        expires_at,
-        validate_type(lock_type)?,
-        Some(&owner[..]).filter(|o| !o.is_empty()),
-        Some(&meta[..]).filter(|m| !m.is_empty()),
-    ))
+    fn signed(&mut self) -> Result<i64, DecodeError> {
+        let arg = self.0.next().ok_or(DecodeError::Io)?;
+        parse_int(arg).map_err(|_| DecodeError::Corrupt("not an integer"))
+    }
+    fn buffer(&mut self) -> Result<Vec<u8>, DecodeError> {
+        self.0.next().map(|a| a.to_vec()).ok_or(DecodeError::Io)
+    }
 }

@@ -2,18 +2,18 @@
 
 use std::ops::Deref;
 
-use redis_module::{
-    Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
-};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{apply, events, parse_int, settle, tracked};
-use crate::ffi::{LockKey, now_ms};
+use super::{Change, finish, parse_int, tracked};
+use crate::datatype::LockKey;
+use crate::ffi::now_ms;
 use crate::lock::{
     Acquired, DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, validate_jid,
     validate_meta, validate_owner, validate_type,
 };
 use crate::metrics::{self, Event};
-use crate::{config, fencing, waiting};
+use crate::waiting::{self, Served};
+use crate::{config, fencing};
 
 /// The options of a LOCK call, validated, before the clock is read.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -79,29 +79,23 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
     match attempt(ctx, key_name, jid, &opts, Queue::Behind)? {
         Attempt::Granted(token) => Ok(RedisValue::Integer(token)),
-        Attempt::Denied { lease_end } => match wait {
-            Some(ms) if waiting::block(ctx, &args, ms, lease_end) => Ok(RedisValue::NoReply),
-            _ => {
-                let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
-                metrics::record(now_ms(), Some(lock_type), Event::Denied);
-                Ok(RedisValue::Null)
+        Attempt::Denied { lease_end } => {
+            let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
+            match wait {
+                Some(ms) if waiting::block(ctx, &args, ms, lease_end, serve_waiter, lock_type) => {
+                    Ok(RedisValue::NoReply)
+                }
+                _ => {
+                    metrics::record(now_ms(), Some(lock_type), Event::Denied);
+                    Ok(RedisValue::Null)
+                }
             }
-        },
+        }
     }
 }
 
-/// What serving one waiter gave.
-pub enum Served {
-    /// Its token: a grant (or a renewal, if its jid got the lock meanwhile).
-    Granted(i64),
-    /// Still no slot; the earliest end of lease among the holders, if any.
-    Denied { lease_end: Option<i64> },
-    /// Its call fails now (say its PXAT has passed): this error ends the wait.
-    Failed(String),
-}
-
 /// Runs a waiting LOCK (`args`: the command's arguments) again, as the
-/// longest waiter in the queue.
+/// longest waiter in the queue: the [`waiting::Retry`] of a blocked LOCK.
 pub fn serve_waiter(ctx: &Context, args: &[Vec<u8>]) -> Served {
     let [_, key_name, jid, options @ ..] = args else {
         return Served::Failed(RedisError::WrongArity.to_string());
@@ -127,13 +121,6 @@ pub fn serve_waiter(ctx: &Context, args: &[Vec<u8>]) -> Served {
     }
 }
 
-/// The TYPE a LOCK call asked for (for counting a call that got nothing).
-pub fn requested_type(args: &[RedisString]) -> String {
-    let options = args.get(3..).unwrap_or_default();
-    let opts = parse_options(options, usize::MAX).unwrap_or_default();
-    opts.lock_type.unwrap_or(DEFAULT_TYPE).to_string()
-}
-
 /// Where a call stands relative to the clients waiting on the same key.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Queue {
@@ -150,8 +137,8 @@ enum Attempt {
     Denied { lease_end: Option<i64> },
 }
 
-/// One LOCK: prune, then acquire or renew, then the side effects of what
-/// changed (key expiry, replication, events, counters).
+/// One LOCK: prune, then acquire or renew, count, then [`finish`] what
+/// changed (key expiry, replication, events, waiters).
 fn attempt(
     ctx: &Context,
     key_name: &RedisString,
@@ -196,40 +183,23 @@ fn attempt(
         }
     };
 
-    if acquired != Acquired::Denied || expired > 0 {
-        settle(&mut key)?;
-    }
-    if expired > 0 {
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, key_name);
-    }
-    let outcome = {
-        let lock = key.lock()?;
-        match (acquired, lock.and_then(|lock| lock.holder(jid))) {
-            (Acquired::Granted(token) | Acquired::Renewed(token), Some(holder)) => {
-                apply::replicate_hold(ctx, key_name, now, holder);
-                if matches!(acquired, Acquired::Granted(_)) {
-                    metrics::record(now, Some(holder.lock_type()), Event::Acquired);
-                    ctx.notify_keyspace_event(NotifyEvent::MODULE, events::LOCK, key_name);
-                } else {
-                    metrics::record(now, Some(holder.lock_type()), Event::Renewed);
-                }
-                Attempt::Granted(token)
-            }
-            _ => {
-                if expired > 0 {
-                    apply::replicate_prune(ctx, key_name, now);
-                }
-                let lease_end =
-                    lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at()).min());
-                Attempt::Denied { lease_end }
-            }
+    let lock = key.lock()?;
+    let (outcome, change) = match (acquired, lock.and_then(|lock| lock.holder(jid))) {
+        (Acquired::Granted(token), Some(holder)) => {
+            metrics::record(now, Some(holder.lock_type()), Event::Acquired);
+            (Attempt::Granted(token), Change::Hold { jid, new: true })
+        }
+        (Acquired::Renewed(token), Some(holder)) => {
+            metrics::record(now, Some(holder.lock_type()), Event::Renewed);
+            (Attempt::Granted(token), Change::Hold { jid, new: false })
+        }
+        _ => {
+            let lease_end =
+                lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at()).min());
+            (Attempt::Denied { lease_end }, Change::None)
         }
     };
-    // Serving waiters opens the key again: ours must be closed first.
-    drop(key);
-    if expired > 0 {
-        waiting::slot_freed(ctx, key_name);
-    }
+    finish(ctx, key_name, key, now, expired, change)?;
     Ok(outcome)
 }
 

@@ -1,10 +1,11 @@
 //! UNIQUE.LOCKEDBY key [WITHMETA]
 
-use std::ffi::{c_char, c_long};
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue, raw};
-
-use crate::ffi::{LockKey, now_ms};
+use super::reply::Stream;
+use crate::codec::NO_EXPIRY;
+use crate::datatype::LockKey;
+use crate::ffi::now_ms;
 use crate::lock::{Holder, LockError};
 
 /// Read-only: expired holders are hidden, never removed, so this is right on
@@ -24,11 +25,11 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = now_ms();
     let live = || lock.into_iter().flat_map(|l| l.live_holders(now));
 
-    let reply = Reply(ctx.get_raw());
+    let reply = Stream::new(ctx);
     reply.array(live().count());
     for holder in live() {
         if with_meta {
-            reply.holder(holder, now);
+            reply_holder(&reply, holder, now);
         } else {
             reply.bulk(holder.jid());
         }
@@ -36,46 +37,23 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::NoReply)
 }
 
-/// Streams the reply straight to the client: the order of the fields in a
-/// holder's map is part of the contract, and nothing needs building first.
-struct Reply(*mut raw::RedisModuleCtx);
-
-impl Reply {
-    fn array(&self, len: usize) {
-        raw::reply_with_array(self.0, len as c_long);
-    }
-    fn bulk(&self, bytes: &[u8]) {
-        raw::reply_with_string_buffer(self.0, bytes.as_ptr().cast::<c_char>(), bytes.len());
-    }
-    fn int(&self, n: i64) {
-        raw::reply_with_long_long(self.0, n);
-    }
-    fn optional_bulk(&self, bytes: Option<&[u8]>) {
-        match bytes {
-            Some(b) => self.bulk(b),
-            None => {
-                raw::reply_with_null(self.0);
-            }
-        }
-    }
-    /// One holder as a map (RESP3), which Redis sends as a flat array on RESP2.
-    fn holder(&self, h: &Holder, now: i64) {
-        raw::reply_with_map(self.0, 8);
-        self.bulk(b"jid");
-        self.bulk(h.jid());
-        self.bulk(b"token");
-        self.int(h.token);
-        self.bulk(b"acquired_at");
-        self.int(h.acquired_at);
-        self.bulk(b"expires_at");
-        self.int(h.expires_at().unwrap_or(-1));
-        self.bulk(b"ttl");
-        self.int(h.ttl(now).unwrap_or(-1));
-        self.bulk(b"type");
-        self.bulk(h.lock_type().as_bytes());
-        self.bulk(b"owner");
-        self.optional_bulk(h.owner());
-        self.bulk(b"meta");
-        self.optional_bulk(h.meta());
-    }
+/// One holder as a map (RESP3), which Redis sends as a flat array on RESP2.
+fn reply_holder(reply: &Stream<'_>, h: &Holder, now: i64) {
+    reply.map(8);
+    reply.bulk(b"jid");
+    reply.bulk(h.jid());
+    reply.bulk(b"token");
+    reply.int(h.token);
+    reply.bulk(b"acquired_at");
+    reply.int(h.acquired_at);
+    reply.bulk(b"expires_at");
+    reply.int(h.expires_at().unwrap_or(NO_EXPIRY));
+    reply.bulk(b"ttl");
+    reply.int(h.ttl(now).unwrap_or(NO_EXPIRY));
+    reply.bulk(b"type");
+    reply.bulk(h.lock_type().as_bytes());
+    reply.bulk(b"owner");
+    reply.optional_bulk(h.owner());
+    reply.bulk(b"meta");
+    reply.optional_bulk(h.meta());
 }

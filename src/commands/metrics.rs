@@ -1,10 +1,9 @@
 //! UNIQUE.METRICS [MINUTES n] [FORMAT resp|json|prometheus]  ·  UNIQUE.METRICS RESET
 
-use std::ffi::{c_char, c_long};
-
-use redis_module::{Context, RedisResult, RedisString, RedisValue, raw};
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::parse_int;
+use super::reply::Stream;
 use crate::config;
 use crate::ffi::now_ms;
 use crate::lock::LockError;
@@ -21,7 +20,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let [_, reset] = args.as_slice()
         && reset.eq_ignore_ascii_case(b"RESET")
     {
-        metrics::global().reset();
+        metrics::reset();
         return Ok(RedisValue::SimpleStringStatic("OK"));
     }
     let (minutes, format) = parse_options(args.get(1..).unwrap_or_default())?;
@@ -30,7 +29,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Format::Json => Ok(RedisValue::BulkString(report.to_json())),
         Format::Prometheus => Ok(RedisValue::BulkString(report.to_prometheus())),
         Format::Resp => {
-            reply_resp(ctx.get_raw(), &report);
+            reply_resp(&Stream::new(ctx), &report);
             Ok(RedisValue::NoReply)
         }
     }
@@ -63,28 +62,25 @@ fn parse_options(options: &[RedisString]) -> Result<(Option<usize>, Format), Loc
 
 /// The map `locks`, `holders`, `total`, `types`, in that order (a flat array
 /// on RESP2).
-fn reply_resp(ctx: *mut raw::RedisModuleCtx, report: &Report) {
-    let key = |name: &str| {
-        raw::reply_with_string_buffer(ctx, name.as_ptr().cast::<c_char>(), name.len());
-    };
+fn reply_resp(reply: &Stream<'_>, report: &Report) {
     let counters = |c: &Counters| {
-        raw::reply_with_map(ctx, c.0.len() as c_long);
+        reply.map(c.0.len());
         for (name, n) in c.named() {
-            key(name);
-            raw::reply_with_long_long(ctx, i64::try_from(n).unwrap_or(i64::MAX));
+            reply.bulk(name.as_bytes());
+            reply.count(n);
         }
     };
-    raw::reply_with_map(ctx, 4);
-    key("locks");
-    raw::reply_with_long_long(ctx, report.locks);
-    key("holders");
-    raw::reply_with_long_long(ctx, report.holders);
-    key("total");
+    reply.map(4);
+    reply.bulk(b"locks");
+    reply.int(report.locks);
+    reply.bulk(b"holders");
+    reply.int(report.holders);
+    reply.bulk(b"total");
     counters(&report.total);
-    key("types");
-    raw::reply_with_map(ctx, report.types.len() as c_long);
+    reply.bulk(b"types");
+    reply.map(report.types.len());
     for (name, c) in &report.types {
-        key(name);
+        reply.bulk(name.as_bytes());
         counters(c);
     }
 }

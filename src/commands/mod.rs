@@ -2,19 +2,22 @@
 //! (replication, keyspace event) in one place, only when something changed.
 
 pub mod apply;
+pub mod docs;
 pub mod lock;
 pub mod lockedby;
 pub mod metrics;
 pub mod reap;
+pub mod reply;
 pub mod unlock;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use redis_module::{Context, RedisError, RedisResult, RedisString};
+use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString};
 
-use crate::ffi::LockKey;
+use crate::datatype::LockKey;
 use crate::lock::{Lock, LockError};
 use crate::metrics as counters;
+use crate::waiting;
 
 /// The signature of every command handler.
 pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
@@ -22,11 +25,8 @@ pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
 /// Runs a handler so that a panic becomes an error reply instead of taking
 /// the server down.
 pub fn guard(ctx: &Context, args: Vec<RedisString>, handler: Handler) -> RedisResult {
-    catch_unwind(AssertUnwindSafe(|| handler(ctx, args))).unwrap_or_else(|_| {
-        Err(RedisError::Str(
-            "ERR internal error in the unique module (a bug: see the server log)",
-        ))
-    })
+    catch_unwind(AssertUnwindSafe(|| handler(ctx, args)))
+        .unwrap_or_else(|_| Err(RedisError::Str(crate::waiting::INTERNAL_ERROR)))
 }
 
 // Not through std::error::Error: redis-module's blanket conversion would add a
@@ -56,6 +56,89 @@ fn settle(key: &mut LockKey) -> Result<(), RedisError> {
         key.delete();
     } else {
         key.set_expire_at(expiry);
+    }
+    Ok(())
+}
+
+/// What a command changed on one key, besides removing the holders whose
+/// lease had run out (counted apart, see [`finish`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change<'a> {
+    /// Nothing more: a denial, an UNLOCK that found nothing, a bare prune.
+    None,
+    /// `jid` holds: a new grant (`new`) or a renewal.
+    Hold { jid: &'a [u8], new: bool },
+    /// UNLOCK removed `jid`'s holder.
+    Release(&'a [u8]),
+    /// REAP OWNER removed at least one holder of this owner.
+    Reap(&'a [u8]),
+    /// UNIQUE.APPLY replayed a primary's effect, with the event it makes.
+    Replayed(Option<&'static str>),
+}
+
+impl Change<'_> {
+    /// The command's own keyspace event.
+    fn event(self) -> Option<&'static str> {
+        match self {
+            Self::Hold { new: true, .. } => Some(events::LOCK),
+            Self::Release(_) => Some(events::UNLOCK),
+            Self::Reap(_) => Some(events::REAP),
+            Self::Replayed(event) => event,
+            Self::None | Self::Hold { new: false, .. } => None,
+        }
+    }
+}
+
+/// Everything that follows a change of the lock in `key` (named `name`), in
+/// one fixed order, for every command, timer and replayed effect:
+///
+/// 1. settle the key (deleted when empty, else its expiry),
+/// 2. replicate the effect (`UNIQUE.APPLY ...` at `now`, or the APPLY itself),
+/// 3. close the key,
+/// 4. `unique.expire` when `expired` holders ran out,
+/// 5. the command's own event,
+/// 6. and only then serve the clients waiting on the key, whose grants thus
+///    follow the change that made room for them: in the replication stream,
+///    in the AOF and in the events.
+///
+/// Nothing happens when nothing changed. A replayed effect announces only its
+/// own event and serves nobody: grants are the primary's to make.
+pub fn finish(
+    ctx: &Context,
+    name: &RedisString,
+    mut key: LockKey,
+    now: i64,
+    expired: usize,
+    change: Change<'_>,
+) -> Result<(), RedisError> {
+    let replayed = matches!(change, Change::Replayed(_));
+    if !replayed && expired == 0 && change == Change::None {
+        return Ok(());
+    }
+    settle(&mut key)?;
+    match change {
+        Change::Hold { jid, .. } => {
+            if let Some(holder) = key.lock()?.and_then(|lock| lock.holder(jid)) {
+                apply::replicate_hold(ctx, name, now, holder);
+            }
+        }
+        Change::Release(jid) => apply::replicate_release(ctx, name, now, jid),
+        Change::Reap(owner) => apply::replicate_reap(ctx, name, now, owner),
+        Change::None => apply::replicate_prune(ctx, name, now),
+        // A replica's own AOF only gets what a module command replicates.
+        Change::Replayed(_) => ctx.replicate_verbatim(),
+    }
+    // Serving waiters opens the key again: ours must be closed first.
+    drop(key);
+    if expired > 0 && !replayed {
+        ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, name);
+    }
+    if let Some(event) = change.event() {
+        ctx.notify_keyspace_event(NotifyEvent::MODULE, event, name);
+    }
+    let freed = expired > 0 || matches!(change, Change::Release(_) | Change::Reap(_));
+    if freed && !replayed {
+        waiting::slot_freed(ctx, name);
     }
     Ok(())
 }

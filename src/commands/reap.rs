@@ -4,13 +4,13 @@
 //! iteration reaches every lock that existed for its whole duration, and a
 //! call examines at most COUNT lock keys (see `batches`).
 
-use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{apply, events, parse_int, settle, tracked};
-use crate::ffi::{LockKey, now_ms};
+use super::{Change, finish, parse_int, tracked};
+use crate::datatype::LockKey;
+use crate::ffi::now_ms;
 use crate::lock::{LockError, validate_owner};
 use crate::metrics::{self, Event};
-use crate::waiting;
 
 const DEFAULT_COUNT: usize = 100;
 
@@ -149,20 +149,11 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
     if expired + reaped == 0 {
         return 0;
     }
-    // The lock is ours and open: settling it cannot fail.
-    let _ = settle(&mut key);
-    // Serving waiters opens the key again: ours must be closed first.
-    drop(key);
-    match owner {
-        Some(owner) if reaped > 0 => apply::replicate_reap(ctx, name, now, owner),
-        _ => apply::replicate_prune(ctx, name, now),
-    }
-    if expired > 0 {
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, name);
-    }
-    waiting::slot_freed(ctx, name);
-    if reaped > 0 {
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, events::REAP, name);
-    }
+    let change = match owner {
+        Some(owner) if reaped > 0 => Change::Reap(owner),
+        _ => Change::None,
+    };
+    // The lock is ours and open: finishing cannot fail.
+    let _ = finish(ctx, name, key, now, expired, change);
     expired + reaped
 }

@@ -1,11 +1,11 @@
 //! UNIQUE.UNLOCK key jid
 
-use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{apply, events, settle, tracked};
-use crate::ffi::{LockKey, now_ms};
+use super::{Change, finish, tracked};
+use crate::datatype::LockKey;
+use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
-use crate::waiting;
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let [_, key_name, jid] = args.as_slice() else {
@@ -24,35 +24,16 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         });
         (expired, lock.release(jid))
     });
-
-    let changed = released.is_some() || expired > 0;
-    if changed {
-        settle(&mut key)?;
-    }
-    // Serving waiters opens the key again: ours must be closed first.
-    drop(key);
-    if expired > 0 {
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, key_name);
-    }
-    let reply = match released {
+    let (change, reply) = match released {
         Some(holder) => {
-            apply::replicate_release(ctx, key_name, now, jid);
             metrics::record(now, Some(holder.lock_type()), Event::Released);
-            ctx.notify_keyspace_event(NotifyEvent::MODULE, events::UNLOCK, key_name);
-            1
+            (Change::Release(jid), 1)
         }
         None => {
-            if expired > 0 {
-                apply::replicate_prune(ctx, key_name, now);
-            }
             metrics::record(now, None, Event::UnlockMissed);
-            0
+            (Change::None, 0)
         }
     };
-    // Only now the waiters: their grants follow, in the replication stream
-    // and in the events, the release that made room for them.
-    if changed {
-        waiting::slot_freed(ctx, key_name);
-    }
+    finish(ctx, key_name, key, now, expired, change)?;
     Ok(RedisValue::Integer(reply))
 }

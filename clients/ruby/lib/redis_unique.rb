@@ -1,0 +1,12 @@
+# frozen_string_literal: true
+
+require_relative "redis_unique/version"
+require_relative "redis_unique/errors"
+require_relative "redis_unique/connection"
+require_relative "redis_unique/client"
+
+# Native job locks for Redis (the redis-unique module): see RedisUnique::Client, and
+# `require "redis_unique/sidekiq"` for Sidekiq.
+module RedisUnique
+  autoload :Migrate, "redis_unique/migrate"
+end

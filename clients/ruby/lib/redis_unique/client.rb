@@ -1,0 +1,136 @@
+# frozen_string_literal: true
+
+require "json"
+
+module RedisUnique
+  # One holder of a lock, as UNIQUE.LOCKEDBY WITHMETA reports it.
+  # acquired_at and expires_at are Times (expires_at nil without a lease); ttl is
+  # the lease left in seconds (Float) or nil; meta is a Hash (empty without META).
+  Holder = Struct.new(:jid, :token, :acquired_at, :expires_at, :ttl, :type, :owner, :meta,
+                      keyword_init: true)
+
+  # The UNIQUE.* commands with Ruby types.
+  #
+  #   client = RedisUnique::Client.new(Redis.new)            # or a ConnectionPool, Sidekiq.redis_pool...
+  #   token  = client.lock("sync:user:1", jid, ttl: 60)       # => Integer, or nil when denied
+  #   client.unlock("sync:user:1", jid)                       # => true / false
+  #
+  # Durations are seconds (Integer or Float) in `ttl:` and `wait:`, or milliseconds
+  # (Integer) in `ttl_ms:` and `wait_ms:`. `pxat:` is a Time or unix milliseconds.
+  class Client
+    attr_reader :connection
+
+    def initialize(redis)
+      @connection = Connection.wrap(redis)
+    end
+
+    # UNIQUE.LOCK. Returns the fencing token (Integer) on a grant or a renewal, nil when
+    # denied (or when `wait` ran out). `meta` is a Hash (sent as JSON) or a JSON String.
+    def lock(key, jid, limit: nil, ttl: nil, ttl_ms: nil, pxat: nil, type: nil, owner: nil,
+             meta: nil, wait: nil, wait_ms: nil)
+      argv = ["UNIQUE.LOCK", key, jid]
+      argv.push("LIMIT", Integer(limit)) unless limit.nil?
+      lease = ms_option(:ttl, ttl, ttl_ms)
+      if lease && pxat
+        raise InvalidOption, "give ttl or pxat, not both"
+      elsif lease
+        argv.push("TTL", lease)
+      elsif pxat
+        argv.push("PXAT", pxat.is_a?(Time) ? (pxat.to_r * 1000).to_i : Integer(pxat))
+      end
+      argv.push("TYPE", type.to_s) if type
+      argv.push("OWNER", owner.to_s) if owner
+      argv.push("META", meta.is_a?(String) ? meta : JSON.generate(meta)) if meta
+      waiting = ms_option(:wait, wait, wait_ms)
+      if waiting
+        argv.push("WAIT", waiting)
+        @connection.blocking_call(waiting / 1000.0, *argv)
+      else
+        @connection.call(*argv)
+      end
+    end
+
+    # UNIQUE.UNLOCK. true when `jid` held the lock and was removed.
+    def unlock(key, jid)
+      @connection.call("UNIQUE.UNLOCK", key, jid) == 1
+    end
+
+    # UNIQUE.LOCKEDBY: the jids of the live holders, oldest grant first.
+    def locked_by(key)
+      @connection.call("UNIQUE.LOCKEDBY", key)
+    end
+
+    # UNIQUE.LOCKEDBY WITHMETA as Holder structs.
+    def holders(key)
+      @connection.call("UNIQUE.LOCKEDBY", key, "WITHMETA").map { |h| Client.holder(h) }
+    end
+
+    # UNIQUE.REAP from cursor 0 to the end: removes expired holders and, with `owner`,
+    # every holder of that owner. Returns the number of holders removed.
+    def reap(owner: nil, count: 1000)
+      cursor = "0"
+      removed = 0
+      loop do
+        argv = ["UNIQUE.REAP", cursor, "COUNT", Integer(count)]
+        argv.push("OWNER", owner.to_s) if owner
+        cursor, n = @connection.call(*argv)
+        removed += n.to_i
+        break if cursor.to_s == "0"
+      end
+      removed
+    end
+
+    # UNIQUE.METRICS as a Hash: "locks", "holders", "total" => {counter => n},
+    # "types" => {type => {counter => n}}. `minutes:` sums the last n minutes.
+    def metrics(minutes: nil)
+      argv = ["UNIQUE.METRICS"]
+      argv.push("MINUTES", Integer(minutes)) if minutes
+      argv.push("FORMAT", "json")
+      JSON.parse(@connection.call(*argv))
+    end
+
+    # Resets the module's counters (UNIQUE.METRICS RESET).
+    def reset_metrics
+      @connection.call("UNIQUE.METRICS", "RESET")
+    end
+
+    # true when the server has the module loaded (raises nothing).
+    def module_loaded?
+      @connection.call("UNIQUE.LOCKEDBY", "redis-unique:probe")
+      true
+    rescue ModuleNotLoaded
+      false
+    end
+
+    def self.holder(raw)
+      h = raw.is_a?(Hash) ? raw : Hash[*raw]
+      h = h.transform_keys(&:to_s)
+      expires = h["expires_at"].to_i
+      ttl = h["ttl"].to_i
+      meta = h["meta"]
+      Holder.new(
+        jid: h["jid"],
+        token: h["token"].to_i,
+        acquired_at: Time.at(h["acquired_at"].to_i / 1000r),
+        expires_at: expires.negative? ? nil : Time.at(expires / 1000r),
+        ttl: ttl.negative? ? nil : ttl / 1000.0,
+        type: h["type"],
+        owner: h["owner"],
+        meta: meta.nil? || meta.empty? ? {} : JSON.parse(meta)
+      )
+    end
+
+    private
+
+    def ms_option(name, seconds, ms)
+      raise InvalidOption, "give #{name} or #{name}_ms, not both" if seconds && ms
+      return Integer(ms) if ms
+      return nil if seconds.nil?
+
+      value = (seconds * 1000).round
+      raise InvalidOption, "#{name} must be positive (seconds)" unless value.positive?
+
+      value
+    end
+  end
+end

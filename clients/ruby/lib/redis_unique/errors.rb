@@ -1,0 +1,41 @@
+# frozen_string_literal: true
+
+module RedisUnique
+  # Every error this gem raises is a RedisUnique::Error.
+  class Error < StandardError; end
+
+  # The server answered "unknown command": the module is not loaded there.
+  class ModuleNotLoaded < Error
+    def initialize(msg = nil)
+      super(msg || "the redis-unique module is not loaded in this Redis server " \
+                   "(UNIQUE.* commands are unknown). Load it with " \
+                   "`loadmodule /path/to/libredis_unique.so` in redis.conf, " \
+                   "`redis-server --loadmodule /path/to/libredis_unique.so`, or " \
+                   "`MODULE LOAD /path/to/libredis_unique.so` (build it with `cargo build --release`)")
+    end
+  end
+
+  # An error reply of the server (syntax, out of range, invalid expire time...).
+  class CommandError < Error; end
+
+  # The key holds a value of another type than uniq-lock.
+  class WrongType < CommandError; end
+
+  # The connection to Redis failed (refused, timed out, closed).
+  class ConnectionError < Error; end
+
+  # An option given to the client or in sidekiq_options is not valid.
+  class InvalidOption < Error; end
+
+  # Raised by `on_conflict: :raise` when a job's lock is held by another job.
+  class Conflict < Error
+    attr_reader :item, :holders
+
+    def initialize(item = nil, holders = [], msg = nil)
+      @item = item
+      @holders = holders
+      super(msg || (item ? "#{item["class"]} (jid #{item["jid"]}) conflicts with the lock " \
+                            "#{item["lock_digest"]} held by #{holders.empty? ? "(nobody now)" : holders.join(", ")}" : "lock conflict"))
+    end
+  end
+end

@@ -1,0 +1,23 @@
+# frozen_string_literal: true
+
+require_relative "lib/redis_unique/version"
+
+Gem::Specification.new do |spec|
+  spec.name = "redis-unique"
+  spec.version = RedisUnique::VERSION
+  spec.summary = "Sidekiq unique jobs and job locks on the redis-unique module's native locks"
+  spec.description = "A client for the redis-unique Redis module (UNIQUE.LOCK, UNLOCK, LOCKEDBY, REAP, " \
+                     "METRICS) and Sidekiq middlewares with sidekiq-unique-jobs v9's option names: lock types, " \
+                     "conflict strategies, native waiting, fencing tokens, a dead-owner reaper and a v9 migration."
+  spec.authors = ["redis-unique contributors"]
+  spec.license = "MIT"
+  spec.required_ruby_version = ">= 3.1"
+  spec.files = Dir["lib/**/*.rb", "bin/*", "examples/*.rb", "README.md"]
+  spec.bindir = "bin"
+  spec.executables = ["redis-unique-migrate"]
+  spec.require_paths = ["lib"]
+  spec.add_dependency "connection_pool", ">= 2.2"
+  # Either client library works (redis-rb 4.x/5.x, or redis-client through Sidekiq 7);
+  # the gem requires neither itself.
+  spec.metadata["sidekiq_versions"] = "6.4, 7.x (8.x untested)"
+end

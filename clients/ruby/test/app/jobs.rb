@@ -1,0 +1,136 @@
+# frozen_string_literal: true
+
+# Jobs of the test suite, loaded by the tests (to push) and by the Sidekiq processes
+# (to perform). They record what happens in Redis lists so that tests observe it:
+# events:<token> gets {"event", "jid", "class", "t"} entries.
+require "json"
+require "redis_unique/sidekiq"
+
+module TestJobs
+  module_function
+
+  # A connection of its own per thread (blocking pops must not hold Sidekiq's pool).
+  def conn
+    Thread.current[:test_jobs_conn] ||= begin
+      url = ENV.fetch("REDIS_URL")
+      raw = if defined?(::RedisClient)
+              ::RedisClient.config(url: url).new_client
+            else
+              require "redis"
+              ::Redis.new(url: url)
+            end
+      RedisUnique::Connection.new(raw)
+    end
+  end
+
+  def record(token, event, job, extra = {})
+    payload = { "event" => event, "jid" => job.jid, "class" => job.class.name, "t" => Time.now.to_f }.merge(extra)
+    conn.call("RPUSH", "events:#{token}", JSON.generate(payload))
+  end
+
+  # The body of every test job. opts: "hold" => wait for RPUSH release:<token> (max 30 s),
+  # "fail" => fail the first n runs, "running" => count concurrent runs in running:<token>.
+  def run(job, token, opts)
+    opts ||= {}
+    record(token, "start", job)
+    if opts["running"]
+      now = conn.call("INCR", "running:#{token}")
+      conn.call("SET", "maxrunning:#{token}", now) if now > conn.call("GET", "maxrunning:#{token}").to_i
+    end
+    if opts["hold"]
+      got = conn.blocking_call(30, "BLPOP", "release:#{token}", 30)
+      # pass the release on to the next holder, if any
+      conn.call("RPUSH", "release:#{token}", "1") if got && opts["hold"] == "all"
+    end
+    conn.call("DECR", "running:#{token}") if opts["running"]
+    if opts["fail"] && conn.call("INCR", "failures:#{token}:#{job.jid}") <= opts["fail"].to_i
+      record(token, "fail", job)
+      raise "failing on purpose (#{token})"
+    end
+    record(token, "done", job)
+  end
+
+  TYPES = RedisUnique::Sidekiq::LOCK_TYPES
+  STRATEGIES = [nil, "log", "raise", "reject", "replace", "reschedule"].freeze
+
+  # "UntilExecuted" + "Reject" + "Job"
+  def class_name(type, strategy = nil, suffix = "")
+    camel = ->(s) { s.to_s.split("_").map(&:capitalize).join }
+    "#{camel.(type)}#{strategy ? camel.(strategy) : "Default"}#{suffix}Job"
+  end
+end
+
+TestJobs::JOB = defined?(Sidekiq::Job) ? Sidekiq::Job : Sidekiq::Worker
+
+# One class per lock type x conflict strategy: UntilExecutedRejectJob, WhileExecutingDefaultJob...
+TestJobs::TYPES.each do |type|
+  TestJobs::STRATEGIES.each do |strategy|
+    klass = Class.new do
+      include TestJobs::JOB
+      opts = { lock: type.to_sym, retry: 3, schedule_in: 1 }
+      opts[:on_conflict] = strategy.to_sym if strategy
+      opts[:lock_ttl] = 3 if type == "until_expired"
+      sidekiq_options(**opts)
+      sidekiq_retry_in { |_count, _ex| 1 }
+
+      def perform(token, opts = {})
+        TestJobs.run(self, token, opts)
+      end
+    end
+    Object.const_set(TestJobs.class_name(type, strategy), klass)
+  end
+end
+
+# while_executing with lock_timeout: the duplicate waits (UNIQUE.LOCK ... WAIT) for the first.
+class WhileExecutingTimeoutJob
+  include TestJobs::JOB
+  sidekiq_options lock: :while_executing, lock_timeout: 20, on_conflict: :raise, retry: 3
+  sidekiq_retry_in { |_count, _ex| 1 }
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end
+
+# The per-side form of on_conflict.
+class UntilAndWhileExecutingPerSideJob
+  include TestJobs::JOB
+  sidekiq_options lock: :until_and_while_executing, on_conflict: { client: :reject, server: :reschedule },
+                  schedule_in: 1, retry: 3
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end
+
+# until_executed that dies at the first failure: the death handler frees its lock.
+class UntilExecutedDiesJob
+  include TestJobs::JOB
+  sidekiq_options lock: :until_executed, retry: 0
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end
+
+# lock_args_method, unique_across_queues, lock_limit, lock_prefix.
+class LockArgsJob
+  include TestJobs::JOB
+  sidekiq_options lock: :until_executed, lock_args_method: ->(args) { [args.first] }, lock_prefix: "myprefix"
+
+  def perform(token, _stamp = nil); end
+end
+
+class AcrossQueuesJob
+  include TestJobs::JOB
+  sidekiq_options lock: :until_executed, unique_across_queues: true
+
+  def perform(token); end
+end
+
+class LimitedJob
+  include TestJobs::JOB
+  sidekiq_options lock: :until_executed, lock_limit: 2
+
+  def perform(token); end
+end

@@ -1,0 +1,149 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "connection_pool"
+
+class ClientTest < Minitest::Test
+  include TestHelpers
+
+  def setup
+    TestSuite.server
+  end
+
+  def key
+    "k:#{token}"
+  end
+
+  def test_lock_unlock_and_tokens
+    t1 = client.lock(key, "a", ttl: 10)
+    assert_kind_of Integer, t1
+    assert_nil client.lock(key, "b", ttl: 10)
+    assert_equal t1, client.lock(key, "a", ttl: 20), "a renewal keeps the token"
+    assert_equal ["a"], client.locked_by(key)
+    assert client.unlock(key, "a")
+    refute client.unlock(key, "a")
+    t2 = client.lock(key, "b")
+    assert_operator t2, :>, t1
+    assert client.unlock(key, "b")
+    assert_equal 0, conn.call("EXISTS", key)
+  end
+
+  def test_holders_are_structs_with_times_and_meta
+    before = Time.now
+    client.lock(key, "a", ttl: 30, type: "until_executed", owner: "host:1:abc", meta: { "class" => "X", "n" => 1 })
+    client.lock(key, "b", limit: 2)
+    a, b = client.holders(key)
+    assert_equal "a", a.jid
+    assert_kind_of Integer, a.token
+    assert_in_delta before.to_f, a.acquired_at.to_f, 5
+    assert_in_delta before.to_f + 30, a.expires_at.to_f, 5
+    assert_in_delta 30, a.ttl, 5
+    assert_equal "until_executed", a.type
+    assert_equal "host:1:abc", a.owner
+    assert_equal({ "class" => "X", "n" => 1 }, a.meta)
+    assert_equal "b", b.jid
+    assert_nil b.expires_at
+    assert_nil b.ttl
+    assert_nil b.owner
+    assert_equal "lock", b.type
+    assert_equal({}, b.meta)
+  end
+
+  def test_limit_and_counting_lock
+    assert client.lock(key, "a", limit: 2)
+    assert client.lock(key, "b", limit: 2)
+    assert_nil client.lock(key, "c", limit: 2)
+    assert client.lock(key, "c", limit: 0), "LIMIT 0 never denies"
+    assert_equal %w[a b c], client.locked_by(key)
+  end
+
+  def test_ttl_ms_and_pxat
+    client.lock(key, "a", ttl_ms: 1500)
+    ttl = client.holders(key).first.ttl
+    assert_operator ttl, :<=, 1.5
+    assert_operator ttl, :>, 0.5
+    client.lock("#{key}:2", "a", pxat: Time.now + 100)
+    assert_in_delta 100, client.holders("#{key}:2").first.ttl, 5
+    assert_raises(RedisUnique::InvalidOption) { client.lock(key, "z", ttl: 1, ttl_ms: 1000) }
+    assert_raises(RedisUnique::InvalidOption) { client.lock(key, "z", ttl: 1, pxat: Time.now + 5) }
+  end
+
+  def test_wait_gets_the_slot_when_released
+    client.lock(key, "a")
+    other = RedisUnique::Client.new(TestSuite.raw_connection)
+    waiter = Thread.new { other.lock(key, "b", wait: 5) }
+    wait_until(message: "the waiter blocks") { conn.call("INFO", "unique")[/unique_waiting:(\d+)/, 1].to_i == 1 }
+    client.unlock(key, "a")
+    assert_kind_of Integer, waiter.value
+    assert_equal ["b"], client.locked_by(key)
+  end
+
+  def test_wait_times_out_with_nil
+    client.lock(key, "a")
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    assert_nil client.lock(key, "b", wait_ms: 300)
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :>=, 0.25
+  end
+
+  def test_reap_by_owner_iterates_to_the_end
+    30.times { |i| client.lock("#{key}:#{i}", "j#{i}", owner: "dead-1") }
+    client.lock("#{key}:other", "x", owner: "alive")
+    assert_equal 30, client.reap(owner: "dead-1", count: 7)
+    assert_equal ["x"], client.locked_by("#{key}:other")
+    assert_equal [], client.locked_by("#{key}:0")
+  end
+
+  def test_metrics_count_by_type
+    client.lock(key, "a", type: "mtype#{token.hash.abs % 1000}")
+    client.lock(key, "b", type: "mtype#{token.hash.abs % 1000}")
+    m = client.metrics
+    t = m["types"]["mtype#{token.hash.abs % 1000}"]
+    assert_equal 1, t["acquired"]
+    assert_equal 1, t["denied"]
+    assert_kind_of Integer, m["locks"]
+    assert_operator client.metrics(minutes: 1)["total"]["acquired"], :>=, 1
+  end
+
+  def test_errors_are_redis_unique_errors
+    conn.call("SET", "str:#{token}", "x")
+    assert_raises(RedisUnique::WrongType) { client.lock("str:#{token}", "a") }
+    e = assert_raises(RedisUnique::CommandError) { client.connection.call("UNIQUE.LOCK", key, "a", "TTL", "0") }
+    assert_match(/invalid expire time/, e.message)
+    assert_kind_of RedisUnique::Error, e
+  end
+
+  def test_module_not_loaded
+    plain = H::RedisServer.new(load_module: false)
+    c = RedisUnique::Client.new(TestSuite.raw_connection(plain.url))
+    e = assert_raises(RedisUnique::ModuleNotLoaded) { c.lock("k", "a") }
+    assert_match(/loadmodule/, e.message)
+    assert_match(/MODULE LOAD/, e.message)
+    refute c.module_loaded?
+    assert client.module_loaded?
+  ensure
+    plain&.stop
+  end
+
+  def test_connection_refused_is_a_connection_error
+    c = RedisUnique::Client.new(TestSuite.raw_connection("redis://127.0.0.1:#{H.free_port}/0"))
+    assert_raises(RedisUnique::ConnectionError) { c.lock("k", "a") }
+  end
+
+  def test_pools_and_both_client_libraries
+    pools = [ConnectionPool.new(size: 2) { TestSuite.raw_connection }, Sidekiq.redis_pool]
+    require "redis"
+    pools << ::Redis.new(url: TestSuite.url)
+    if defined?(::RedisClient)
+      pools << ::RedisClient.config(url: TestSuite.url).new_client
+      pools << ConnectionPool.new(size: 1) { ::RedisClient.config(url: TestSuite.url).new_client }
+    end
+    pools.each_with_index do |pool, i|
+      c = RedisUnique::Client.new(pool)
+      assert c.lock("#{key}:#{i}", "a", meta: { "i" => i }), pool.class.name
+      assert_nil c.lock("#{key}:#{i}", "b")
+      assert_equal({ "i" => i }, c.holders("#{key}:#{i}").first.meta, pool.class.name)
+      assert_nil c.lock("#{key}:#{i}", "b", wait_ms: 50), pool.class.name
+      assert c.unlock("#{key}:#{i}", "a")
+    end
+  end
+end

@@ -1,0 +1,511 @@
+//! What each public command tells Redis about itself (`COMMAND DOCS`,
+//! `COMMAND INFO`, key specs for `COMMAND GETKEYSANDFLAGS`, ACL and cluster
+//! routing): plain data, the one source of both the command info the module
+//! registers (`ffi::describe_commands`) and the argument reference in
+//! docs/commands.md (`markdown`, kept equal to the file by tests/docs.rs).
+//!
+//! This file depends on nothing else in the crate, so that the tests can
+//! include it by path without linking the module.
+
+/// A command's self-description.
+pub struct CommandDoc {
+    /// As registered, lower case.
+    pub name: &'static str,
+    pub summary: &'static str,
+    /// The module version that introduced the command.
+    pub since: &'static str,
+    pub complexity: &'static str,
+    /// Redis's convention: N exactly N arguments (the name included), -N at least N.
+    pub arity: i32,
+    /// Space-separated hints for clients and proxies, "" for none.
+    pub tips: &'static str,
+    pub key_specs: &'static [KeySpec],
+    pub args: &'static [Arg],
+}
+
+/// One key, at a fixed position.
+pub struct KeySpec {
+    /// The argument index of the key (1 = the first after the name).
+    pub index: i32,
+    pub flags: &'static [KeyFlag],
+}
+
+/// Key-spec flags, as Redis names them in `COMMAND INFO`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyFlag {
+    /// Read only.
+    Ro,
+    /// Read and write.
+    Rw,
+    /// Returns or uses the user data of the value.
+    Access,
+    /// Updates the value (new data may be added).
+    Update,
+    /// Removes data from the value (or the key).
+    Delete,
+}
+
+impl KeyFlag {
+    /// The name `COMMAND INFO` and `COMMAND GETKEYSANDFLAGS` give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ro => "RO",
+            Self::Rw => "RW",
+            Self::Access => "access",
+            Self::Update => "update",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+/// The type of an argument, as `COMMAND DOCS` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgType {
+    /// A key name; the index of its key spec.
+    Key(i32),
+    String,
+    Integer,
+    UnixTime,
+    PureToken,
+    OneOf,
+    Block,
+}
+
+impl ArgType {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Key(_) => "key",
+            Self::String => "string",
+            Self::Integer => "integer",
+            Self::UnixTime => "unix-time",
+            Self::PureToken => "pure-token",
+            Self::OneOf => "oneof",
+            Self::Block => "block",
+        }
+    }
+}
+
+/// One argument of a command.
+pub struct Arg {
+    pub name: &'static str,
+    pub kind: ArgType,
+    /// The keyword that comes before the value (or is the whole argument).
+    pub token: Option<&'static str>,
+    /// The placeholder shown for the value (`redis-cli` hints from 7.2 on);
+    /// `None` shows `name`.
+    pub display: Option<&'static str>,
+    pub summary: &'static str,
+    pub optional: bool,
+    pub multiple: bool,
+    /// The alternatives of a `OneOf`, the parts of a `Block`.
+    pub subargs: &'static [Arg],
+}
+
+impl Arg {
+    const fn new(name: &'static str, kind: ArgType, summary: &'static str) -> Self {
+        Self {
+            name,
+            kind,
+            token: None,
+            display: None,
+            summary,
+            optional: false,
+            multiple: false,
+            subargs: &[],
+        }
+    }
+
+    /// `TOKEN display`, optional.
+    const fn option(
+        name: &'static str,
+        kind: ArgType,
+        token: &'static str,
+        display: &'static str,
+        summary: &'static str,
+    ) -> Self {
+        Self {
+            token: Some(token),
+            display: Some(display),
+            optional: true,
+            ..Self::new(name, kind, summary)
+        }
+    }
+
+    /// A keyword alone.
+    const fn token(name: &'static str, token: &'static str, summary: &'static str) -> Self {
+        Self {
+            token: Some(token),
+            ..Self::new(name, ArgType::PureToken, summary)
+        }
+    }
+
+    const fn optional(self) -> Self {
+        Self {
+            optional: true,
+            ..self
+        }
+    }
+
+    const fn with(self, subargs: &'static [Arg]) -> Self {
+        Self { subargs, ..self }
+    }
+
+    /// The flags `COMMAND DOCS` shows, in its order.
+    pub fn flag_names(&self) -> Vec<&'static str> {
+        let mut flags = Vec::new();
+        if self.optional {
+            flags.push("optional");
+        }
+        if self.multiple {
+            flags.push("multiple");
+        }
+        flags
+    }
+
+    /// How the argument reads in a synopsis: `[TTL ms | PXAT unix-ms]`.
+    pub fn synopsis(&self) -> String {
+        let body = match self.kind {
+            ArgType::OneOf => self
+                .subargs
+                .iter()
+                .map(Arg::synopsis)
+                .collect::<Vec<_>>()
+                .join(
+                    if self.subargs.iter().all(|a| a.kind == ArgType::PureToken) {
+                        "|"
+                    } else {
+                        " | "
+                    },
+                ),
+            ArgType::Block => self
+                .subargs
+                .iter()
+                .map(Arg::synopsis)
+                .collect::<Vec<_>>()
+                .join(" "),
+            ArgType::PureToken => self.token.unwrap_or(self.name).to_string(),
+            _ => {
+                let value = self.display.unwrap_or(self.name);
+                match self.token {
+                    Some(token) => format!("{token} {value}"),
+                    None => value.to_string(),
+                }
+            }
+        };
+        let body = match (self.kind, self.token) {
+            (ArgType::OneOf | ArgType::Block, Some(token)) => format!("{token} {body}"),
+            _ => body,
+        };
+        if self.optional {
+            format!("[{body}]")
+        } else {
+            body
+        }
+    }
+}
+
+const VERSION: &str = "0.1.0";
+
+static LOCK_ARGS: &[Arg] = &[
+    Arg::new("key", ArgType::Key(0), "the lock"),
+    Arg::new("jid", ArgType::String, "the job id, 1 to 1024 bytes"),
+    Arg::option(
+        "limit",
+        ArgType::Integer,
+        "LIMIT",
+        "n",
+        "how many holders the lock may have for this call, 0 for no limit (default 1)",
+    ),
+    Arg::new(
+        "lease",
+        ArgType::OneOf,
+        "the end of the lease (default: none)",
+    )
+    .optional()
+    .with(&[
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "ttl",
+                ArgType::Integer,
+                "TTL",
+                "ms",
+                "a lease of this many ms from now",
+            )
+        },
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "pxat",
+                ArgType::UnixTime,
+                "PXAT",
+                "unix-ms",
+                "a lease that ends at this unix time in ms",
+            )
+        },
+    ]),
+    Arg::option(
+        "type",
+        ArgType::String,
+        "TYPE",
+        "name",
+        "the lock type, 1 to 64 of A-Z a-z 0-9 _ : . - (default lock)",
+    ),
+    Arg::option(
+        "owner",
+        ArgType::String,
+        "OWNER",
+        "id",
+        "the worker process running the job, for REAP OWNER",
+    ),
+    Arg::option(
+        "meta",
+        ArgType::String,
+        "META",
+        "json",
+        "a JSON object kept with the holder",
+    ),
+    Arg::option(
+        "wait",
+        ArgType::Integer,
+        "WAIT",
+        "ms",
+        "when denied, block up to this many ms for a slot",
+    ),
+];
+
+static METRICS_ARGS: &[Arg] = &[Arg::new("mode", ArgType::OneOf, "a report, or RESET")
+    .optional()
+    .with(&[
+        Arg::new("report", ArgType::Block, "the counters").with(&[
+            Arg::option(
+                "minutes",
+                ArgType::Integer,
+                "MINUTES",
+                "n",
+                "sum over the last n minutes (default: since load or RESET)",
+            ),
+            Arg {
+                token: Some("FORMAT"),
+                ..Arg::new(
+                    "format",
+                    ArgType::OneOf,
+                    "the reply's format (default resp)",
+                )
+            }
+            .optional()
+            .with(&[
+                Arg::token("resp", "resp", "a map"),
+                Arg::token("json", "json", "a JSON text"),
+                Arg::token("prometheus", "prometheus", "the text exposition format"),
+            ]),
+        ]),
+        Arg::token("reset", "RESET", "zero every counter"),
+    ])];
+
+/// The public commands, in the order of docs/commands.md. (UNIQUE.APPLY,
+/// internal, is left without docs: see docs/commands.md.)
+pub static COMMANDS: &[CommandDoc] = &[
+    CommandDoc {
+        name: "unique.lock",
+        summary: "Acquires or renews a hold on a lock for a job, with an optional lease, limit and wait.",
+        since: VERSION,
+        complexity: "O(N) where N is the number of holders of the key.",
+        arity: -3,
+        tips: "nondeterministic_output",
+        key_specs: &[KeySpec {
+            index: 1,
+            flags: &[KeyFlag::Rw, KeyFlag::Update],
+        }],
+        args: LOCK_ARGS,
+    },
+    CommandDoc {
+        name: "unique.unlock",
+        summary: "Releases a job's hold on a lock.",
+        since: VERSION,
+        complexity: "O(N) where N is the number of holders of the key.",
+        arity: 3,
+        tips: "",
+        key_specs: &[KeySpec {
+            index: 1,
+            flags: &[KeyFlag::Rw, KeyFlag::Delete],
+        }],
+        args: &[
+            Arg::new("key", ArgType::Key(0), "the lock"),
+            Arg::new("jid", ArgType::String, "the job id"),
+        ],
+    },
+    CommandDoc {
+        name: "unique.lockedby",
+        summary: "Returns the jobs that hold a lock, oldest grant first, optionally with their leases and metadata.",
+        since: VERSION,
+        complexity: "O(N) where N is the number of holders of the key.",
+        arity: -2,
+        tips: "",
+        key_specs: &[KeySpec {
+            index: 1,
+            flags: &[KeyFlag::Ro, KeyFlag::Access],
+        }],
+        args: &[
+            Arg::new("key", ArgType::Key(0), "the lock"),
+            Arg::token("withmeta", "WITHMETA", "each holder as a map of its fields").optional(),
+        ],
+    },
+    CommandDoc {
+        name: "unique.reap",
+        summary: "Removes ended leases and, with OWNER, the holds of a dead worker, a bounded step at a time like SCAN.",
+        since: VERSION,
+        complexity: "O(1) for every call, O(N) for a complete iteration, with N the number of keys in the database.",
+        arity: -2,
+        tips: "nondeterministic_output",
+        key_specs: &[],
+        args: &[
+            Arg::new(
+                "cursor",
+                ArgType::Integer,
+                "0 to begin, then the cursor returned",
+            ),
+            Arg::option(
+                "count",
+                ArgType::Integer,
+                "COUNT",
+                "n",
+                "the most lock keys to examine (default 100)",
+            ),
+            Arg::option(
+                "owner",
+                ArgType::String,
+                "OWNER",
+                "id",
+                "also remove every holder with this owner",
+            ),
+        ],
+    },
+    CommandDoc {
+        name: "unique.metrics",
+        summary: "Returns the lock counters of this server, per lock type and in total, or resets them.",
+        since: VERSION,
+        complexity: "O(T) where T is the number of lock types counted (times n with MINUTES n).",
+        arity: -1,
+        tips: "nondeterministic_output",
+        key_specs: &[],
+        args: METRICS_ARGS,
+    },
+];
+
+/// `UNIQUE.LOCK key jid [LIMIT n] ...`.
+pub fn synopsis(cmd: &CommandDoc) -> String {
+    std::iter::once(cmd.name.to_ascii_uppercase())
+        .chain(cmd.args.iter().map(Arg::synopsis))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The argument reference of docs/commands.md, generated from [`COMMANDS`].
+pub fn markdown() -> String {
+    let mut out = String::new();
+    for cmd in COMMANDS {
+        out.push_str(&format!("### {}\n\n", cmd.name.to_ascii_uppercase()));
+        out.push_str(&format!("`{}`\n\n", synopsis(cmd)));
+        out.push_str(&format!("{}\n\n", cmd.summary));
+        out.push_str(&format!(
+            "- since: {}\n- complexity: {}\n- arity: {}\n",
+            cmd.since, cmd.complexity, cmd.arity
+        ));
+        let keys: Vec<String> = cmd
+            .key_specs
+            .iter()
+            .map(|k| {
+                let flags: Vec<_> = k.flags.iter().map(|f| f.name()).collect();
+                format!("argument {} ({})", k.index, flags.join(" "))
+            })
+            .collect();
+        out.push_str(&format!(
+            "- keys: {}\n",
+            if keys.is_empty() {
+                "none (node-local)".to_string()
+            } else {
+                keys.join(", ")
+            }
+        ));
+        if !cmd.tips.is_empty() {
+            out.push_str(&format!("- tips: {}\n", cmd.tips));
+        }
+        out.push_str(
+            "\n| argument | type | token | flags | meaning |\n| --- | --- | --- | --- | --- |\n",
+        );
+        rows(&mut out, cmd.args, 0);
+        out.push('\n');
+    }
+    out
+}
+
+fn rows(out: &mut String, args: &[Arg], depth: usize) {
+    for arg in args {
+        let indent = "↳ ".repeat(depth);
+        let name = match arg.display {
+            Some(d) if d != arg.name => format!("{indent}`{}` (`{d}`)", arg.name),
+            _ => format!("{indent}`{}`", arg.name),
+        };
+        let kind = match arg.kind {
+            ArgType::Key(i) => format!("key (spec {i})"),
+            k => k.name().to_string(),
+        };
+        let token = arg.token.map(|t| format!("`{t}`")).unwrap_or_default();
+        out.push_str(&format!(
+            "| {name} | {kind} | {token} | {} | {} |\n",
+            arg.flag_names().join(", "),
+            arg.summary
+        ));
+        rows(out, arg.subargs, depth + 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synopses_read_as_the_reference_does() {
+        let of = |name: &str| {
+            COMMANDS
+                .iter()
+                .find(|c| c.name == name)
+                .map(synopsis)
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            of("unique.lock"),
+            "UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]"
+        );
+        assert_eq!(of("unique.unlock"), "UNIQUE.UNLOCK key jid");
+        assert_eq!(of("unique.lockedby"), "UNIQUE.LOCKEDBY key [WITHMETA]");
+        assert_eq!(of("unique.reap"), "UNIQUE.REAP cursor [COUNT n] [OWNER id]");
+        assert_eq!(
+            of("unique.metrics"),
+            "UNIQUE.METRICS [[MINUTES n] [FORMAT resp|json|prometheus] | RESET]"
+        );
+    }
+
+    #[test]
+    fn arity_counts_the_required_arguments() {
+        for cmd in COMMANDS {
+            let required = 1 + cmd.args.iter().filter(|a| !a.optional).count() as i32;
+            let fixed = cmd.args.iter().all(|a| !a.optional && !a.multiple);
+            let expected = if fixed { required } else { -required };
+            assert_eq!(cmd.arity, expected, "{}", cmd.name);
+        }
+    }
+
+    #[test]
+    fn key_arguments_point_at_their_key_spec() {
+        for cmd in COMMANDS {
+            for (i, arg) in cmd.args.iter().enumerate() {
+                if let ArgType::Key(spec) = arg.kind {
+                    let spec = cmd.key_specs.get(spec as usize);
+                    assert_eq!(spec.map(|s| s.index), Some(i as i32 + 1), "{}", cmd.name);
+                }
+            }
+        }
+    }
+}
