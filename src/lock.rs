@@ -13,7 +13,7 @@ pub const MAX_TYPE_BYTES: usize = 64;
 /// The lock type of a holder that was not given one.
 pub const DEFAULT_TYPE: &str = "lock";
 /// The lock types job systems use: a holder keeps one of these as an index.
-const KNOWN_TYPES: [&str; 6] = [
+pub const KNOWN_TYPES: [&str; 6] = [
     DEFAULT_TYPE,
     "until_executed",
     "until_executing",
