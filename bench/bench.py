@@ -173,14 +173,29 @@ class Server:
 
 # ---- load -----------------------------------------------------------------------
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of process `pid` so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def load(server, args, pipeline, requests, start=0, clients=CLIENTS):
     """One loadgen run; `{}` in `args` is the request's sequence number, from
-    `start`. Requests per second, p50 and p99 in ms, and the replies by kind."""
+    `start`. Requests per second, p50 and p99 in ms, the server's CPU time per
+    request in µs (steadier than throughput on a shared machine: other
+    processes take turns on the cores, not cycles from each request) and the
+    replies by kind."""
+    cpu_before = cpu_seconds(server.proc.pid)
     out = subprocess.run(
         [LOADGEN, "--port", str(server.port), "--clients", str(clients), "--pipeline", str(pipeline),
          "--requests", str(requests), "--from", str(start), "--", *map(str, args)],
         capture_output=True, text=True, check=True).stdout
     result = json.loads(out)
+    result["cpu_us"] = round((cpu_seconds(server.proc.pid) - cpu_before) * 1e6 / requests, 3)
     if result["replies"]["error"]:
         raise SystemExit("%s: %d errors, the first: %s" % (
             " ".join(map(str, args)), result["replies"]["error"], result["first_error"]))
@@ -231,7 +246,7 @@ def compare(server, contenders, pipeline, **kw):
             r = load(server, args, pipeline, n, **kw)
             if not check(r["replies"]):
                 raise SystemExit("%s did not do what is measured: %s" % (name, r["replies"]))
-            runs[name].append({k: r[k] for k in ("rps", "p50_ms", "p99_ms")})
+            runs[name].append({k: r[k] for k in ("rps", "p50_ms", "p99_ms", "cpu_us")})
     return {name: median_of(r) for name, r in runs.items()}
 
 

@@ -32,6 +32,18 @@ pub fn guard(ctx: &Context, args: Vec<RedisString>, handler: Handler) -> RedisRe
         .unwrap_or_else(|_| Err(RedisError::Str(crate::waiting::INTERNAL_ERROR)))
 }
 
+/// [`guard`] for a command that reads its arguments in place
+/// ([`crate::ffi::call_in_place`]).
+pub fn guard_in_place(
+    ctx: &Context,
+    key: &RedisString,
+    args: &[&[u8]],
+    handler: fn(&Context, &RedisString, &[&[u8]]) -> RedisResult,
+) -> RedisResult {
+    catch_unwind(AssertUnwindSafe(|| handler(ctx, key, args)))
+        .unwrap_or_else(|_| Err(RedisError::Str(crate::waiting::INTERNAL_ERROR)))
+}
+
 // Not through std::error::Error: redis-module's blanket conversion would add a
 // second "ERR " to texts that already carry their code.
 impl From<LockError> for RedisError {
