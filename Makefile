@@ -37,7 +37,7 @@ bench: deps build loadgen
 	$(MAKE) bench-ruby
 
 ## bench-scale: LOCK/UNLOCK throughput and bytes per lock with 10,000,000 locks present
-## against 1,000 (about 3 GB of memory; bench/results/scale.json)
+## against 1,000 (about 2 GB of memory; bench/results/scale.json)
 bench-scale: deps build loadgen
 	BENCH_SCALE=1 python3 bench/bench.py
 

@@ -395,40 +395,47 @@ def wait_rehashed(server, limit=10.0):
         time.sleep(0.05)
 
 
-def scaling(server, sizes):
+def scaling(sizes):
     """LOCK/UNLOCK throughput (pipeline 16) and bytes per lock with `sizes`
     other locks present, SET NX PX/DEL in the same conditions as the
-    reference. Each size is built once (the locks without META, a lease
-    long enough to outlast the test) and left to finish rehashing; then, each
-    round, fresh keys are granted and those same keys released, the order of
-    the module and the reference alternating round by round."""
+    reference. One server per size, each built once (locks without META, a
+    lease long enough to outlast the test) and left to finish rehashing; then,
+    round by round, on each server in turn (the order of the servers and of
+    the module and the reference alternating), fresh keys are granted and
+    those same keys released, so that the machine's noise falls on every size
+    alike."""
     n = REQUESTS
-    out = {}
-    for others in sizes:
-        server.flush()
-        before = int(server.info("memory")["used_memory"])
-        fill(server, ["UNIQUE.LOCK", "other:{}", "job", "TTL", 3_600_000], others)
-        bytes_per_lock = (int(server.info("memory")["used_memory"]) - before) / others
-        wait_rehashed(server, limit=60)
+    servers = {}
+    try:
+        for others in sizes:
+            server = servers[others] = Server()
+            before = int(server.info("memory")["used_memory"])
+            fill(server, ["UNIQUE.LOCK", "other:{}", "job", "TTL", 3_600_000], others)
+            server.bytes_per_lock = (int(server.info("memory")["used_memory"]) - before) / others
+            wait_rehashed(server, limit=60)
         pairs = [(("lock_rps", ["UNIQUE.LOCK", "s:{}", "job", "TTL", 60000], grants),
                   ("unlock_rps", ["UNIQUE.UNLOCK", "s:{}", "job"], releases)),
                  (("set_rps", ["SET", "t:{}", "job", "NX", "PX", 60000], grants),
                   ("del_rps", ["DEL", "t:{}"], releases))]
-        rows = []
+        rows = {others: [] for others in sizes}
         for round_ in range(ROUNDS):
-            row = {}
             # Fresh keys each round: a new range of sequence numbers.
             start = round_ * n
-            for pair in (pairs if round_ % 2 == 0 else pairs[::-1]):
-                for name, args, check in pair:
-                    r = load(server, args, 16, n, start=start)
-                    if not check(r["replies"]):
-                        raise SystemExit("scaling %s: %s" % (name, r["replies"]))
-                    row[name] = r["rps"]
-            rows.append(row)
-        out[others] = dict(median_of(rows), bytes_per_lock=round(bytes_per_lock, 1))
-    server.flush()
-    return out
+            for others in (sizes if round_ % 2 == 0 else sizes[::-1]):
+                server, row = servers[others], {}
+                for pair in (pairs if round_ % 2 == 0 else pairs[::-1]):
+                    for name, args, check in pair:
+                        r = load(server, args, 16, n, start=start)
+                        if not check(r["replies"]):
+                            raise SystemExit("scaling %s: %s" % (name, r["replies"]))
+                        row[name] = r["rps"]
+                rows[others].append(row)
+        return {others: dict(median_of(rows[others]),
+                             bytes_per_lock=round(servers[others].bytes_per_lock, 1))
+                for others in sizes}
+    finally:
+        for server in servers.values():
+            server.stop()
 
 
 def reaper(server):
@@ -551,7 +558,7 @@ def main():
         server = Server()
         try:
             print("redis-unique scale benchmark: %d rounds, %d requests (medians)" % (ROUNDS, REQUESTS))
-            scale = scaling(server, (1_000, 10_000_000))
+            scale = scaling((1_000, 10_000_000))
             host = machine(server)
         finally:
             server.stop()
@@ -565,7 +572,7 @@ def main():
         tp = throughput(server)
         hot = contention(server)
         mem = memory(server)
-        scale = scaling(server, (1_000, 1_000_000))
+        scale = scaling((1_000, 1_000_000))
         reap = reaper(server)
         hand = handoff(server)
         host = machine(server)
