@@ -3,7 +3,7 @@
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
 
-.PHONY: run test build bench fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak
+.PHONY: run test build bench bench-scale loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -61,10 +61,20 @@ soak: deps build
 build:
 	cargo build --release
 
-## bench: throughput, latency and memory against SET NX PX and the Lua design (bench/results/latest.json)
-bench: deps build
+## bench: throughput, latency and memory against SET NX PX and the Lua design, also with a
+## replica and AOF (bench/results/latest.json; BENCH_ROUNDS, default 5; BENCH_REQUESTS)
+bench: deps build loadgen
 	python3 bench/bench.py
 	$(MAKE) bench-ruby
+
+## bench-scale: LOCK/UNLOCK throughput and bytes per lock with 10,000,000 locks present
+## against 1,000 (about 2 GB of memory; bench/results/scale.json)
+bench-scale: deps build loadgen
+	BENCH_SCALE=1 python3 bench/bench.py
+
+## loadgen: the load generator of the benchmarks (bench/loadgen.rs)
+loadgen:
+	cargo build --release --example loadgen
 
 ## fuzz: the parser and decoder fuzz targets with many more cases (FUZZ_CASES, default 1000000)
 fuzz:

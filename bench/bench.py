@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
 """make bench: redis-unique side by side with SET NX PX and with the Lua design.
 
-Starts its own redis-server with the module (no persistence), runs
-redis-benchmark for each contender, alternating contenders round by round and
-reporting medians (these machines are shared and noisy: ratios matter more
-than absolute figures), measures memory per lock, scaling, the reaper and the
-blocking handoff, prints a table and writes bench/results/latest.json.
+Starts its own redis-server with the module (no persistence), drives it with
+bench/loadgen.rs (target/release/examples/loadgen: many connections,
+pipelining, and a sequence number in each key so that every grant is on a
+fresh key and every release finds its lock), alternating contenders round by
+round and reporting medians (these machines are shared and noisy: ratios
+matter more than absolute figures). Every contender starts from the same
+keyspace (FLUSHALL, then the same number of keys when it releases or reads),
+so keyspace growth and rehashing fall on all alike. Then the same LOCK/UNLOCK
+vs SET NX PX/DEL comparison on a primary with one replica and AOF (appendfsync
+everysec), memory per lock, scaling, the reaper and the blocking handoff; it
+prints a table and writes bench/results/latest.json.
 
-Environment: BENCH_ROUNDS (default 3), BENCH_REQUESTS (default 200000).
-Needs only python3, redis-server and redis-benchmark (redis-tools).
+Environment: BENCH_ROUNDS (default 5), BENCH_REQUESTS (default 200000; half
+that without pipelining, where the round trip sets the pace),
+BENCH_SCALE=1 (make bench-scale: only the scale test, with 10,000,000 locks
+present against 1,000, written to bench/results/scale.json).
+Needs python3, redis-server and the loadgen example (make bench builds it).
 """
 
 import json
@@ -23,10 +32,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE = os.path.join(ROOT, "target", "release", "libredis_unique.so")
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+LOADGEN = os.path.join(ROOT, "target", "release", "examples", "loadgen")
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "200000"))
 CLIENTS = 50
-KEYSPACE = 1_000_000
 POPULATED = 200_000
 
 # The same information on both sides (see bench/README.md).
@@ -107,17 +116,27 @@ class Conn:
 # ---- the server ----------------------------------------------------------------
 
 class Server:
-    def __init__(self):
+    """A redis-server with the module: no persistence, or AOF (appendfsync
+    everysec) when `aof`; a replica of `primary` when given."""
+
+    def __init__(self, aof=False, primary=None):
         self.dir = tempfile.mkdtemp(prefix="redis-unique-bench-")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-             "--save", "", "--appendonly", "no", "--logfile", "redis.log",
-             "--enable-debug-command", "yes",
-             "--loadmodule", MODULE],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--logfile", "redis.log", "--enable-debug-command", "yes",
+                "--loadmodule", MODULE]
+        if aof:
+            # No automatic rewrite: a fork in the middle of one contender's run
+            # would fall on it alone.
+            args += ["--appendonly", "yes", "--appendfsync", "everysec",
+                     "--auto-aof-rewrite-percentage", "0"]
+        else:
+            args += ["--appendonly", "no"]
+        if primary:
+            args += ["--replicaof", "127.0.0.1", str(primary.port)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 10
         while True:
             try:
@@ -128,41 +147,106 @@ class Server:
                 if time.time() > deadline:
                     raise SystemExit("redis-server did not start; see %s/redis.log" % self.dir)
                 time.sleep(0.05)
+        if primary:
+            while self.info("replication").get("master_link_status") != "up":
+                if time.time() > deadline:
+                    raise SystemExit("the replica did not connect; see %s/redis.log" % self.dir)
+                time.sleep(0.05)
 
     def info(self, section):
         text = self.conn.call("INFO", section).decode()
         return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+    def flush(self):
+        """An empty keyspace, on the replica too when there is one."""
+        self.conn.call("FLUSHALL")
+        if self.replicas():
+            self.conn.call("WAIT", 1, 10_000)
+
+    def replicas(self):
+        return int(self.info("replication").get("connected_slaves", 0))
 
     def stop(self):
         self.proc.kill()
         self.proc.wait()
 
 
-def benchmark(server, args, pipeline, requests=REQUESTS, keyspace=KEYSPACE, clients=CLIENTS):
-    """One redis-benchmark run: requests per second, p50 and p99 in ms."""
+# ---- load -----------------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of process `pid` so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def load(server, args, pipeline, requests, start=0, clients=CLIENTS):
+    """One loadgen run; `{}` in `args` is the request's sequence number, from
+    `start`. Requests per second, p50 and p99 in ms, the server's CPU time per
+    request in µs (steadier than throughput on a shared machine: other
+    processes take turns on the cores, not cycles from each request) and the
+    replies by kind."""
+    cpu_before = cpu_seconds(server.proc.pid)
     out = subprocess.run(
-        ["redis-benchmark", "-p", str(server.port), "-n", str(requests), "-c", str(clients),
-         "-P", str(pipeline), "-r", str(keyspace), "--csv", *map(str, args)],
+        [LOADGEN, "--port", str(server.port), "--clients", str(clients), "--pipeline", str(pipeline),
+         "--requests", str(requests), "--from", str(start), "--", *map(str, args)],
         capture_output=True, text=True, check=True).stdout
-    row = [line for line in out.splitlines() if line and not line.startswith('"test"')][-1]
-    # The test name may hold quotes and commas (JSON): the 7 numbers are last.
-    fields = [f.strip('"') for f in row.rsplit(",", 7)]
-    return {"rps": float(fields[1]), "p50_ms": float(fields[4]), "p99_ms": float(fields[6])}
+    result = json.loads(out)
+    result["cpu_us"] = round((cpu_seconds(server.proc.pid) - cpu_before) * 1e6 / requests, 3)
+    if result["replies"]["error"]:
+        raise SystemExit("%s: %d errors, the first: %s" % (
+            " ".join(map(str, args)), result["replies"]["error"], result["first_error"]))
+    return result
+
+
+def fill(server, args, n, start=0):
+    """Runs `args` for `n` sequence numbers, fast and unmeasured."""
+    if n:
+        load(server, args, 64, n, start=start, clients=8)
+
+
+def requests_for(pipeline):
+    # Without pipelining the round trip sets the pace: half the requests.
+    return REQUESTS if pipeline > 1 else REQUESTS // 2
 
 
 def median_of(runs):
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def compare(server, contenders, pipeline, prepare=None, **kw):
-    """Alternates the contenders, ROUNDS times; the median run of each."""
+# What every reply of a run must be, so that the run did what it claims.
+def grants(r):  # a token, "OK" or a jid: never a null (denied)
+    return r["null"] == 0 and r["zero"] == 0
+
+
+def releases(r):  # every release found its lock
+    return r["zero"] == 0 and r["null"] == 0
+
+
+def anything(r):
+    return True
+
+
+def compare(server, contenders, pipeline, **kw):
+    """Alternates the contenders, ROUNDS times, the order reversed every other
+    round; the median run of each. A contender is (args, prepare, check):
+    `prepare(server, n)` builds the keyspace it starts from after a FLUSHALL,
+    `check(replies)` that each request did what is measured."""
     runs = {name: [] for name in contenders}
-    for _ in range(ROUNDS):
-        for name, args in contenders.items():
-            server.conn.call("FLUSHALL")
+    n = requests_for(pipeline)
+    for round_ in range(ROUNDS):
+        order = list(contenders.items())
+        for name, (args, prepare, check) in (order if round_ % 2 == 0 else order[::-1]):
+            server.flush()
             if prepare:
-                prepare(server, name)
-            runs[name].append(benchmark(server, args, pipeline, **kw))
+                prepare(server, n)
+            r = load(server, args, pipeline, n, **kw)
+            if not check(r["replies"]):
+                raise SystemExit("%s did not do what is measured: %s" % (name, r["replies"]))
+            runs[name].append({k: r[k] for k in ("rps", "p50_ms", "p99_ms", "cpu_us")})
     return {name: median_of(r) for name, r in runs.items()}
 
 
@@ -176,90 +260,131 @@ def lua_shas(server):
     return shas
 
 
-def populate(server, name, n=POPULATED):
-    """Every key the unlock/read benchmarks draw (0..n-1) holds a lock."""
-    shas = lua_shas(server)
-    now = int(time.time() * 1000)
-    if name in ("UNIQUE.UNLOCK", "UNIQUE.LOCKEDBY"):
-        cmds = [("UNIQUE.LOCK", "lock:%012d" % i, "job", "TTL", 600_000) for i in range(n)]
-    elif name == "DEL":
-        cmds = [("SET", "str:%012d" % i, "job", "PX", 600_000) for i in range(n)]
-    else:  # the Lua layout
-        cmds = [("EVALSHA", shas["lock"], 2, "uniquejobs:%012d:LOCKED" % i, "uniquejobs:digests",
-                 "job", 1, LUA_JSON, now, "%012d" % i, 600_000) for i in range(n)]
-    server.conn.pipeline(cmds)
+def lua_lock(sha, now, key="uniquejobs:{}:LOCKED", jid="job", limit=1, digest="{}", ttl=60_000):
+    return ["EVALSHA", sha, 2, key, "uniquejobs:digests", jid, limit, LUA_JSON, now, digest, ttl]
+
+
+def held(args):
+    """A `prepare` that makes the n locks (or keys) that the measured run
+    releases or reads, one per sequence number."""
+    def prepare(server, n):
+        fill(server, args(server), n)
+    return prepare
+
+
+def module_locks(server):
+    return ["UNIQUE.LOCK", "lock:{}", "job", "TTL", 600_000]
+
+
+def string_keys(server):
+    return ["SET", "str:{}", "job", "PX", 600_000]
+
+
+def lua_locks(server):
+    return lua_lock(lua_shas(server)["lock"], int(time.time() * 1000), ttl=600_000)
+
+
+def load_scripts(server, n):
+    lua_shas(server)
+
+
+def lock_vs_set(lock="UNIQUE.LOCK", set_="SET"):
+    return {
+        lock: (["UNIQUE.LOCK", "lock:{}", "job", "TTL", 60000], None, grants),
+        set_: (["SET", "str:{}", "job", "NX", "PX", 60000], None, grants),
+    }
+
+
+def unlock_vs_del():
+    return {
+        "UNIQUE.UNLOCK": (["UNIQUE.UNLOCK", "lock:{}", "job"], held(module_locks), releases),
+        "DEL": (["DEL", "str:{}"], held(string_keys), releases),
+    }
 
 
 def throughput(server):
     shas = lua_shas(server)
     now = int(time.time() * 1000)
-    key = "lock:__rand_int__"
     results = {}
     for p in (1, 16):
-        results["lock_vs_set", p] = compare(server, {
-            "UNIQUE.LOCK": ["UNIQUE.LOCK", key, "job", "TTL", 60000],
-            "SET NX PX": ["SET", "str:__rand_int__", "job", "NX", "PX", 60000],
-        }, p)
-        results["unlock_vs_del", p] = compare(server, {
-            "UNIQUE.UNLOCK": ["UNIQUE.UNLOCK", key, "job"],
-            "DEL": ["DEL", "str:__rand_int__"],
-        }, p, prepare=populate, keyspace=POPULATED)
-        lua = lua_shas(server)
+        results["lock_vs_set", p] = compare(server, lock_vs_set("UNIQUE.LOCK", "SET NX PX"), p)
+        results["unlock_vs_del", p] = compare(server, unlock_vs_del(), p)
         results["lock_vs_lua", p] = compare(server, {
-            "UNIQUE.LOCK META": ["UNIQUE.LOCK", key, "job", "TTL", 60000, "TYPE", "until_executed",
-                                 "META", MODULE_META],
-            "Lua lock": ["EVALSHA", lua["lock"], 2, "uniquejobs:__rand_int__:LOCKED", "uniquejobs:digests",
-                         "job", 1, LUA_JSON, now, "__rand_int__", 60000],
-        }, p, prepare=lambda s, n: lua_shas(s))
+            "UNIQUE.LOCK META": (["UNIQUE.LOCK", "lock:{}", "job", "TTL", 60000, "TYPE", "until_executed",
+                                  "META", MODULE_META], None, grants),
+            "Lua lock": (lua_lock(shas["lock"], now), load_scripts, grants),
+        }, p)
         results["unlock_vs_lua", p] = compare(server, {
-            "UNIQUE.UNLOCK": ["UNIQUE.UNLOCK", key, "job"],
-            "Lua unlock": ["EVALSHA", shas["unlock"], 2, "uniquejobs:__rand_int__:LOCKED",
-                           "uniquejobs:digests", "job", "__rand_int__"],
-        }, p, prepare=lambda s, n: populate(s, n), keyspace=POPULATED)
+            "UNIQUE.UNLOCK": (["UNIQUE.UNLOCK", "lock:{}", "job"], held(module_locks), releases),
+            "Lua unlock": (["EVALSHA", shas["unlock"], 2, "uniquejobs:{}:LOCKED", "uniquejobs:digests",
+                            "job", "{}"], held(lua_locks), releases),
+        }, p)
         results["lockedby_vs_hkeys", p] = compare(server, {
-            "UNIQUE.LOCKEDBY": ["UNIQUE.LOCKEDBY", key],
-            "HKEYS": ["HKEYS", "uniquejobs:__rand_int__:LOCKED"],
-        }, p, prepare=lambda s, n: populate(s, n), keyspace=POPULATED)
+            "UNIQUE.LOCKEDBY": (["UNIQUE.LOCKEDBY", "lock:{}"], held(module_locks), anything),
+            "HKEYS": (["HKEYS", "uniquejobs:{}:LOCKED"], held(lua_locks), anything),
+        }, p)
     return results
+
+
+def replica_aof():
+    """LOCK/UNLOCK against SET NX PX/DEL on a primary with AOF (appendfsync
+    everysec) and one replica: the module's effect replication against SET's
+    own propagation."""
+    primary = Server(aof=True)
+    replica = Server(primary=primary)
+    try:
+        results = {}
+        for p in (1, 16):
+            results["lock_vs_set", p] = compare(primary, lock_vs_set("UNIQUE.LOCK", "SET NX PX"), p)
+            results["unlock_vs_del", p] = compare(primary, unlock_vs_del(), p)
+        # The replica kept up: it holds what the primary holds.
+        primary.conn.call("WAIT", 1, 10_000)
+        deadline = time.time() + 10
+        while primary.conn.call("DBSIZE") != replica.conn.call("DBSIZE") and time.time() < deadline:
+            time.sleep(0.1)
+        sizes = (primary.conn.call("DBSIZE"), replica.conn.call("DBSIZE"))
+        if sizes[0] != sizes[1]:
+            raise SystemExit("primary and replica differ: %s keys vs %s" % sizes)
+        return results
+    finally:
+        replica.stop()
+        primary.stop()
 
 
 def contention(server):
     shas = lua_shas(server)
     now = int(time.time() * 1000)
     return compare(server, {
-        "UNIQUE.LOCK LIMIT 1": ["UNIQUE.LOCK", "hot", "job:__rand_int__", "LIMIT", 1, "TTL", 60000],
-        "UNIQUE.LOCK LIMIT 10": ["UNIQUE.LOCK", "hot", "job:__rand_int__", "LIMIT", 10, "TTL", 60000],
-        "Lua lock LIMIT 1": ["EVALSHA", shas["lock"], 2, "hot", "uniquejobs:digests", "job:__rand_int__",
-                             1, LUA_JSON, now, "hot", 60000],
-    }, 1, prepare=lambda s, n: lua_shas(s))
+        "UNIQUE.LOCK LIMIT 1": (["UNIQUE.LOCK", "hot", "job:{}", "LIMIT", 1, "TTL", 60000], None, anything),
+        "UNIQUE.LOCK LIMIT 10": (["UNIQUE.LOCK", "hot", "job:{}", "LIMIT", 10, "TTL", 60000], None, anything),
+        "Lua lock LIMIT 1": (lua_lock(shas["lock"], now, key="hot", jid="job:{}", digest="hot"),
+                             load_scripts, anything),
+    }, 1)
 
 
 def memory(server):
-    shas = lua_shas(server)
-    now = int(time.time() * 1000)
     n = POPULATED
     layouts = {
-        "module, no META": lambda i: ("UNIQUE.LOCK", "lock:%012d" % i, "jid-%012d" % i, "TTL", 600_000),
-        "module, same information as Lua": lambda i: (
-            "UNIQUE.LOCK", "lock:%012d" % i, "jid-%012d" % i, "TTL", 600_000, "TYPE", "until_executed",
+        "module, no META": lambda s: ("UNIQUE.LOCK", "lock:{}", "jid-{}", "TTL", 600_000),
+        "module, same information as Lua": lambda s: (
+            "UNIQUE.LOCK", "lock:{}", "jid-{}", "TTL", 600_000, "TYPE", "until_executed",
             "META", MODULE_META),
-        "module, the Lua JSON as META": lambda i: (
-            "UNIQUE.LOCK", "lock:%012d" % i, "jid-%012d" % i, "TTL", 600_000, "TYPE", "until_executed",
+        "module, the Lua JSON as META": lambda s: (
+            "UNIQUE.LOCK", "lock:{}", "jid-{}", "TTL", 600_000, "TYPE", "until_executed",
             "META", LUA_JSON),
-        "Lua layout": lambda i: (
-            "EVALSHA", shas["lock"], 2, "uniquejobs:%012d:LOCKED" % i, "uniquejobs:digests",
-            "jid-%012d" % i, 1, LUA_JSON, now, "%012d" % i, 600_000),
-        "SET key jid PX": lambda i: ("SET", "str:%012d" % i, "jid-%012d" % i, "PX", 600_000),
+        "Lua layout": lambda s: lua_lock(lua_shas(s)["lock"], int(time.time() * 1000), jid="jid-{}",
+                                         ttl=600_000),
+        "SET key jid PX": lambda s: ("SET", "str:{}", "jid-{}", "PX", 600_000),
     }
     out = {}
     for name, make in layouts.items():
-        server.conn.call("FLUSHALL")
-        shas = lua_shas(server)
+        server.flush()
+        args = make(server)
         before = int(server.info("memory")["used_memory"])
-        server.conn.pipeline([make(i) for i in range(n)])
+        fill(server, args, n)
         after = int(server.info("memory")["used_memory"])
         out[name] = round((after - before) / n, 1)
-    server.conn.call("FLUSHALL")
+    server.flush()
     return out
 
 
@@ -270,30 +395,47 @@ def wait_rehashed(server, limit=10.0):
         time.sleep(0.05)
 
 
-def scaling(server):
-    """LOCK/UNLOCK throughput with few and with many other locks present, and
-    SET NX PX/DEL in the same conditions as the reference. Each measurement
-    follows an unmeasured pass that grows the keyspace to its size and lets
-    Redis finish rehashing, so that no contender pays for a dict resize; the
-    order of the contenders alternates round by round."""
-    tests = [("lock_rps", ["UNIQUE.LOCK", "s:__rand_int__", "job", "TTL", 60000]),
-             ("unlock_rps", ["UNIQUE.UNLOCK", "s:__rand_int__", "job"]),
-             ("set_rps", ["SET", "t:__rand_int__", "job", "NX", "PX", 60000]),
-             ("del_rps", ["DEL", "t:__rand_int__"])]
-    runs = {1_000: [], 1_000_000: []}
-    for round_ in range(ROUNDS):
-        for others in runs:
-            server.conn.call("FLUSHALL")
-            server.conn.pipeline([("UNIQUE.LOCK", "other:%d" % i, "job") for i in range(others)])
-            for _, args in tests:
-                benchmark(server, args, 16, keyspace=100_000)
-            wait_rehashed(server)
-            row = {}
-            for name, args in (tests if round_ % 2 == 0 else tests[2:] + tests[:2]):
-                row[name] = benchmark(server, args, 16, keyspace=100_000)["rps"]
-            runs[others].append(row)
-    server.conn.call("FLUSHALL")
-    return {others: median_of(r) for others, r in runs.items()}
+def scaling(sizes):
+    """LOCK/UNLOCK throughput (pipeline 16) and bytes per lock with `sizes`
+    other locks present, SET NX PX/DEL in the same conditions as the
+    reference. One server per size, each built once (locks without META, a
+    lease long enough to outlast the test) and left to finish rehashing; then,
+    round by round, on each server in turn (the order of the servers and of
+    the module and the reference alternating), fresh keys are granted and
+    those same keys released, so that the machine's noise falls on every size
+    alike."""
+    n = REQUESTS
+    servers = {}
+    try:
+        for others in sizes:
+            server = servers[others] = Server()
+            before = int(server.info("memory")["used_memory"])
+            fill(server, ["UNIQUE.LOCK", "other:{}", "job", "TTL", 3_600_000], others)
+            server.bytes_per_lock = (int(server.info("memory")["used_memory"]) - before) / others
+            wait_rehashed(server, limit=60)
+        pairs = [(("lock_rps", ["UNIQUE.LOCK", "s:{}", "job", "TTL", 60000], grants),
+                  ("unlock_rps", ["UNIQUE.UNLOCK", "s:{}", "job"], releases)),
+                 (("set_rps", ["SET", "t:{}", "job", "NX", "PX", 60000], grants),
+                  ("del_rps", ["DEL", "t:{}"], releases))]
+        rows = {others: [] for others in sizes}
+        for round_ in range(ROUNDS):
+            # Fresh keys each round: a new range of sequence numbers.
+            start = round_ * n
+            for others in (sizes if round_ % 2 == 0 else sizes[::-1]):
+                server, row = servers[others], {}
+                for pair in (pairs if round_ % 2 == 0 else pairs[::-1]):
+                    for name, args, check in pair:
+                        r = load(server, args, 16, n, start=start)
+                        if not check(r["replies"]):
+                            raise SystemExit("scaling %s: %s" % (name, r["replies"]))
+                        row[name] = r["rps"]
+                rows[others].append(row)
+        return {others: dict(median_of(rows[others]),
+                             bytes_per_lock=round(servers[others].bytes_per_lock, 1))
+                for others in sizes}
+    finally:
+        for server in servers.values():
+            server.stop()
 
 
 def reaper(server):
@@ -360,36 +502,88 @@ def handoff(server, handoffs=2000):
 
 # ---- report -------------------------------------------------------------------
 
+def ratio(a, b):
+    return round(a / b, 2) if b else None
+
+
+def table(tp):
+    rows = []
+    for (test, p), res in sorted(tp.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        (n1, r1), (n2, r2) = list(res.items())
+        rows.append((test, p, n1, r1, n2, r2, ratio(r1["rps"], r2["rps"])))
+    print("%-18s %3s  %-18s %10s %8s  %-14s %10s %8s  %6s" % (
+        "comparison", "P", "module", "req/s", "p99 ms", "other", "req/s", "p99 ms", "ratio"))
+    for test, p, n1, r1, n2, r2, x in rows:
+        print("%-18s %3d  %-18s %10.0f %8.3f  %-14s %10.0f %8.3f  %5.2fx" % (
+            test, p, n1, r1["rps"], r1["p99_ms"], n2, r2["rps"], r2["p99_ms"], x))
+    return [{"comparison": t, "pipeline": p, n1: r1, n2: r2, "ratio": x}
+            for t, p, n1, r1, n2, r2, x in rows]
+
+
+def print_scaling(scale):
+    (few, a), (many, b) = sorted(scale.items())
+    print("scaling (pipeline 16, fresh keys granted then released), %s vs %s other locks present:"
+          % (format(few, ","), format(many, ",")))
+    for name, label in (("lock_rps", "UNIQUE.LOCK"), ("unlock_rps", "UNIQUE.UNLOCK"),
+                        ("set_rps", "SET NX PX (reference)"), ("del_rps", "DEL (reference)")):
+        print("  %-22s %10.0f -> %10.0f req/s (%.2fx)" % (label, a[name], b[name], ratio(b[name], a[name])))
+    print("  %-22s %10.1f -> %10.1f bytes (%.2fx)" % (
+        "bytes per lock", a["bytes_per_lock"], b["bytes_per_lock"],
+        ratio(b["bytes_per_lock"], a["bytes_per_lock"])))
+
+
+def write(name, result, started):
+    result = dict({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, **result)
+    result["seconds"] = round(time.time() - started, 1)
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    path = os.path.join(ROOT, "bench", "results", name)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print("\nwritten to %s in %.0f s" % (os.path.relpath(path, ROOT), result["seconds"]))
+
+
+def machine(server):
+    return {"cpus": os.cpu_count(), "platform": platform.platform(),
+            "redis": server.info("server")["redis_version"], "cpu": cpu_model()}
+
+
 def main():
-    if not os.path.exists(MODULE):
-        raise SystemExit("build the module first: make build")
+    for path, how in ((MODULE, "make build"), (LOADGEN, "cargo build --release --example loadgen")):
+        if not os.path.exists(path):
+            raise SystemExit("build %s first: %s" % (os.path.relpath(path, ROOT), how))
     started = time.time()
+    settings = {"rounds": ROUNDS, "requests": REQUESTS, "requests_unpipelined": requests_for(1),
+                "clients": CLIENTS}
+    if os.environ.get("BENCH_SCALE"):
+        server = Server()
+        try:
+            print("redis-unique scale benchmark: %d rounds, %d requests (medians)" % (ROUNDS, REQUESTS))
+            scale = scaling((1_000, 10_000_000))
+            host = machine(server)
+        finally:
+            server.stop()
+        print_scaling(scale)
+        write("scale.json", {"machine": host, "settings": settings,
+                             "scaling": {str(k): v for k, v in scale.items()}}, started)
+        return
     server = Server()
     try:
         print("redis-unique benchmark: %d rounds, %d requests, %d clients (medians)" % (ROUNDS, REQUESTS, CLIENTS))
         tp = throughput(server)
         hot = contention(server)
         mem = memory(server)
-        scale = scaling(server)
+        scale = scaling((1_000, 1_000_000))
         reap = reaper(server)
         hand = handoff(server)
-        version = server.info("server")["redis_version"]
+        host = machine(server)
     finally:
         server.stop()
+    repl = replica_aof()
 
-    def ratio(a, b):
-        return round(a / b, 2) if b else None
-
-    rows = []
-    for (test, p), res in sorted(tp.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        (n1, r1), (n2, r2) = list(res.items())
-        rows.append((test, p, n1, r1, n2, r2, ratio(r1["rps"], r2["rps"])))
     print()
-    print("%-18s %3s  %-18s %10s %8s  %-14s %10s %8s  %6s" % (
-        "comparison", "P", "module", "req/s", "p99 ms", "other", "req/s", "p99 ms", "ratio"))
-    for test, p, n1, r1, n2, r2, x in rows:
-        print("%-18s %3d  %-18s %10.0f %8.3f  %-14s %10.0f %8.3f  %5.2fx" % (
-            test, p, n1, r1["rps"], r1["p99_ms"], n2, r2["rps"], r2["p99_ms"], x))
+    rows = table(tp)
+    print("\nwith one replica and AOF (appendfsync everysec):")
+    repl_rows = table(repl)
     print()
     print("contention (one key, pipeline 1):")
     for name, r in hot.items():
@@ -399,36 +593,22 @@ def main():
     for name, b in mem.items():
         print("  %-34s %7.1f bytes" % (name, b))
     print()
-    few, many = scale[1_000], scale[1_000_000]
-    print("scaling (pipeline 16), from 1,000 to 1,000,000 other locks:")
-    for name, label in (("lock_rps", "UNIQUE.LOCK"), ("unlock_rps", "UNIQUE.UNLOCK"),
-                        ("set_rps", "SET NX PX (reference)"), ("del_rps", "DEL (reference)")):
-        print("  %-22s %10.0f -> %10.0f req/s (%.2fx)" % (
-            label, few[name], many[name], ratio(many[name], few[name])))
+    print_scaling(scale)
     print("reaper tick (batch 100, all expired): p50 %(p50)s us, max %(max)s us" % reap["reaper_tick_usec"])
     print("UNIQUE.REAP 0 COUNT 100 (all expired): p50 %(p50)s us, max %(max)s us" % reap["reap_count_100_usec"])
     print("blocking handoff (UNLOCK to the waiter's reply): p50 %(p50_us)s us, p99 %(p99_us)s us "
           "over %(handoffs)d handoffs" % hand)
-
-    result = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "redis": version,
-                    "cpu": cpu_model()},
-        "settings": {"rounds": ROUNDS, "requests": REQUESTS, "clients": CLIENTS, "keyspace": KEYSPACE},
-        "throughput": [{"comparison": t, "pipeline": p, n1: r1, n2: r2, "ratio": x}
-                       for t, p, n1, r1, n2, r2, x in rows],
+    write("latest.json", {
+        "machine": host,
+        "settings": settings,
+        "throughput": rows,
+        "replica_aof": repl_rows,
         "contention": hot,
         "memory_bytes_per_lock": mem,
         "scaling": {str(k): v for k, v in scale.items()},
         "reaper": reap,
         "handoff": hand,
-        "seconds": round(time.time() - started, 1),
-    }
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    path = os.path.join(ROOT, "bench", "results", "latest.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-    print("\nwritten to %s in %.0f s" % (os.path.relpath(path, ROOT), result["seconds"]))
+    }, started)
 
 
 def cpu_model():

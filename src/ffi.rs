@@ -61,6 +61,9 @@ impl<T> ValueType<T> {
 pub struct ModuleKey<T: 'static> {
     key: NonNull<raw::RedisModuleKey>,
     ty: &'static ValueType<T>,
+    /// Its value was stored by [`ModuleKey::set_value`] and it has had no
+    /// expiry set since: it has none (Redis clears it when it stores a value).
+    fresh: bool,
 }
 
 impl<T> ModuleKey<T> {
@@ -77,7 +80,11 @@ impl<T> ModuleKey<T> {
         } else {
             raw::KeyMode::READ
         };
-        NonNull::new(raw::open_key(ctx.get_raw(), name.inner, mode)).map(|key| Self { key, ty })
+        NonNull::new(raw::open_key(ctx.get_raw(), name.inner, mode)).map(|key| Self {
+            key,
+            ty,
+            fresh: false,
+        })
     }
 
     fn kind(&self) -> raw::KeyType {
@@ -134,6 +141,7 @@ impl<T> ModuleKey<T> {
             drop(unsafe { Box::from_raw(value) });
             return Err(RedisError::Str("ERR could not store the lock"));
         }
+        self.fresh = true;
         // SAFETY: Redis now owns the box, which stays put while the key is open.
         Ok(unsafe { &mut *value })
     }
@@ -157,9 +165,11 @@ impl<T> ModuleKey<T> {
     /// Sets the key's expiry to `at` (unix ms), or removes it, unless it is
     /// that already.
     pub fn set_expire_at(&mut self, at: Option<i64>) {
-        if self.expire_at() == at {
+        let current = if self.fresh { None } else { self.expire_at() };
+        if current == at {
             return;
         }
+        self.fresh = false;
         let at = at.unwrap_or(raw::REDISMODULE_NO_EXPIRE as i64);
         // SAFETY: the key is open for writing and not empty.
         unsafe {
@@ -244,30 +254,59 @@ impl Digest {
 /// Redis strings built through the codec's [`Sink`]: a holder goes to the
 /// AOF and to the replicas in the fields, and the order, it has in the RDB
 /// (`codec::write_holder`). Ours until dropped.
+///
+/// Most fields of a grant repeat from one effect to the next: the operation
+/// name, a known lock type, an empty owner or meta, and `acquired_at`, which
+/// is the effect's own `now` on a new grant. Those are not made again: the
+/// string made once ([`shared`]) or the one just made is retained, so a
+/// replicated grant makes three strings instead of ten.
 struct Argv {
-    strings: [*mut raw::RedisModuleString; 8],
+    strings: [*mut raw::RedisModuleString; 10],
     len: usize,
+    /// The numbers made so far, with their strings.
+    numbers: [(i64, *mut raw::RedisModuleString); 5],
+    numbers_len: usize,
 }
 
 impl Argv {
+    fn new() -> Self {
+        Self {
+            strings: [std::ptr::null_mut(); 10],
+            len: 0,
+            numbers: [(0, std::ptr::null_mut()); 5],
+            numbers_len: 0,
+        }
+    }
+
     /// The fields of `h`.
     fn holder(h: &Holder) -> Self {
-        let mut argv = Self {
-            strings: [std::ptr::null_mut(); 8],
-            len: 0,
-        };
+        let mut argv = Self::new();
         write_holder(h, &mut argv);
         argv
     }
 
-    fn push(&mut self, s: *mut raw::RedisModuleString) {
+    /// `now HOLD` and the fields of `h`: what follows the key in `UNIQUE.APPLY`.
+    fn hold(now: i64, h: &Holder) -> Self {
+        let mut argv = Self::new();
+        argv.signed(now);
+        argv.buffer(b"HOLD");
+        write_holder(h, &mut argv);
+        argv
+    }
+
+    /// Keeps `s`; false when it could not (and is freed).
+    fn push(&mut self, s: *mut raw::RedisModuleString) -> bool {
         match self.strings.get_mut(self.len) {
             Some(slot) if !s.is_null() => {
                 *slot = s;
                 self.len += 1;
+                true
             }
             // More fields than room: cannot happen (a holder has 7).
-            _ => free_string(s),
+            _ => {
+                free_string(s);
+                false
+            }
         }
     }
 }
@@ -277,23 +316,35 @@ impl Sink for Argv {
         self.signed(value as i64);
     }
     fn signed(&mut self, value: i64) {
-        // SAFETY: with no context the string is not auto-freed: `Drop` frees it.
-        let s = unsafe {
-            raw::RedisModule_CreateStringFromLongLong
-                .map_or(std::ptr::null_mut(), |f| f(std::ptr::null_mut(), value))
+        let mut made = self.numbers.iter().take(self.numbers_len);
+        let s = match made.find(|(n, _)| *n == value) {
+            Some(&(_, s)) => retain_string(s),
+            // SAFETY: with no context the string is not auto-freed: `Drop` frees it.
+            _ => unsafe {
+                raw::RedisModule_CreateStringFromLongLong
+                    .map_or(std::ptr::null_mut(), |f| f(std::ptr::null_mut(), value))
+            },
         };
-        self.push(s);
+        if self.push(s)
+            && let Some(slot) = self.numbers.get_mut(self.numbers_len)
+        {
+            *slot = (value, s);
+            self.numbers_len += 1;
+        }
     }
     fn buffer(&mut self, bytes: &[u8]) {
-        // SAFETY: as above; the buffer is valid for `bytes.len()` bytes.
-        let s = unsafe {
-            raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
-                f(
-                    std::ptr::null_mut(),
-                    bytes.as_ptr().cast::<c_char>(),
-                    bytes.len(),
-                )
-            })
+        let s = match shared(bytes) {
+            Some(s) => retain_string(s),
+            // SAFETY: as above; the buffer is valid for `bytes.len()` bytes.
+            None => unsafe {
+                raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
+                    f(
+                        std::ptr::null_mut(),
+                        bytes.as_ptr().cast::<c_char>(),
+                        bytes.len(),
+                    )
+                })
+            },
         };
         self.push(s);
     }
@@ -303,6 +354,22 @@ impl Drop for Argv {
     fn drop(&mut self) {
         for &s in self.strings.iter().take(self.len) {
             free_string(s);
+        }
+    }
+}
+
+/// One more reference to `s` (a string made with no context), for an [`Argv`]
+/// that frees each of its strings once.
+fn retain_string(s: *mut raw::RedisModuleString) -> *mut raw::RedisModuleString {
+    // SAFETY: `s` is a live string made with no context; with no context
+    // RetainString only raises its reference count.
+    unsafe {
+        match raw::RedisModule_RetainString {
+            Some(f) => {
+                f(std::ptr::null_mut(), s);
+                s
+            }
+            None => std::ptr::null_mut(),
         }
     }
 }
@@ -317,6 +384,71 @@ fn free_string(s: *mut raw::RedisModuleString) {
             f(std::ptr::null_mut(), s);
         }
     }
+}
+
+/// The words that every effect repeats (see [`word`]), as strings made once
+/// for the life of the process (never freed: an `Argv` only retains and
+/// releases them).
+struct Shared([Option<NonNull<raw::RedisModuleString>>; WORDS.len()]);
+
+// SAFETY: the strings are never changed or freed; their reference counts are
+// only moved by the thread that runs commands and AOF rewrites (the main
+// thread, or the rewrite's own process), as Redis requires of every string.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+static SHARED: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
+
+/// The words of [`word`], in its order.
+const WORDS: [&str; 11] = [
+    "",
+    "HOLD",
+    "RELEASE",
+    "REAP",
+    "PRUNE",
+    "lock",
+    "until_executed",
+    "until_executing",
+    "while_executing",
+    "until_and_while_executing",
+    "until_expired",
+];
+
+/// The index in [`WORDS`] of `bytes`: the operation names, the known lock
+/// types and the empty field. Matched as constants (a length and a load or
+/// two each), not searched: this runs for every field of every effect.
+fn word(bytes: &[u8]) -> Option<usize> {
+    Some(match bytes {
+        b"" => 0,
+        b"HOLD" => 1,
+        b"RELEASE" => 2,
+        b"REAP" => 3,
+        b"PRUNE" => 4,
+        b"lock" => 5,
+        b"until_executed" => 6,
+        b"until_executing" => 7,
+        b"while_executing" => 8,
+        b"until_and_while_executing" => 9,
+        b"until_expired" => 10,
+        _ => return None,
+    })
+}
+
+/// The string made once for `bytes`, if it is one of the [`WORDS`].
+fn shared(bytes: &[u8]) -> Option<*mut raw::RedisModuleString> {
+    let i = word(bytes)?;
+    let shared = SHARED.get_or_init(|| {
+        Shared(WORDS.map(|w| {
+            // SAFETY: a string with no context, which is never freed.
+            let s = unsafe {
+                raw::RedisModule_CreateString
+                    .map(|f| f(std::ptr::null_mut(), w.as_ptr().cast::<c_char>(), w.len()))
+            };
+            s.and_then(NonNull::new)
+        }))
+    });
+    shared.0.get(i).copied().flatten().map(NonNull::as_ptr)
 }
 
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF,
@@ -349,18 +481,17 @@ pub(crate) fn emit_aof_hold(
 /// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is,
 /// with the client's own key string.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
-    let mut argv = Argv::holder(h);
+    let mut argv = Argv::hold(now, h);
     // SAFETY: `ctx` is the context of the running command; every argument
-    // matches the format (as in `emit_aof_hold`).
+    // matches the format (s = a module string, v = an array of module
+    // strings and its length).
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(
                 ctx.get_raw(),
                 APPLY_COMMAND.as_ptr(),
-                c"slcv".as_ptr(),
+                c"sv".as_ptr(),
                 key.inner,
-                now as c_longlong,
-                c"HOLD".as_ptr(),
                 argv.strings.as_mut_ptr(),
                 argv.len,
             );
@@ -370,31 +501,131 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
 
 /// Replicates `UNIQUE.APPLY key now OP [arg]` (RELEASE jid, REAP owner, PRUNE).
 pub fn replicate_effect(ctx: &Context, key: &RedisString, now: i64, op: &CStr, arg: Option<&[u8]>) {
+    let mut argv = Argv::new();
+    argv.signed(now);
+    argv.buffer(op.to_bytes());
+    if let Some(arg) = arg {
+        argv.buffer(arg);
+    }
     // SAFETY: as in `replicate_hold`.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
-            match arg {
-                Some(arg) => replicate(
-                    ctx.get_raw(),
-                    APPLY_COMMAND.as_ptr(),
-                    c"slcb".as_ptr(),
-                    key.inner,
-                    now as c_longlong,
-                    op.as_ptr(),
-                    arg.as_ptr().cast::<c_char>(),
-                    arg.len(),
-                ),
-                None => replicate(
-                    ctx.get_raw(),
-                    APPLY_COMMAND.as_ptr(),
-                    c"slc".as_ptr(),
-                    key.inner,
-                    now as c_longlong,
-                    op.as_ptr(),
-                ),
-            };
+            replicate(
+                ctx.get_raw(),
+                APPLY_COMMAND.as_ptr(),
+                c"sv".as_ptr(),
+                key.inner,
+                argv.strings.as_mut_ptr(),
+                argv.len,
+            );
         }
     }
+}
+
+/// Announces module keyspace event `event` (class `d`) on `key`: the event
+/// name goes as it is, with no copy.
+pub fn notify_module_event(ctx: &Context, event: &CStr, key: &RedisString) {
+    // SAFETY: `ctx` is the context of the running command, `event` a C
+    // string and `key` a live module string; Redis copies what it keeps.
+    unsafe {
+        if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+            notify(
+                ctx.get_raw(),
+                raw::REDISMODULE_NOTIFY_MODULE,
+                event.as_ptr(),
+                key.inner,
+            );
+        }
+    }
+}
+
+/// A command that reads its arguments in place: given the key (the only
+/// argument the glue needs as a Redis string) and every argument as bytes,
+/// the command name first.
+pub trait InPlace {
+    fn run(ctx: &Context, key: &RedisString, args: &[&[u8]]) -> RedisResult;
+}
+
+/// Arguments read in place up to this many; beyond, one vector of slices.
+const IN_PLACE_ARGS: usize = 24;
+
+/// The `extern "C"` entry point of command `C`: runs it on `argv` read in
+/// place (no vector of retained strings, as the registration macro builds)
+/// and replies with what it returns.
+pub(crate) extern "C" fn entry_point<C: InPlace>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: std::ffi::c_int,
+) -> std::ffi::c_int {
+    let context = Context::new(ctx);
+    let n = usize::try_from(argc).unwrap_or(0);
+    let argv: &[*mut raw::RedisModuleString] = if argv.is_null() || n == 0 {
+        &[]
+    } else {
+        // SAFETY: Redis passes `argc` live strings in `argv`, which stay
+        // valid (and unchanged) for the whole call.
+        unsafe { std::slice::from_raw_parts(argv, n) }
+    };
+    let mut inline: [&[u8]; IN_PLACE_ARGS] = [&[]; IN_PLACE_ARGS];
+    let spilled: Vec<&[u8]>;
+    let args: &[&[u8]] = if n <= IN_PLACE_ARGS {
+        for (slot, &arg) in inline.iter_mut().zip(argv) {
+            *slot = RedisString::string_as_slice(arg);
+        }
+        inline.get(..n).unwrap_or_default()
+    } else {
+        spilled = argv
+            .iter()
+            .map(|&arg| RedisString::string_as_slice(arg))
+            .collect();
+        &spilled
+    };
+    let reply = match argv.get(1) {
+        Some(&key) => C::run(&context, &RedisString::new(NonNull::new(ctx), key), args),
+        None => Err(RedisError::WrongArity),
+    };
+    context.reply(reply) as std::ffi::c_int
+}
+
+/// A command's own `extern "C"` entry point.
+pub type EntryPoint = extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *mut *mut raw::RedisModuleString,
+    std::ffi::c_int,
+) -> std::ffi::c_int;
+
+/// Registers command `name` (its key the first argument) to run `C` through
+/// [`entry_point`]; false when Redis refused it.
+pub fn create_in_place_command<C: InPlace>(ctx: &Context, name: &CStr, flags: &CStr) -> bool {
+    create_command(ctx, name, entry_point::<C>, flags, (1, 1, 1))
+}
+
+/// Registers command `name` with its own entry point (the registration macro
+/// gives every other command one that copies its arguments); false when
+/// Redis refused it.
+fn create_command(
+    ctx: &Context,
+    name: &CStr,
+    entry: EntryPoint,
+    flags: &CStr,
+    keys: (i32, i32, i32),
+) -> bool {
+    // SAFETY: `ctx` is the load context; `name` and `flags` are C strings
+    // that Redis copies; `entry` lives as long as the module.
+    let status = unsafe {
+        raw::RedisModule_CreateCommand.map(|f| {
+            f(
+                ctx.get_raw(),
+                name.as_ptr(),
+                Some(entry),
+                flags.as_ptr(),
+                keys.0,
+                keys.1,
+                keys.2,
+            )
+        })
+    };
+    status == Some(raw::REDISMODULE_OK as i32)
 }
 
 /// The database `ctx` works on.
@@ -914,5 +1145,23 @@ pub fn has_module_configs() -> bool {
         let register = raw::RedisModule_RegisterNumericConfig;
         let load = raw::RedisModule_LoadConfigs;
         register.is_some() && load.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_words_are_the_operations_the_known_types_and_the_empty_field() {
+        for (i, w) in WORDS.iter().enumerate() {
+            assert_eq!(word(w.as_bytes()), Some(i), "{w}");
+        }
+        for t in crate::lock::KNOWN_TYPES {
+            assert!(word(t.as_bytes()).is_some(), "{t}");
+        }
+        for other in [&b"hold"[..], b"HOLD ", b"lock:1", b"job", b"x"] {
+            assert_eq!(word(other), None);
+        }
     }
 }

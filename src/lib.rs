@@ -45,6 +45,14 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     if load_config(ctx, args) == Status::Err {
         return Status::Err;
     }
+    // The hot commands read their arguments in place (see `in_place!`).
+    let hot = ffi::create_in_place_command::<Lock>(ctx, c"unique.lock", c"write deny-oom fast")
+        && ffi::create_in_place_command::<Unlock>(ctx, c"unique.unlock", c"write fast")
+        && ffi::create_in_place_command::<LockedBy>(ctx, c"unique.lockedby", c"readonly fast");
+    if !hot {
+        ctx.log_warning("could not register unique.lock, unique.unlock and unique.lockedby");
+        return Status::Err;
+    }
     ffi::describe_commands(ctx);
     // Our rdb_load checks every read, so a truncated RESTORE payload or RDB is
     // an error reply instead of a server abort.
@@ -93,6 +101,23 @@ fn load_config(ctx: &Context, args: &[RedisString]) -> Status {
     }
     Status::Ok
 }
+
+/// A command that reads its arguments in place (`ffi::entry_point`), under
+/// the same panic guard as the others.
+macro_rules! in_place {
+    ($command:ident, $run:path) => {
+        struct $command;
+        impl ffi::InPlace for $command {
+            fn run(ctx: &Context, key: &RedisString, args: &[&[u8]]) -> RedisResult {
+                commands::guard_in_place(ctx, key, args, |c, k, a| $run(c, k, a))
+            }
+        }
+    };
+}
+
+in_place!(Lock, commands::lock::run_in_place);
+in_place!(Unlock, commands::unlock::run_in_place);
+in_place!(LockedBy, commands::lockedby::run_in_place);
 
 #[role_changed_event_handler]
 fn role_changed(_ctx: &Context, role: ServerRole) {
@@ -147,9 +172,6 @@ redis_module! {
     data_types: [LOCK_TYPE],
     init: init,
     commands: [
-        ["unique.lock", |ctx, args| guard(ctx, args, commands::lock::run), "write deny-oom fast", 1, 1, 1, ""],
-        ["unique.unlock", |ctx, args| guard(ctx, args, commands::unlock::run), "write fast", 1, 1, 1, ""],
-        ["unique.lockedby", |ctx, args| guard(ctx, args, commands::lockedby::run), "readonly fast", 1, 1, 1, ""],
         ["unique.reap", |ctx, args| guard(ctx, args, commands::reap::run), "write", 0, 0, 0, ""],
         ["unique.metrics", |ctx, args| guard(ctx, args, commands::metrics::run), "readonly fast", 0, 0, 0, ""],
         [codec::APPLY_COMMAND_NAME, |ctx, args| guard(ctx, args, commands::apply::run), "write", 1, 1, 1, ""],

@@ -187,8 +187,13 @@ impl Metrics {
     /// The name to count `lock_type` under: itself while fewer than
     /// `max_types` names are known, else [`OTHER_TYPE`].
     fn type_name<'a>(&self, lock_type: &'a str, max_types: usize) -> &'a str {
+        // A name already counted (every call but a type's first) costs one
+        // lookup.
+        if self.types.contains_key(lock_type) {
+            return lock_type;
+        }
         let known = self.types.len() - usize::from(self.types.contains_key(OTHER_TYPE));
-        if self.types.contains_key(lock_type) || known < max_types {
+        if known < max_types {
             lock_type
         } else {
             OTHER_TYPE

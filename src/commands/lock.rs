@@ -68,7 +68,19 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
 }
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let [_, key_name, jid, options @ ..] = args.as_slice() else {
+    match args.get(1) {
+        Some(key_name) => run_in_place(ctx, key_name, &args),
+        None => Err(RedisError::WrongArity),
+    }
+}
+
+/// LOCK on its arguments read in place (`key_name` is `args[1]`).
+pub fn run_in_place<A: Deref<Target = [u8]>>(
+    ctx: &Context,
+    key_name: &RedisString,
+    args: &[A],
+) -> RedisResult {
+    let [_, _, jid, options @ ..] = args else {
         return Err(RedisError::WrongArity);
     };
     validate_jid(jid)?;
@@ -82,7 +94,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Attempt::Denied { lease_end } => {
             let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
             match wait {
-                Some(ms) if waiting::block(ctx, &args, ms, lease_end, serve_waiter, lock_type) => {
+                Some(ms) if waiting::block(ctx, args, ms, lease_end, serve_waiter, lock_type) => {
                     Ok(RedisValue::NoReply)
                 }
                 _ => {

@@ -1,5 +1,7 @@
 //! UNIQUE.LOCKEDBY key [WITHMETA]
 
+use std::ops::Deref;
+
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::reply::Stream;
@@ -11,9 +13,21 @@ use crate::lock::{Holder, LockError};
 /// Read-only: expired holders are hidden, never removed, so this is right on
 /// a replica too.
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let (key_name, with_meta) = match args.as_slice() {
-        [_, key] => (key, false),
-        [_, key, flag] if flag.eq_ignore_ascii_case(b"WITHMETA") => (key, true),
+    match args.get(1) {
+        Some(key_name) => run_in_place(ctx, key_name, &args),
+        None => Err(RedisError::WrongArity),
+    }
+}
+
+/// LOCKEDBY on its arguments read in place (`key_name` is `args[1]`).
+pub fn run_in_place<A: Deref<Target = [u8]>>(
+    ctx: &Context,
+    key_name: &RedisString,
+    args: &[A],
+) -> RedisResult {
+    let with_meta = match args {
+        [_, _] => false,
+        [_, _, flag] if flag.eq_ignore_ascii_case(b"WITHMETA") => true,
         [_, _, _] => return Err(LockError::Syntax.into()),
         _ => return Err(RedisError::WrongArity),
     };

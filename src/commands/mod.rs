@@ -12,9 +12,12 @@ pub mod unlock;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString};
+use std::ffi::CStr;
+
+use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use crate::datatype::LockKey;
+use crate::ffi;
 use crate::lock::{Lock, LockError};
 use crate::metrics as counters;
 use crate::waiting;
@@ -26,6 +29,18 @@ pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
 /// the server down.
 pub fn guard(ctx: &Context, args: Vec<RedisString>, handler: Handler) -> RedisResult {
     catch_unwind(AssertUnwindSafe(|| handler(ctx, args)))
+        .unwrap_or_else(|_| Err(RedisError::Str(crate::waiting::INTERNAL_ERROR)))
+}
+
+/// [`guard`] for a command that reads its arguments in place
+/// ([`crate::ffi::call_in_place`]).
+pub fn guard_in_place(
+    ctx: &Context,
+    key: &RedisString,
+    args: &[&[u8]],
+    handler: fn(&Context, &RedisString, &[&[u8]]) -> RedisResult,
+) -> RedisResult {
+    catch_unwind(AssertUnwindSafe(|| handler(ctx, key, args)))
         .unwrap_or_else(|_| Err(RedisError::Str(crate::waiting::INTERNAL_ERROR)))
 }
 
@@ -73,12 +88,12 @@ pub enum Change<'a> {
     /// REAP OWNER removed at least one holder of this owner.
     Reap(&'a [u8]),
     /// UNIQUE.APPLY replayed a primary's effect, with the event it makes.
-    Replayed(Option<&'static str>),
+    Replayed(Option<&'static CStr>),
 }
 
 impl Change<'_> {
     /// The command's own keyspace event.
-    fn event(self) -> Option<&'static str> {
+    fn event(self) -> Option<&'static CStr> {
         match self {
             Self::Hold { new: true, .. } => Some(events::LOCK),
             Self::Release(_) => Some(events::UNLOCK),
@@ -131,10 +146,10 @@ pub fn finish(
     // Serving waiters opens the key again: ours must be closed first.
     drop(key);
     if expired > 0 && !replayed {
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, events::EXPIRE, name);
+        ffi::notify_module_event(ctx, events::EXPIRE, name);
     }
     if let Some(event) = change.event() {
-        ctx.notify_keyspace_event(NotifyEvent::MODULE, event, name);
+        ffi::notify_module_event(ctx, event, name);
     }
     let freed = expired > 0 || matches!(change, Change::Release(_) | Change::Reap(_));
     if freed && !replayed {
@@ -151,16 +166,19 @@ fn tracked<T>(lock: &mut Lock, change: impl FnOnce(&mut Lock) -> T) -> T {
     out
 }
 
-/// Keyspace events of this module (class `d`, module events).
+/// Keyspace events of this module (class `d`, module events), as C strings:
+/// they go to Redis as they are.
 pub mod events {
+    use std::ffi::CStr;
+
     /// A new holder.
-    pub const LOCK: &str = "unique.lock";
+    pub const LOCK: &CStr = c"unique.lock";
     /// UNLOCK removed a holder.
-    pub const UNLOCK: &str = "unique.unlock";
+    pub const UNLOCK: &CStr = c"unique.unlock";
     /// A lease ran out and the holder was removed.
-    pub const EXPIRE: &str = "unique.expire";
+    pub const EXPIRE: &CStr = c"unique.expire";
     /// REAP OWNER removed a holder.
-    pub const REAP: &str = "unique.reap";
+    pub const REAP: &CStr = c"unique.reap";
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! UNIQUE.UNLOCK key jid
 
+use std::ops::Deref;
+
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{Change, finish, tracked};
@@ -8,7 +10,19 @@ use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let [_, key_name, jid] = args.as_slice() else {
+    match args.get(1) {
+        Some(key_name) => run_in_place(ctx, key_name, &args),
+        None => Err(RedisError::WrongArity),
+    }
+}
+
+/// UNLOCK on its arguments read in place (`key_name` is `args[1]`).
+pub fn run_in_place<A: Deref<Target = [u8]>>(
+    ctx: &Context,
+    key_name: &RedisString,
+    args: &[A],
+) -> RedisResult {
+    let [_, _, jid] = args else {
         return Err(RedisError::WrongArity);
     };
     let now = now_ms();
