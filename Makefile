@@ -120,3 +120,32 @@ bench-python: deps python-venv
 
 test: test-python
 bench: bench-python
+
+## ---- Every supported server: Redis 7.0 is the redis-server on the PATH (`make test`);
+## test-compat builds Redis 7.2.6 and Valkey 8.0.1 once from ../shared/servers/ (cached in
+## ~/.cache/redis-unique-servers) and runs every suite of COMPAT_SUITES on each, with its
+## own redis-cli. A suite joins by reading REDIS_SERVER (the server binary) and
+## REDIS_UNIQUE_MODULE (the module to load): the Rust suite and each client's test-NAME
+## (clients/NAME) do.
+SERVERS_DIR ?= ../shared/servers
+COMPAT_SERVERS ?= redis-7.2.6 valkey-8.0.1
+COMPAT_SUITES ?= $(strip test-rust $(patsubst clients/%/,test-%,$(sort $(wildcard clients/*/))))
+
+.PHONY: test-compat test-suites test-rust
+## test-compat: every suite (COMPAT_SUITES) on each server of COMPAT_SERVERS
+test-compat: deps build
+	@[ -x $(SERVERS_DIR)/build.sh ] || { echo "no $(SERVERS_DIR)/build.sh: set SERVERS_DIR" >&2; exit 1; }
+	@set -e; for name in $(COMPAT_SERVERS); do \
+	    server=$$(nice -n 10 $(SERVERS_DIR)/build.sh $$name); \
+	    cli=$$(ls "$$(dirname "$$server")"/redis-cli "$$(dirname "$$server")"/valkey-cli 2>/dev/null | head -1); \
+	    echo "== $$name: $(COMPAT_SUITES) with $$server and $${cli:-redis-cli}"; \
+	    REDIS_SERVER=$$server REDIS_CLI=$$cli REDIS_UNIQUE_MODULE=$(CURDIR)/$(MODULE) \
+	        $(MAKE) --no-print-directory test-suites || { echo "== FAILED on $$name" >&2; exit 1; }; \
+	done
+
+## test-suites: every suite of COMPAT_SUITES against REDIS_SERVER (default: redis-server on the PATH)
+test-suites: $(COMPAT_SUITES)
+
+## test-rust: unit tests, integration tests and the redis-cli suite (no lints)
+test-rust:
+	cargo test

@@ -1,5 +1,5 @@
 //! The redis-cli suite: runs every `tests/cli/*.txt` script with `redis-cli`
-//! against a fresh server and compares the replies. The format is described
+//! (`$REDIS_CLI` when set) against a fresh server and compares the replies. The format is described
 //! in tests/cli/README.md.
 
 mod common;
@@ -128,11 +128,11 @@ fn reply_matches(
 }
 
 fn redis_cli(port: u16, args: &[String]) -> Vec<String> {
-    let out = Command::new("redis-cli")
+    let out = Command::new(common::cli_binary())
         .args(["-p", &port.to_string(), "--no-raw"])
         .args(args)
         .output()
-        .expect("redis-cli runs (apt-get install redis-tools)");
+        .expect("redis-cli runs (apt-get install redis-tools, or set REDIS_CLI)");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_string)

@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Connection, Server, Value, token, wait_until};
 use redis::cluster::ClusterClient;
@@ -52,7 +52,7 @@ fn locks_in_a_three_primary_cluster() {
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port))
         .collect();
-    let created = Command::new("redis-cli")
+    let created = Command::new(common::cli_binary())
         .args(["--cluster", "create"])
         .args(&addrs)
         .args(["--cluster-yes"])
@@ -184,7 +184,9 @@ fn locks_in_a_three_primary_cluster() {
         .arg(5000)
         .arg("KEYS")
         .arg(&keys);
+    let started = Instant::now();
     common::run(&migrate, &mut nodes[owner].con()).expect("MIGRATE");
+    let migrate_ms = i64::try_from(started.elapsed().as_millis()).expect("ms");
     for n in &nodes[..3] {
         call!(
             &mut n.con(),
@@ -196,6 +198,7 @@ fn locks_in_a_three_primary_cluster() {
         )
         .expect("SETSLOT NODE");
     }
+    let mut drift = 0;
     for (k, holders, at) in &before {
         let con = &mut nodes[other].con();
         assert_eq!(
@@ -203,12 +206,40 @@ fn locks_in_a_three_primary_cluster() {
             holders,
             "{k}: same holders, tokens and leases"
         );
+        // The holders' leases are absolute and arrive exactly (above). The
+        // key's own expiry is Redis's: MIGRATE sends the time left, which the
+        // target adds to its own clock, so the key may expire later by up to
+        // the time the transfer took (ms rounding included), never earlier.
         let moved_at: i64 = redis::cmd("PEXPIRETIME")
             .arg(k)
             .query(con)
             .expect("PEXPIRETIME");
-        assert_eq!(moved_at, *at, "{k}: same key expiry");
+        assert!(
+            (*at..=*at + migrate_ms + 1).contains(&moved_at),
+            "{k}: key expiry {moved_at}, was {at}, MIGRATE took {migrate_ms} ms"
+        );
+        drift = drift.max(moved_at - at);
     }
+    // The module's next change to a moved key sets its expiry back to its
+    // latest lease exactly.
+    let (k, _, at) = &before[0];
+    let con = &mut nodes[other].con();
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        k.as_str(),
+        "after-move",
+        "LIMIT",
+        0,
+        "PXAT",
+        *at
+    ));
+    let at_now: i64 = redis::cmd("PEXPIRETIME")
+        .arg(k)
+        .query(con)
+        .expect("PEXPIRETIME");
+    assert_eq!(at_now, *at, "{k}: key expiry is the latest lease again");
+    call!(con, "UNIQUE.UNLOCK", k.as_str(), "after-move").expect("UNLOCK");
     assert!(
         call!(&mut nodes[owner].con(), "UNIQUE.LOCKEDBY", key)
             .is_err_and(|e| e.starts_with("MOVED "))
@@ -284,7 +315,7 @@ fn locks_in_a_three_primary_cluster() {
     ));
     assert!(t > max, "{t} <= {max}");
     println!(
-        "300 locks, slot {slot} moved with {} keys, failover of {} keys",
+        "300 locks, slot {slot} moved with {} keys in {migrate_ms} ms (key expiry {drift} ms later), failover of {} keys",
         keys.len(),
         first_keys.len()
     );

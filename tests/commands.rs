@@ -250,7 +250,8 @@ fn the_key_expires_with_its_latest_lease_or_not_at_all() {
 fn a_crashed_jobs_lock_frees_itself_when_the_lease_ends() {
     let server = Server::start();
     let con = &mut server.con();
-    call!(con, "UNIQUE.LOCK", "user:1", "crashed", "TTL", 40).expect("lock");
+    // Long enough for the next command to see it held, on a loaded machine.
+    call!(con, "UNIQUE.LOCK", "user:1", "crashed", "TTL", 1000).expect("lock");
     assert_eq!(call!(con, "UNIQUE.LOCK", "user:1", "next"), Ok(Value::Nil));
     wait_until(Duration::from_secs(5), "the lease to end", || {
         matches!(

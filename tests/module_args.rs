@@ -39,8 +39,8 @@ fn both_spellings_set_the_configuration() {
 }
 
 /// The redis-server to run: `REDIS_SERVER`, else the one on PATH.
-fn redis_server() -> String {
-    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+fn redis_server() -> std::ffi::OsString {
+    common::server_binary()
 }
 
 fn temp_dir(tag: &str) -> PathBuf {

@@ -192,7 +192,8 @@ fn a_lease_running_out_serves_a_waiter_with_no_other_command() {
     let mut lags = Vec::new();
     for round in 0..5 {
         let key = format!("k{round}");
-        token(call!(con, "UNIQUE.LOCK", &key, "old", "TTL", 150));
+        // Long enough for the waiter to block before it ends, on a loaded machine.
+        token(call!(con, "UNIQUE.LOCK", &key, "old", "TTL", 500));
         let expires_at = int(field_of(con, &key, "old", "expires_at"));
         let waiter = start_waiter(
             &server,
@@ -370,7 +371,7 @@ fn a_replica_matches_its_primary_after_waiters_were_served() {
     let primary = Server::start();
     let replica = primary.start_replica(&[]);
     let (p, r) = (&mut primary.con(), &mut replica.con());
-    token(call!(p, "UNIQUE.LOCK", "k", "a", "TTL", 100));
+    token(call!(p, "UNIQUE.LOCK", "k", "a", "TTL", 500));
     let by_lease = start_waiter(&primary, args(&["k", "b", "WAIT", "10000"]));
     token(by_lease.join().expect("waiter").0);
     let by_unlock = start_waiter(&primary, args(&["k", "c", "WAIT", "10000", "OWNER", "x"]));

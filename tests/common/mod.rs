@@ -1,9 +1,20 @@
 //! The integration harness: builds the module once (release), starts real
 //! redis-server processes on free ports in temporary directories, and stops
 //! them when dropped.
+//!
+//! Which server and which module, from the environment (the client suites
+//! read the same two variables):
+//! - `REDIS_SERVER`: the server binary, `redis-server` on the PATH by default
+//!   (Redis 7.2 or Valkey 8 for `make test-compat`);
+//! - `REDIS_UNIQUE_MODULE`: the module to load, by default the freshly built
+//!   target/release/libredis_unique.so;
+//! - `REDIS_CLI`: the redis-cli the cli suite and the cluster test run,
+//!   `redis-cli` on the PATH by default;
+//! - `REDIS_VALGRIND`: see `spawn`.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,11 +24,35 @@ use std::time::{Duration, Instant};
 
 pub use redis::{Connection, Value};
 
-/// The freshly built module. `cargo test` does not rebuild the cdylib of
+/// The server binary: `$REDIS_SERVER`, or `redis-server` on the PATH.
+pub fn server_binary() -> OsString {
+    std::env::var_os("REDIS_SERVER")
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".into())
+}
+
+/// The redis-cli binary: `$REDIS_CLI`, or `redis-cli` on the PATH.
+pub fn cli_binary() -> OsString {
+    std::env::var_os("REDIS_CLI")
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-cli".into())
+}
+
+/// The module: `$REDIS_UNIQUE_MODULE` (a module built elsewhere), or the
+/// freshly built one. `cargo test` does not rebuild the cdylib of
 /// target/release, so the harness builds it, once per test binary.
 pub fn module_path() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
+        if let Some(given) = std::env::var_os("REDIS_UNIQUE_MODULE").filter(|s| !s.is_empty()) {
+            let path = PathBuf::from(given);
+            assert!(
+                path.exists(),
+                "REDIS_UNIQUE_MODULE={} does not exist",
+                path.display()
+            );
+            return path;
+        }
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let status = Command::new(env!("CARGO"))
             .args(["build", "--release", "--lib", "--quiet"])
@@ -99,7 +134,8 @@ impl Server {
             let _ = server.child.wait();
         }
         panic!(
-            "redis-server did not start; see {}/redis.log",
+            "{} did not start; see {}/redis.log",
+            server_binary().to_string_lossy(),
             dir.display()
         );
     }
@@ -242,11 +278,8 @@ fn free_port_with_bus() -> u16 {
 }
 
 fn spawn(port: u16, dir: &Path, extra: &[String]) -> Child {
-    // REDIS_UNIQUE_MODULE: a module built elsewhere (default: the one built
-    // above); REDIS_SERVER: the server binary (default: redis-server on PATH).
-    let module = std::env::var_os("REDIS_UNIQUE_MODULE")
-        .map_or_else(|| module_path().to_path_buf(), PathBuf::from);
-    let server = std::env::var_os("REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+    let module = module_path();
+    let server = server_binary();
     // REDIS_VALGRIND=<dir>: the server runs under valgrind memcheck, one log
     // per server in <dir> (`make test-valgrind` reads them).
     let mut command = match valgrind_logs() {
@@ -262,10 +295,10 @@ fn spawn(port: u16, dir: &Path, extra: &[String]) -> Child {
                     env!("CARGO_MANIFEST_DIR")
                 ))
                 .arg(format!("--log-file={logs}/redis-%p.log"))
-                .arg(server);
+                .arg(&server);
             c
         }
-        None => Command::new(server),
+        None => Command::new(&server),
     };
     command
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -288,7 +321,12 @@ fn spawn(port: u16, dir: &Path, extra: &[String]) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("redis-server runs (apt-get install redis-server)")
+        .unwrap_or_else(|e| {
+            panic!(
+                "{} runs (apt-get install redis-server, or set REDIS_SERVER): {e}",
+                server.to_string_lossy()
+            )
+        })
 }
 
 /// The directory for valgrind's logs when the servers run under valgrind.

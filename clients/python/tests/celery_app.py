@@ -23,8 +23,9 @@ r = redis.Redis.from_url(URL)
 
 def body(self, tag, fail=False):
     """Records the run and its lock holders, then waits for the test to open the gate."""
-    r.rpush("runs:" + tag, self.request.id)
+    # The owner first: a test that sees the run reads the owner next.
     r.set("owner:" + tag, worker_owner(self.request.hostname))
+    r.rpush("runs:" + tag, self.request.id)
     if not r.blpop(["gate:" + tag], timeout=30):
         raise RuntimeError("gate never opened")
     if fail:

@@ -13,8 +13,9 @@ r = redis.Redis.from_url(os.environ["RQ_TEST_URL"])
 def gated(tag, fail=False):
     """Records the run, then waits for the test to open the gate."""
     job = get_current_job()
-    r.rpush("runs:" + tag, job.id)
+    # The owner first: a test that sees the run reads the owner next.
     r.set("owner:" + tag, job.worker_name)
+    r.rpush("runs:" + tag, job.id)
     if not r.blpop(["gate:" + tag], timeout=30):
         raise RuntimeError("gate never opened")
     if fail:
