@@ -42,6 +42,20 @@ class WebTest < Minitest::Test
     last_response
   end
 
+  # Every row of the Locks list for `pattern`, walking its SCAN cursor to the end: one
+  # request is one SCAN step, and in the suite's shared database one step may find none.
+  def locks_rows(pattern, count: 1000)
+    rows = []
+    cursor = nil
+    10_000.times do
+      body = get_ok("/locks", { pattern: pattern, count: count, cursor: cursor }.compact)
+      rows.concat(body.scan(%r{<tr>\s*<td class="key">.*?</tr>}m))
+      cursor = body[/id="redis-unique-next" href="[^"]*cursor=(\d+)/, 1]
+      return rows unless cursor
+    end
+    flunk "the cursor of #{pattern} never ended"
+  end
+
   def esc(text)
     Rack::Utils.escape_html(text)
   end
@@ -79,8 +93,7 @@ class WebTest < Minitest::Test
     client.lock(key(":a"), "ja2", ttl: 30, limit: 2, type: "until_executed", meta: { "limit" => 2 })
     client.lock(key(":b"), "jb1", type: "while_executing")
     client.lock("other:#{token}", "jo", ttl: 60)
-    body = get_ok("/locks", pattern: "web:#{token}*", count: 1000)
-    rows = body.scan(%r{<tr>\s*<td class="key">.*?</tr>}m)
+    rows = locks_rows("web:#{token}*")
     assert_equal 2, rows.size, "the pattern keeps only this test's two locks"
     a = rows.find { |r| r.include?(esc(key(":a"))) }
     assert_match(/2: <code>ja1<\/code> <code>ja2<\/code>/, a)
@@ -90,7 +103,7 @@ class WebTest < Minitest::Test
     b = rows.find { |r| r.include?(esc(key(":b"))) }
     assert_includes b, "no lease"
     assert_includes b, "<td>—</td>", "no LIMIT known"
-    refute_includes body, "other:#{token}"
+    refute_includes rows.join, "other:#{token}"
   end
 
   # A job pushed with lock_limit: the gem records its LIMIT in META, and the page shows it.
@@ -105,7 +118,7 @@ class WebTest < Minitest::Test
     jid = WebLimitedJob.perform_async(token)
     digest = digest_of(WebLimitedJob, token, queue: "web_nobody")
     assert_equal [jid], client.locked_by(digest)
-    row = get_ok("/locks", pattern: digest)[%r{<tr>\s*<td class="key">.*?</tr>}m]
+    row = locks_rows(digest).first.to_s
     assert_includes row, %(<code>#{jid}</code>)
     assert_includes row, "<td>3</td>"
     assert_includes row, "until_executed"
@@ -328,7 +341,7 @@ class WebTest < Minitest::Test
     evil_owner = %("><img src=x onerror=alert(1)>)
     client.lock(evil_key, evil_jid, ttl: 600, type: "xss", owner: evil_owner,
                                     meta: { "x" => %(</pre><script>alert("m")</script>) })
-    pages = [get_ok("/locks", pattern: "xss:#{token}:*"), get_ok("/locks/lock", key: evil_key), get_ok("/locks/owners")]
+    pages = [locks_rows("xss:#{token}:*").join, get_ok("/locks/lock", key: evil_key), get_ok("/locks/owners")]
     pages.each do |body|
       refute_match(/<script>alert/, body)
       refute_includes body, "<img src=x"
