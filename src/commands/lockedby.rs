@@ -4,11 +4,12 @@ use std::ops::Deref;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
+use super::ArgError;
 use super::reply::Stream;
 use crate::codec::NO_EXPIRY;
 use crate::datatype::LockKey;
 use crate::ffi::now_ms;
-use crate::lock::{Holder, LockError};
+use crate::lock::Holder;
 
 /// Read-only: expired holders are hidden, never removed, so this is right on
 /// a replica too.
@@ -28,7 +29,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     let with_meta = match args {
         [_, _] => false,
         [_, _, flag] if flag.eq_ignore_ascii_case(b"WITHMETA") => true,
-        [_, _, _] => return Err(LockError::Syntax.into()),
+        [_, _, _] => return Err(ArgError::Syntax.into()),
         _ => return Err(RedisError::WrongArity),
     };
     let key = LockKey::open(ctx, key_name, false);

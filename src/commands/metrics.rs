@@ -2,11 +2,10 @@
 
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
-use super::parse_int;
 use super::reply::Stream;
+use super::{ArgError, parse_int};
 use crate::config;
 use crate::ffi::now_ms;
-use crate::lock::LockError;
 use crate::metrics::{self, Counters, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,15 +34,15 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
 }
 
-fn parse_options(options: &[RedisString]) -> Result<(Option<usize>, Format), LockError> {
+fn parse_options(options: &[RedisString]) -> Result<(Option<usize>, Format), ArgError> {
     let (mut minutes, mut format) = (None, None);
     let mut rest = options.iter();
     while let Some(name) = rest.next() {
-        let value: &[u8] = rest.next().ok_or(LockError::Syntax)?;
+        let value: &[u8] = rest.next().ok_or(ArgError::Syntax)?;
         if name.eq_ignore_ascii_case(b"MINUTES") && minutes.is_none() {
-            let n = usize::try_from(parse_int(value)?).map_err(|_| LockError::NotAnInteger)?;
+            let n = usize::try_from(parse_int(value)?).map_err(|_| ArgError::NotAnInteger)?;
             if !(1..=config::metrics_minutes()).contains(&n) {
-                return Err(LockError::NotAnInteger);
+                return Err(ArgError::NotAnInteger);
             }
             minutes = Some(n);
         } else if name.eq_ignore_ascii_case(b"FORMAT") && format.is_none() {
@@ -51,10 +50,10 @@ fn parse_options(options: &[RedisString]) -> Result<(Option<usize>, Format), Loc
                 b"resp" => Format::Resp,
                 b"json" => Format::Json,
                 b"prometheus" => Format::Prometheus,
-                _ => return Err(LockError::Syntax),
+                _ => return Err(ArgError::Syntax),
             });
         } else {
-            return Err(LockError::Syntax);
+            return Err(ArgError::Syntax);
         }
     }
     Ok((minutes, format.unwrap_or(Format::Resp)))

@@ -10,6 +10,7 @@ pub mod reap;
 pub mod reply;
 pub mod unlock;
 
+use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use std::ffi::CStr;
@@ -44,20 +45,56 @@ pub fn guard_in_place(
         .unwrap_or_else(|_| Err(RedisError::Str(crate::waiting::INTERNAL_ERROR)))
 }
 
+/// What can be wrong with a command's arguments: their syntax, a number, or
+/// a value that the engine's rules refuse. `Display` gives the exact reply
+/// text, Redis's own where Redis has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    Syntax,
+    NotAnInteger,
+    Invalid(LockError),
+}
+
+impl From<LockError> for ArgError {
+    fn from(e: LockError) -> Self {
+        Self::Invalid(e)
+    }
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Syntax => f.write_str("ERR syntax error"),
+            Self::NotAnInteger => f.write_str("ERR value is not an integer or out of range"),
+            // Redis's text for SET's bad EX/PX, naming the command.
+            Self::Invalid(LockError::InvalidExpire) => {
+                f.write_str("ERR invalid expire time in 'unique.lock' command")
+            }
+            Self::Invalid(e) => e.fmt(f),
+        }
+    }
+}
+
 // Not through std::error::Error: redis-module's blanket conversion would add a
 // second "ERR " to texts that already carry their code.
-impl From<LockError> for RedisError {
-    fn from(e: LockError) -> Self {
+impl From<ArgError> for RedisError {
+    fn from(e: ArgError) -> Self {
         RedisError::String(e.to_string())
     }
 }
 
+impl From<LockError> for RedisError {
+    fn from(e: LockError) -> Self {
+        ArgError::from(e).into()
+    }
+}
+
 /// An integer argument, as Redis parses one.
-pub fn parse_int(arg: &[u8]) -> Result<i64, LockError> {
+pub fn parse_int(arg: &[u8]) -> Result<i64, ArgError> {
     std::str::from_utf8(arg)
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or(LockError::NotAnInteger)
+        .ok_or(ArgError::NotAnInteger)
 }
 
 /// Brings the key in line with its lock after a change: the key goes when its
@@ -197,6 +234,27 @@ mod tests {
     }
 
     #[test]
+    fn argument_errors_have_redis_texts_and_pass_the_engines_on() {
+        assert_eq!(ArgError::Syntax.to_string(), "ERR syntax error");
+        assert_eq!(
+            ArgError::NotAnInteger.to_string(),
+            "ERR value is not an integer or out of range"
+        );
+        assert_eq!(
+            ArgError::from(LockError::InvalidExpire).to_string(),
+            "ERR invalid expire time in 'unique.lock' command"
+        );
+        assert_eq!(
+            ArgError::from(LockError::MetaNotObject).to_string(),
+            LockError::MetaNotObject.to_string()
+        );
+        assert_eq!(
+            RedisError::from(LockError::InvalidExpire).to_string(),
+            "ERR invalid expire time in 'unique.lock' command"
+        );
+    }
+
+    #[test]
     fn integers() {
         assert_eq!(parse_int(b"-42"), Ok(-42));
         assert_eq!(parse_int(b"9223372036854775807"), Ok(i64::MAX));
@@ -208,7 +266,7 @@ mod tests {
             b"9223372036854775808",
             b"\xff",
         ] {
-            assert_eq!(parse_int(bad), Err(LockError::NotAnInteger), "{bad:?}");
+            assert_eq!(parse_int(bad), Err(ArgError::NotAnInteger), "{bad:?}");
         }
     }
 }

@@ -6,10 +6,10 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{Change, finish, parse_int, tracked};
+use super::{ArgError, Change, finish, parse_int, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::now_ms;
-use crate::lock::{LockError, validate_owner};
+use crate::lock::validate_owner;
 use crate::metrics::{self, Event};
 
 const DEFAULT_COUNT: usize = 100;
@@ -74,24 +74,24 @@ fn batches(
     Ok(out)
 }
 
-fn parse_options(options: &[RedisString]) -> Result<(usize, Option<&[u8]>), LockError> {
+fn parse_options(options: &[RedisString]) -> Result<(usize, Option<&[u8]>), ArgError> {
     let (mut count, mut owner) = (None, None);
     let mut rest = options.iter();
     while let Some(name) = rest.next() {
-        let value: &[u8] = rest.next().ok_or(LockError::Syntax)?;
+        let value: &[u8] = rest.next().ok_or(ArgError::Syntax)?;
         if name.eq_ignore_ascii_case(b"COUNT") && count.is_none() {
             let n = parse_int(value)?;
             count = Some(
                 usize::try_from(n)
                     .ok()
                     .filter(|&n| n >= 1)
-                    .ok_or(LockError::NotAnInteger)?,
+                    .ok_or(ArgError::NotAnInteger)?,
             );
         } else if name.eq_ignore_ascii_case(b"OWNER") && owner.is_none() {
             validate_owner(value)?;
             owner = Some(value);
         } else {
-            return Err(LockError::Syntax);
+            return Err(ArgError::Syntax);
         }
     }
     Ok((count.unwrap_or(DEFAULT_COUNT), owner))
