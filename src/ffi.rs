@@ -911,7 +911,7 @@ unsafe fn value_in<T: 'static>(
 
 // ---------------------------------------------------------------------------
 // Command info (issue 12): RM_GetCommand + RM_SetCommandInfo from the plain
-// data of `commands::docs`, and RM_LoadConfigs for `config::load`.
+// data of `docs`, and RM_LoadConfigs for `config::load`.
 // ---------------------------------------------------------------------------
 
 mod command_info {
@@ -920,7 +920,7 @@ mod command_info {
 
     use redis_module::{Context, raw};
 
-    use crate::commands::docs::{Arg, ArgType, CommandDoc, KeyFlag, KeySpec};
+    use crate::docs::{Arg, ArgType, CommandDoc, KeyFlag, KeySpec};
 
     /// The C strings and arrays a `RedisModuleCommandInfo` points into. Redis
     /// copies all of it in RM_SetCommandInfo, so this lives only for the call;
@@ -1117,11 +1117,11 @@ mod command_info {
     }
 }
 
-/// Registers the docs of every public command (`commands::docs::COMMANDS`).
+/// Registers the docs of every public command (`docs::COMMANDS`).
 /// A refusal is logged and leaves that command as it was (arity -1, its
 /// registration key range): the module still loads.
 pub fn describe_commands(ctx: &Context) {
-    for cmd in crate::commands::docs::COMMANDS {
+    for cmd in crate::docs::COMMANDS {
         if let Err(e) = command_info::describe(ctx, cmd) {
             ctx.log_warning(&format!("no command docs for {}: {e}", cmd.name));
         }

@@ -7,6 +7,7 @@ pub mod codec;
 pub mod commands;
 pub mod config;
 pub mod datatype;
+pub mod docs;
 pub mod fencing;
 pub mod ffi;
 pub mod lock;
@@ -172,6 +173,7 @@ redis_module! {
     data_types: [LOCK_TYPE],
     init: init,
     commands: [
+        ["unique.waiters", |ctx, args| guard(ctx, args, commands::waiters::run), "readonly fast", 1, 1, 1, ""],
         ["unique.reap", |ctx, args| guard(ctx, args, commands::reap::run), "write", 0, 0, 0, ""],
         ["unique.metrics", |ctx, args| guard(ctx, args, commands::metrics::run), "readonly fast", 0, 0, 0, ""],
         [codec::APPLY_COMMAND_NAME, |ctx, args| guard(ctx, args, commands::apply::run), "write", 1, 1, 1, ""],

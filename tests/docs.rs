@@ -1,5 +1,5 @@
 //! The commands describe themselves to Redis (issue 12): COMMAND DOCS equals
-//! the table in src/commands/docs.rs, which also produces the argument
+//! the table in src/docs.rs, which also produces the argument
 //! reference in docs/commands.md; COMMAND INFO has the real arity and key
 //! specs, so Redis answers short calls itself, COMMAND GETKEYSANDFLAGS knows
 //! the keys and ACL read/write key permissions apply.
@@ -12,7 +12,7 @@ mod common;
 // The table is plain data with no dependency on the module, included by path
 // so that this test does not link the module (and its Redis allocator).
 #[allow(dead_code)]
-#[path = "../src/commands/docs.rs"]
+#[path = "../src/docs.rs"]
 mod docs;
 
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use common::{Server, Value, token};
 use docs::{Arg, ArgType, COMMANDS, CommandDoc};
 
-const BEGIN: &str = "<!-- command-docs:begin (generated from src/commands/docs.rs) -->\n";
+const BEGIN: &str = "<!-- command-docs:begin (generated from src/docs.rs) -->\n";
 const END: &str = "<!-- command-docs:end -->";
 
 #[test]
@@ -37,7 +37,7 @@ fn the_reference_in_docs_commands_md_is_the_table() {
     }
     assert!(
         text[start..end] == generated,
-        "docs/commands.md's argument reference differs from src/commands/docs.rs; \
+        "docs/commands.md's argument reference differs from src/docs.rs; \
          run `UPDATE_DOCS=1 cargo test --test docs` and review the diff"
     );
     // Each command's section opens with its synopsis.

@@ -135,6 +135,37 @@ fn client_unblock_ends_a_wait_with_nil_and_its_deadline_timer() {
 }
 
 #[test]
+fn waiters_counts_the_clients_waiting_on_one_key() {
+    let server = Server::start();
+    let con = &mut server.con();
+    assert_eq!(call!(con, "UNIQUE.WAITERS", "k"), Ok(Value::Int(0)));
+    token(call!(con, "UNIQUE.LOCK", "k", "a"));
+    token(call!(con, "UNIQUE.LOCK", "other", "a"));
+    let first = start_waiter(&server, args(&["k", "b", "WAIT", "10000"]));
+    let second = start_waiter(&server, args(&["k", "c", "WAIT", "10000"]));
+    let elsewhere = start_waiter(&server, args(&["other", "d", "WAIT", "10000"]));
+    assert_eq!(call!(con, "UNIQUE.WAITERS", "k"), Ok(Value::Int(2)));
+    assert_eq!(call!(con, "UNIQUE.WAITERS", "other"), Ok(Value::Int(1)));
+    assert_eq!(call!(con, "UNIQUE.WAITERS", "none"), Ok(Value::Int(0)));
+    call!(con, "SELECT", 1).expect("SELECT");
+    assert_eq!(
+        call!(con, "UNIQUE.WAITERS", "k"),
+        Ok(Value::Int(0)),
+        "another database, another key"
+    );
+    call!(con, "SELECT", 0).expect("SELECT");
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "a"), Ok(Value::Int(1)));
+    token(first.join().expect("waiter").0);
+    assert_eq!(call!(con, "UNIQUE.WAITERS", "k"), Ok(Value::Int(1)));
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "b"), Ok(Value::Int(1)));
+    token(second.join().expect("waiter").0);
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "other", "a"), Ok(Value::Int(1)));
+    token(elsewhere.join().expect("waiter").0);
+    assert_eq!(call!(con, "UNIQUE.WAITERS", "k"), Ok(Value::Int(0)));
+    assert!(call!(con, "UNIQUE.WAITERS").is_err(), "arity");
+}
+
+#[test]
 fn waiters_are_served_first_come_first_served() {
     let server = Server::start();
     let con = &mut server.con();

@@ -2,13 +2,13 @@
 //! (replication, keyspace event) in one place, only when something changed.
 
 pub mod apply;
-pub mod docs;
 pub mod lock;
 pub mod lockedby;
 pub mod metrics;
 pub mod reap;
 pub mod reply;
 pub mod unlock;
+pub mod waiters;
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};

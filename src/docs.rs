@@ -352,6 +352,19 @@ pub static COMMANDS: &[CommandDoc] = &[
         ],
     },
     CommandDoc {
+        name: "unique.waiters",
+        summary: "Returns how many clients wait for a slot of a lock (UNIQUE.LOCK ... WAIT).",
+        since: VERSION,
+        complexity: "O(1)",
+        arity: 2,
+        tips: "",
+        key_specs: &[KeySpec {
+            index: 1,
+            flags: &[KeyFlag::Ro, KeyFlag::Access],
+        }],
+        args: &[Arg::new("key", ArgType::Key(0), "the lock")],
+    },
+    CommandDoc {
         name: "unique.reap",
         summary: "Removes ended leases and, with OWNER, the holds of a dead worker, a bounded step at a time like SCAN.",
         since: VERSION,
@@ -480,6 +493,7 @@ mod tests {
         );
         assert_eq!(of("unique.unlock"), "UNIQUE.UNLOCK key jid");
         assert_eq!(of("unique.lockedby"), "UNIQUE.LOCKEDBY key [WITHMETA]");
+        assert_eq!(of("unique.waiters"), "UNIQUE.WAITERS key");
         assert_eq!(of("unique.reap"), "UNIQUE.REAP cursor [COUNT n] [OWNER id]");
         assert_eq!(
             of("unique.metrics"),
