@@ -25,6 +25,7 @@ def test_client_commands(server, r):
         (h,) = await c.holders("a")
         assert (h.jid, h.token, h.owner, h.meta, h.type) == ("j1", t, "w:1", {"x": 1}, "until_executed")
         assert await c.locked_by("a") == [b"j1"]
+        assert await c.waiters("a") == 0
         assert await c.reap(owner="w:1") == 1
         assert await c.unlock("a", "j1") is False
         pipe = c.pipeline()

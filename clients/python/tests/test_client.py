@@ -140,6 +140,7 @@ def test_wait_is_served_when_the_holder_unlocks(server, r):
     t2 = threading.Thread(target=waiter, args=("second",))
     t2.start()
     wait_for(lambda: waiting(r) == 2, message="second waiter")
+    assert (c.waiters("w"), c.waiters("other")) == (2, 0)
     assert c.unlock("w", "holder")
     t1.join(10)
     assert isinstance(got["first"], int) and "second" not in got  # first come, first served

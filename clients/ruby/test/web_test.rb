@@ -225,9 +225,10 @@ class WebTest < Minitest::Test
     client.lock(k, "holder", ttl: 600)
     waiter = RedisUnique::Client.new(TestSuite.raw_connection)
     got = Thread.new { waiter.lock(k, "waiter", wait: 20) }
-    wait_until(message: "a waiter") { client.connection.call("INFO", "unique")[/unique_waiting:(\d+)/, 1].to_i >= 1 }
+    wait_until(message: "a waiter") { client.waiters(k) == 1 }
     body = get_ok("/locks/lock", key: k)
-    assert_operator body[%r{id="redis-unique-waiting">(\d+)<}, 1].to_i, :>=, 1
+    assert_equal "1", body[%r{id="redis-unique-waiting">(\d+)<}, 1], "the waiters of this lock"
+    assert_equal "0", get_ok("/locks/lock", key: "#{k}:other")[%r{id="redis-unique-waiting">(\d+)<}, 1]
     post_form("/locks/unlock", { "key" => k, "jid" => "holder" })
     assert got.join(10), "the waiter is served"
     assert got.value, "the waiter got the lock the page freed"

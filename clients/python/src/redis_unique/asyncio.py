@@ -56,6 +56,9 @@ class Client:
     async def locked_by(self, key: KeyT) -> List[Any]:
         return list(await self._call("UNIQUE.LOCKEDBY", key))
 
+    async def waiters(self, key: KeyT) -> int:
+        return int(await self._call("UNIQUE.WAITERS", key))
+
     async def reap(self, owner: Optional[str] = None, count: int = 1000) -> int:
         cursor: Any = 0
         removed = 0

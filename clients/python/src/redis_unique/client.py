@@ -62,6 +62,11 @@ class Client:
         """UNIQUE.LOCKEDBY: the jids of the live holders, oldest grant first."""
         return list(self._call("UNIQUE.LOCKEDBY", key))
 
+    def waiters(self, key: KeyT) -> int:
+        """UNIQUE.WAITERS: how many clients wait (``lock(..., wait=...)``) for a
+        slot of ``key``."""
+        return int(self._call("UNIQUE.WAITERS", key))
+
     def reap(self, owner: Optional[str] = None, count: int = 1000) -> int:
         """UNIQUE.REAP from cursor 0 to the end of the iteration, ``count`` keys
         a call: the number of holders removed (expired ones, and with ``owner``

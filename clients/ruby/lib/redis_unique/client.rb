@@ -60,6 +60,11 @@ module RedisUnique
       @connection.call("UNIQUE.LOCKEDBY", key)
     end
 
+    # UNIQUE.WAITERS: how many clients wait (lock with wait:) for a slot of the key.
+    def waiters(key)
+      @connection.call("UNIQUE.WAITERS", key)
+    end
+
     # UNIQUE.LOCKEDBY WITHMETA as Holder structs.
     def holders(key)
       @connection.call("UNIQUE.LOCKEDBY", key, "WITHMETA").map { |h| Client.holder(h) }

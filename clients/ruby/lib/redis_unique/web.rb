@@ -69,7 +69,7 @@ module RedisUnique
           ru_render(:lock) do
             @ru_key = ru_param(:key).to_s
             @ru_holders = @ru_key.empty? ? [] : ru_store.holders(@ru_key)
-            @ru_gauges = ru_store.info_unique
+            @ru_waiters = @ru_key.empty? ? 0 : ru_store.waiters(@ru_key)
           end
         end
 

@@ -157,6 +157,11 @@ module RedisUnique
       end
 
       # INFO unique as a Hash of strings.
+      # Clients waiting for a slot of `key` (UNIQUE.WAITERS).
+      def waiters(key)
+        Client.new(@connection).waiters(key)
+      end
+
       def info_unique
         @connection.call("INFO", "unique").to_s.each_line.filter_map do |line|
           next if line.start_with?("#") || !line.include?(":")
