@@ -67,13 +67,6 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
     Ok(opts)
 }
 
-pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    match args.get(1) {
-        Some(key_name) => run_in_place(ctx, key_name, &args),
-        None => Err(RedisError::WrongArity),
-    }
-}
-
 /// LOCK on its arguments read in place (`key_name` is `args[1]`).
 pub fn run_in_place<A: Deref<Target = [u8]>>(
     ctx: &Context,

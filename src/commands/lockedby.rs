@@ -11,16 +11,10 @@ use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::lock::Holder;
 
+/// LOCKEDBY on its arguments read in place (`key_name` is `args[1]`).
+///
 /// Read-only: expired holders are hidden, never removed, so this is right on
 /// a replica too.
-pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    match args.get(1) {
-        Some(key_name) => run_in_place(ctx, key_name, &args),
-        None => Err(RedisError::WrongArity),
-    }
-}
-
-/// LOCKEDBY on its arguments read in place (`key_name` is `args[1]`).
 pub fn run_in_place<A: Deref<Target = [u8]>>(
     ctx: &Context,
     key_name: &RedisString,

@@ -9,13 +9,6 @@ use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
 
-pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    match args.get(1) {
-        Some(key_name) => run_in_place(ctx, key_name, &args),
-        None => Err(RedisError::WrongArity),
-    }
-}
-
 /// UNLOCK on its arguments read in place (`key_name` is `args[1]`).
 pub fn run_in_place<A: Deref<Target = [u8]>>(
     ctx: &Context,
