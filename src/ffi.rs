@@ -481,22 +481,7 @@ pub(crate) fn emit_aof_hold(
 /// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is,
 /// with the client's own key string.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
-    let mut argv = Argv::hold(now, h);
-    // SAFETY: `ctx` is the context of the running command; every argument
-    // matches the format (s = a module string, v = an array of module
-    // strings and its length).
-    unsafe {
-        if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(
-                ctx.get_raw(),
-                APPLY_COMMAND.as_ptr(),
-                c"sv".as_ptr(),
-                key.inner,
-                argv.strings.as_mut_ptr(),
-                argv.len,
-            );
-        }
-    }
+    replicate_apply(ctx, key, Argv::hold(now, h));
 }
 
 /// Replicates `UNIQUE.APPLY key now OP [arg]` (RELEASE jid, REAP owner, PRUNE).
@@ -507,7 +492,14 @@ pub fn replicate_effect(ctx: &Context, key: &RedisString, now: i64, op: &CStr, a
     if let Some(arg) = arg {
         argv.buffer(arg);
     }
-    // SAFETY: as in `replicate_hold`.
+    replicate_apply(ctx, key, argv);
+}
+
+/// Replicates `UNIQUE.APPLY key <argv>`.
+fn replicate_apply(ctx: &Context, key: &RedisString, mut argv: Argv) {
+    // SAFETY: `ctx` is the context of the running command; every argument
+    // matches the format (s = a module string, v = an array of module
+    // strings and its length); `argv` outlives the call.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(
