@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio as _asyncio
 import logging
 import time
-import uuid
 from datetime import datetime
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 from . import _protocol as p
 from ._protocol import Holder, JidT, KeyT
-from .errors import LockLost, LockNotAcquired, UniqueError, translate
+from .client import PipelineCalls
+from .errors import LockLost, UniqueError, translate
+from .lock import LockState
 
 __all__ = ["Client", "Pipeline", "Lock", "Semaphore"]
 
@@ -78,26 +79,7 @@ class Client:
         return Pipeline(self.redis.pipeline(transaction=transaction))
 
 
-class Pipeline:
-    def __init__(self, pipe: Any) -> None:
-        self._pipe = pipe
-        self._parsers: List[Callable[[Any], Any]] = []
-
-    def lock(self, key: KeyT, jid: JidT, **kwargs: Any) -> "Pipeline":
-        self._pipe.execute_command(*p.lock_args(key, jid, **kwargs))
-        self._parsers.append(p.parse_token)
-        return self
-
-    def unlock(self, key: KeyT, jid: JidT) -> "Pipeline":
-        self._pipe.execute_command("UNIQUE.UNLOCK", key, jid)
-        self._parsers.append(bool)
-        return self
-
-    def holders(self, key: KeyT) -> "Pipeline":
-        self._pipe.execute_command("UNIQUE.LOCKEDBY", key, "WITHMETA")
-        self._parsers.append(p.parse_holders)
-        return self
-
+class Pipeline(PipelineCalls):
     async def execute(self) -> List[Any]:
         parsers, self._parsers = self._parsers, []
         try:
@@ -107,44 +89,22 @@ class Pipeline:
         return [parse(r) for parse, r in zip(parsers, replies)]
 
 
-class Lock:
+class Lock(LockState):
     """``async with Lock(redis, key, ttl=...)``: see :class:`redis_unique.Lock`;
     the renewal runs as an asyncio task on the running loop."""
 
     def __init__(self, redis: Any, key: str, *, ttl: float, wait: Optional[float] = None, limit: int = 1,
                  owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None, renew: bool = True,
                  jid: Optional[str] = None, type: Optional[str] = None) -> None:
-        if not ttl or ttl <= 0:
-            raise ValueError("ttl must be a positive number of seconds")
-        self.client = Client(redis)
-        self.key = key
-        self.ttl = float(ttl)
-        self.wait = wait
-        self.limit = limit
-        self.owner = owner
-        self.meta = meta
-        self.renew = renew
-        self.type = type
-        self.jid = jid if jid is not None else uuid.uuid4().hex
-        self.token: Optional[int] = None
-        self.renewals = 0
-        self._lost: Optional[str] = None
+        super().__init__(Client(redis), key, ttl=ttl, wait=wait, limit=limit, owner=owner, meta=meta,
+                         renew=renew, jid=jid, type=type)
         self._task: Optional["_asyncio.Task[None]"] = None
-
-    @property
-    def lost(self) -> bool:
-        return self._lost is not None
-
-    @property
-    def held(self) -> bool:
-        return self.token is not None and not self.lost
 
     async def acquire(self) -> int:
         token = await self.client.lock(self.key, self.jid, limit=self.limit, ttl=self.ttl, type=self.type,
                                        owner=self.owner, meta=self.meta, wait=self.wait)
         if token is None:
-            raise LockNotAcquired("%r is held by others%s" % (
-                self.key, "" if self.wait is None else " after waiting %gs" % self.wait), self.key)
+            raise self._not_acquired()
         self.token = token
         self._lost = None
         if self.renew:
@@ -179,10 +139,6 @@ class Lock:
             self._lose("the lease ran out or the lock was removed before a renewal")
             return
 
-    def _lose(self, why: str) -> None:
-        self._lost = why
-        log.warning("redis-unique: lost %r: %s", self.key, why)
-
     async def release(self) -> None:
         task, self._task = self._task, None
         if task is not None:
@@ -198,12 +154,7 @@ class Lock:
                 self._lost = "the lease ran out before the release"
         finally:
             self.token = None
-        if self._lost is not None:
-            raise LockLost("lost the lock %r: %s" % (self.key, self._lost), self.key)
-
-    def check(self) -> None:
-        if self._lost is not None:
-            raise LockLost("lost the lock %r: %s" % (self.key, self._lost), self.key)
+        self.check()
 
     async def __aenter__(self) -> "Lock":
         await self.acquire()

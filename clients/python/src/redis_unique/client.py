@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar, Union
 
 from redis.exceptions import ResponseError
 
 from . import _protocol as p
 from ._protocol import Holder, JidT, KeyT
 from .errors import translate
+
+_P = TypeVar("_P", bound="PipelineCalls")
 
 __all__ = ["Client", "Pipeline"]
 
@@ -91,28 +93,33 @@ class Client:
         return Pipeline(self.redis.pipeline(transaction=transaction))
 
 
-class Pipeline:
-    """A batch of UNIQUE.* calls (WAIT is ignored inside a transaction).
-    ``execute()`` returns the parsed reply of each call, in order."""
+class PipelineCalls:
+    """The calls a pipeline queues, each with the parser of its reply; the
+    sync :class:`Pipeline` and the asyncio one differ only in ``execute``."""
 
     def __init__(self, pipe: Any) -> None:
         self._pipe = pipe
         self._parsers: List[Callable[[Any], Any]] = []
 
-    def lock(self, key: KeyT, jid: JidT, **kwargs: Any) -> "Pipeline":
+    def lock(self: _P, key: KeyT, jid: JidT, **kwargs: Any) -> _P:
         self._pipe.execute_command(*p.lock_args(key, jid, **kwargs))
         self._parsers.append(p.parse_token)
         return self
 
-    def unlock(self, key: KeyT, jid: JidT) -> "Pipeline":
+    def unlock(self: _P, key: KeyT, jid: JidT) -> _P:
         self._pipe.execute_command("UNIQUE.UNLOCK", key, jid)
         self._parsers.append(bool)
         return self
 
-    def holders(self, key: KeyT) -> "Pipeline":
+    def holders(self: _P, key: KeyT) -> _P:
         self._pipe.execute_command("UNIQUE.LOCKEDBY", key, "WITHMETA")
         self._parsers.append(p.parse_holders)
         return self
+
+
+class Pipeline(PipelineCalls):
+    """A batch of UNIQUE.* calls (WAIT is ignored inside a transaction).
+    ``execute()`` returns the parsed reply of each call, in order."""
 
     def execute(self) -> List[Any]:
         parsers, self._parsers = self._parsers, []

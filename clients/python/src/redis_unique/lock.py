@@ -18,7 +18,54 @@ __all__ = ["Lock", "Semaphore"]
 log = logging.getLogger("redis_unique")
 
 
-class Lock:
+class LockState:
+    """What the thread-renewed :class:`Lock` and the task-renewed asyncio
+    Lock share: their settings, the token of the hold, what a renewal found,
+    and the errors they raise."""
+
+    def __init__(self, client: Any, key: str, *, ttl: float, wait: Optional[float], limit: int,
+                 owner: Optional[str], meta: Optional[Mapping[str, Any]], renew: bool,
+                 jid: Optional[str], type: Optional[str]) -> None:
+        if not ttl or ttl <= 0:
+            raise ValueError("ttl must be a positive number of seconds")
+        self.client = client
+        self.key = key
+        self.ttl = float(ttl)
+        self.wait = wait
+        self.limit = limit
+        self.owner = owner
+        self.meta = meta
+        self.renew = renew
+        self.type = type
+        self.jid = jid if jid is not None else uuid.uuid4().hex
+        self.token: Optional[int] = None
+        self.renewals = 0
+        self._lost: Optional[str] = None
+
+    @property
+    def lost(self) -> bool:
+        """True once a renewal found the lock gone."""
+        return self._lost is not None
+
+    @property
+    def held(self) -> bool:
+        return self.token is not None and not self.lost
+
+    def _not_acquired(self) -> LockNotAcquired:
+        return LockNotAcquired("%r is held by others%s" % (
+            self.key, "" if self.wait is None else " after waiting %gs" % self.wait), self.key)
+
+    def _lose(self, why: str) -> None:
+        self._lost = why
+        log.warning("redis-unique: lost %r: %s", self.key, why)
+
+    def check(self) -> None:
+        """Raises LockLost if a renewal found the lock gone."""
+        if self._lost is not None:
+            raise LockLost("lost the lock %r: %s" % (self.key, self._lost), self.key)
+
+
+class Lock(LockState):
     """Holds ``key`` for the duration of a ``with`` block.
 
     ``ttl`` (seconds) is the lease: while held, a daemon thread renews it every
@@ -35,39 +82,16 @@ class Lock:
     def __init__(self, redis: Any, key: str, *, ttl: float, wait: Optional[float] = None, limit: int = 1,
                  owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None, renew: bool = True,
                  jid: Optional[str] = None, type: Optional[str] = None) -> None:
-        if not ttl or ttl <= 0:
-            raise ValueError("ttl must be a positive number of seconds")
-        self.client = Client(redis)
-        self.key = key
-        self.ttl = float(ttl)
-        self.wait = wait
-        self.limit = limit
-        self.owner = owner
-        self.meta = meta
-        self.renew = renew
-        self.type = type
-        self.jid = jid if jid is not None else uuid.uuid4().hex
-        self.token: Optional[int] = None
-        self.renewals = 0
-        self._lost: Optional[str] = None
+        super().__init__(Client(redis), key, ttl=ttl, wait=wait, limit=limit, owner=owner, meta=meta,
+                         renew=renew, jid=jid, type=type)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-
-    @property
-    def lost(self) -> bool:
-        """True once a renewal found the lock gone."""
-        return self._lost is not None
-
-    @property
-    def held(self) -> bool:
-        return self.token is not None and not self.lost
 
     def acquire(self) -> int:
         token = self.client.lock(self.key, self.jid, limit=self.limit, ttl=self.ttl, type=self.type,
                                  owner=self.owner, meta=self.meta, wait=self.wait)
         if token is None:
-            raise LockNotAcquired("%r is held by others%s" % (
-                self.key, "" if self.wait is None else " after waiting %gs" % self.wait), self.key)
+            raise self._not_acquired()
         self.token = token
         self._lost = None
         self._stop.clear()
@@ -105,10 +129,6 @@ class Lock:
             self._lose("the lease ran out or the lock was removed before a renewal")
             return
 
-    def _lose(self, why: str) -> None:
-        self._lost = why
-        log.warning("redis-unique: lost %r: %s", self.key, why)
-
     def release(self) -> None:
         """Stops renewing and releases. Raises LockLost if the lock was lost."""
         self._stop.set()
@@ -122,8 +142,7 @@ class Lock:
                 self._lost = "the lease ran out before the release"
         finally:
             self.token = None
-        if self._lost is not None:
-            raise LockLost("lost the lock %r: %s" % (self.key, self._lost), self.key)
+        self.check()
 
     def detach(self) -> None:
         """Stops renewing and forgets the hold without releasing it: the lease
@@ -133,11 +152,6 @@ class Lock:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         self.token = None
-
-    def check(self) -> None:
-        """Raises LockLost if a renewal found the lock gone."""
-        if self._lost is not None:
-            raise LockLost("lost the lock %r: %s" % (self.key, self._lost), self.key)
 
     def __enter__(self) -> "Lock":
         self.acquire()
