@@ -8,10 +8,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::module_path;
+use common::{module_path, temp_dir};
 
 fn config(con: &mut common::Connection, name: &str) -> String {
     let pair: Vec<String> = redis::cmd("CONFIG")
@@ -41,17 +40,6 @@ fn both_spellings_set_the_configuration() {
 /// The redis-server to run: `REDIS_SERVER`, else the one on PATH.
 fn redis_server() -> std::ffi::OsString {
     common::server_binary()
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "redis-unique-args-{}-{tag}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 /// Waits (bounded) for `child` to exit by itself; kills it if it does not.

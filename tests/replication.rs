@@ -6,22 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Connection, Server, Value, digest, holders, token, wait_until};
-
-/// A small deterministic generator (xorshift), so a failing run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use common::{Connection, Rng, Server, Value, digest, holders, token, wait_until};
 
 /// Waits until the replica has everything the primary sent and both hold the
 /// same data. Keys that Redis expires on the primary reach the replica as DEL

@@ -8,21 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value};
+use common::{Connection, Rng, Server, Value};
 
 /// The hot keys and the LIMIT every client uses on each.
 const HOT: [(&str, usize); 4] = [("hot:1", 1), ("hot:2", 2), ("hot:3", 3), ("hot:5", 5)];
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// (jid, token, ttl) of the live holders LOCKEDBY WITHMETA shows.
 fn live(con: &mut Connection, key: &str) -> Vec<(Vec<u8>, i64, i64)> {

@@ -10,24 +10,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value, info_field, wait_until};
+use common::{Connection, Rng, Server, Value, info_field, wait_until};
 
 const CLIENTS: usize = 10_000;
 const KEYS: usize = 100;
 /// Keys 90..99 stay full until their waiters' WAIT (1 to 3 s) has run out:
 /// timeouts that no grant races (that race is the test at the end).
 const STUCK: usize = 90;
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 fn resp(args: &[String]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();

@@ -109,13 +109,7 @@ impl Server {
     }
 
     fn start_on(extra: &[&str], pick_port: fn() -> u16) -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "redis-unique-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = temp_dir("test");
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         // A free port can be taken between our probe and the server's bind: retry.
         for _ in 0..5 {
@@ -441,4 +435,33 @@ pub fn info_field(con: &mut Connection, section: &str, name: &str) -> i64 {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("INFO {section} has no integer {name}"))
+}
+
+/// A new directory under the system's temporary one, for one server:
+/// `redis-unique-<tag>-<pid>-<n>`.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "redis-unique-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// A small deterministic generator (xorshift), so a failing run can be replayed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
 }
