@@ -49,8 +49,26 @@ module RedisUnique
       options = Selenium::WebDriver::Chrome::Options.new(args: CHROMIUM_FLAGS + ["--user-data-dir=#{Dir.mktmpdir("redis-unique-chromium")}"])
       options.binary = ENV["CHROMIUM"] || "/usr/bin/chromium"
       service = Selenium::WebDriver::Chrome::Service.new(path: ENV["CHROMEDRIVER"] || "/usr/bin/chromedriver",
-                                                       port: Harness.free_port)
+                                                       port: service_port)
       Selenium::WebDriver.for(:chrome, options: options, service: service)
+    end
+
+    # A free port for chromedriver whose neighbour below is free too: Selenium binds
+    # port - 1 as a start-up lock and gives up after 45 s when anything holds it.
+    def service_port
+      100.times do
+        below = TCPServer.new("127.0.0.1", 0)
+        port = below.addr[1] + 1
+        begin
+          TCPServer.new("127.0.0.1", port).close
+          return port
+        rescue Errno::EADDRINUSE, Errno::EACCES
+          next
+        ensure
+          below.close
+        end
+      end
+      raise "no two free ports in a row on 127.0.0.1"
     end
   end
 end
