@@ -291,7 +291,8 @@ impl Report {
         );
         out.push_str("# TYPE unique_events_total counter\n");
         for (name, c) in &self.types {
-            for (event, n) in c.named() {
+            // A missed UNLOCK names no type: its series is the one below.
+            for (event, n) in c.named().filter(|(event, _)| *event != "unlock_missed") {
                 // Type names are [A-Za-z0-9_:.-]: nothing to escape in a label.
                 let _ = writeln!(
                     out,
@@ -299,6 +300,15 @@ impl Report {
                 );
             }
         }
+        out.push_str(
+            "# HELP unique_unlock_missed_total UNLOCK calls that removed nothing (they name no lock type).\n",
+        );
+        out.push_str("# TYPE unique_unlock_missed_total counter\n");
+        let _ = writeln!(
+            out,
+            "unique_unlock_missed_total {}",
+            self.total.get(Event::UnlockMissed)
+        );
         out.push_str("# HELP unique_locks Keys of type uniq-lock.\n");
         out.push_str("# TYPE unique_locks gauge\n");
         let _ = writeln!(out, "unique_locks {}", self.locks);

@@ -41,6 +41,12 @@ use crate::ffi::{
 };
 use crate::metrics::{self, Event};
 
+/// The longest delay given to a module timer, about 34.8 years: Redis adds a
+/// timer's delay, in microseconds, to a 64-bit clock, so a delay near
+/// `i64::MAX` ms would overflow and fire at once. A `WAIT` longer than this
+/// waits without a deadline (until served, unblocked or disconnected).
+pub const LONGEST_TIMER_MS: i64 = 1 << 40;
+
 /// What retrying one waiter gave.
 pub enum Served {
     /// Its token: a grant (or a renewal, if its jid got the lock meanwhile).
@@ -297,7 +303,14 @@ pub fn block<A: Deref<Target = [u8]>>(
         return false;
     };
     let seq = with(|w| w.next_seq());
-    let deadline = ffi::arm_timer::<Callbacks>(ctx, timeout_ms, seq);
+    // Redis keeps a timer's due time in microseconds of a 64-bit clock: a
+    // longer wait would overflow it and fire at once. Beyond the longest
+    // timer a wait has no deadline at all, so it never ends early.
+    let deadline = if timeout_ms <= LONGEST_TIMER_MS {
+        ffi::arm_timer::<Callbacks>(ctx, timeout_ms, seq)
+    } else {
+        None
+    };
     if deadline.is_some() {
         with(|w| w.count_timer(true));
     }
@@ -370,7 +383,9 @@ fn wake_at(ctx: &Context, key: &[u8], at: i64) {
         return;
     }
     // A lease is live while now < expires_at: wake at expires_at exactly.
-    let delay = u64::try_from(at.saturating_sub(now_ms()))
+    // A lease too far away for a timer wakes the key early, once per
+    // LONGEST_TIMER_MS: the waiter is then denied and the wake-up re-armed.
+    let delay = u64::try_from(at.saturating_sub(now_ms()).min(LONGEST_TIMER_MS))
         .unwrap_or(0)
         .max(1);
     arm_wake_up(ctx, Duration::from_millis(delay), wake, (id, at));

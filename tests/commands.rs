@@ -451,6 +451,14 @@ fn errors_are_exact_and_leave_nothing_behind() {
     let syntax = Err("ERR syntax error".to_string());
     let integer = Err("ERR value is not an integer or out of range".to_string());
     let expire = Err("ERR invalid expire time in 'unique.lock' command".to_string());
+    let wait = Err(
+        "ERR invalid wait time in 'unique.lock' command (WAIT takes a positive number of ms)"
+            .to_string(),
+    );
+    let number_for_option = Err(
+        "ERR syntax error: a number where an option name belongs (TTL ms? WAIT ms? LIMIT n?)"
+            .to_string(),
+    );
     type Case = (Vec<Vec<u8>>, Result<Value, String>);
     let cases: Vec<Case> = vec![
         (args(&["NOPE", "1"]), syntax.clone()),
@@ -492,8 +500,10 @@ fn errors_are_exact_and_leave_nothing_behind() {
             args(&["META", "{not json"]),
             Err("ERR META must be a JSON object".into()),
         ),
-        (args(&["WAIT", "0"]), integer.clone()),
-        (args(&["WAIT", "-5"]), integer.clone()),
+        (args(&["WAIT", "0"]), wait.clone()),
+        (args(&["WAIT", "-5"]), wait.clone()),
+        (args(&["3600000"]), number_for_option.clone()),
+        (args(&["TTL", "100", "60000"]), number_for_option.clone()),
         (args(&["WAIT", "soon"]), integer.clone()),
     ];
     for (options, expected) in cases {
@@ -528,9 +538,11 @@ fn errors_are_exact_and_leave_nothing_behind() {
         Err("ERR wrong number of arguments for 'unique.lockedby' command".into())
     );
     assert_eq!(call!(con, "UNIQUE.LOCKEDBY", "k", "WITHOUT"), syntax);
+    // A repeated or extra option is a syntax error, as for every command.
+    assert_eq!(call!(con, "UNIQUE.LOCKEDBY", "k", "WITHMETA", "x"), syntax);
     assert_eq!(
-        call!(con, "UNIQUE.LOCKEDBY", "k", "WITHMETA", "x"),
-        Err("ERR wrong number of arguments for 'unique.lockedby' command".into())
+        call!(con, "UNIQUE.LOCKEDBY", "k", "WITHMETA", "WITHMETA"),
+        syntax
     );
     assert!(!exists(con, "k"));
 }

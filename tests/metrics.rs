@@ -120,6 +120,8 @@ fn a_known_sequence_gives_exact_counters_in_every_format() {
         "unique_events_total{type=\"until_executed\",event=\"renewed\"} 1",
         "unique_events_total{type=\"while_executing\",event=\"expired\"} 1",
         "unique_events_total{type=\"lock\",event=\"reaped\"} 1",
+        "# TYPE unique_unlock_missed_total counter",
+        "unique_unlock_missed_total 1",
         "# TYPE unique_locks gauge",
         "unique_locks 1",
         "# TYPE unique_holders gauge",
@@ -133,6 +135,11 @@ fn a_known_sequence_gives_exact_counters_in_every_format() {
     assert!(
         text.lines()
             .any(|l| l.starts_with("# HELP unique_events_total "))
+    );
+    // A missed UNLOCK names no type: no per-type series that is always 0.
+    assert!(
+        !text.contains("event=\"unlock_missed\""),
+        "a per-type unlock_missed series in\n{text}"
     );
 
     // The INFO section carries the gauges and the totals.
@@ -198,8 +205,11 @@ fn metrics_arguments() {
     let server = Server::start_with(&["--unique.metrics-minutes", "10"]);
     let con = &mut server.con();
     let integer = Err("ERR value is not an integer or out of range".to_string());
-    assert_eq!(call!(con, "UNIQUE.METRICS", "MINUTES", 0), integer);
-    assert_eq!(call!(con, "UNIQUE.METRICS", "MINUTES", 11), integer);
+    let minutes = Err("ERR MINUTES must be 1 to 10 (unique.metrics-minutes)".to_string());
+    assert_eq!(call!(con, "UNIQUE.METRICS", "MINUTES", 0), minutes);
+    assert_eq!(call!(con, "UNIQUE.METRICS", "MINUTES", 11), minutes);
+    assert_eq!(call!(con, "UNIQUE.METRICS", "MINUTES", -1), minutes);
+    assert_eq!(call!(con, "UNIQUE.METRICS", "MINUTES", "soon"), integer);
     assert!(call!(con, "UNIQUE.METRICS", "MINUTES", 10).is_ok());
     assert_eq!(
         call!(con, "UNIQUE.METRICS", "FORMAT", "xml"),

@@ -440,3 +440,43 @@ fn a_handoff_is_announced_in_causal_order() {
     // The release first, then the grant it made room for.
     assert_eq!(events, ["unique.unlock", "unique.lock"]);
 }
+
+/// A WAIT longer than a module timer can hold (Redis adds the delay, in
+/// microseconds, to a 64-bit clock) waits with no deadline: it must neither
+/// time out at once nor early, and an UNLOCK still serves it.
+#[test]
+fn the_longest_wait_blocks_until_served() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "a"));
+    for (i, ms) in [
+        "9223372036854775807",
+        "9000000000000000000",
+        "1099511627777",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let jid = format!("w{i}");
+        let waiter = start_waiter(&server, args(&["k", &jid, "WAIT", ms]));
+        // The old overflow timed such a wait out within a few ms: it must
+        // still be queued a good while later, by the server's own clock.
+        let start = common::server_time_ms(con);
+        wait_until(Duration::from_secs(5), "100 ms of server time", || {
+            common::server_time_ms(con) >= start + 100
+        });
+        assert_eq!(
+            call!(con, "UNIQUE.WAITERS", "k"),
+            Ok(Value::Int(1)),
+            "WAIT {ms}"
+        );
+        let holder = holders(con, "k").remove(0);
+        assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", &holder), Ok(Value::Int(1)));
+        let (reply, _) = waiter.join().expect("waiter");
+        token(reply);
+        assert_eq!(holders(con, "k"), [jid]);
+    }
+    let m = common::metrics_json(con, &[]);
+    assert_eq!(m["total"]["timed_out"], 0);
+    assert_eq!(m["total"]["waited"], 3);
+}

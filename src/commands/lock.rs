@@ -35,6 +35,9 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
     let mut opts = LockOptions::default();
     let mut rest = args.iter();
     while let Some(name) = rest.next() {
+        if parse_int(name).is_ok() {
+            return Err(ArgError::NumberForOption);
+        }
         let value: &[u8] = rest.next().ok_or(ArgError::Syntax)?;
         let is = |option: &str| name.eq_ignore_ascii_case(option.as_bytes());
         if is("LIMIT") && opts.limit.is_none() {
@@ -57,7 +60,7 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
         } else if is("WAIT") && opts.wait.is_none() {
             let ms = parse_int(value)?;
             if ms <= 0 {
-                return Err(ArgError::NotAnInteger);
+                return Err(ArgError::InvalidWait);
             }
             opts.wait = Some(ms);
         } else {

@@ -23,7 +23,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     let with_meta = match args {
         [_, _] => false,
         [_, _, flag] if flag.eq_ignore_ascii_case(b"WITHMETA") => true,
-        [_, _, _] => return Err(ArgError::Syntax.into()),
+        [_, _, ..] => return Err(ArgError::Syntax.into()),
         _ => return Err(RedisError::WrongArity),
     };
     let key = LockKey::open(ctx, key_name, false);

@@ -40,10 +40,12 @@ fn parse_options(options: &[RedisString]) -> Result<(Option<usize>, Format), Arg
     while let Some(name) = rest.next() {
         let value: &[u8] = rest.next().ok_or(ArgError::Syntax)?;
         if name.eq_ignore_ascii_case(b"MINUTES") && minutes.is_none() {
-            let n = usize::try_from(parse_int(value)?).map_err(|_| ArgError::NotAnInteger)?;
-            if !(1..=config::metrics_minutes()).contains(&n) {
-                return Err(ArgError::NotAnInteger);
-            }
+            let n = parse_int(value)?;
+            let kept = config::metrics_minutes();
+            let n = usize::try_from(n)
+                .ok()
+                .filter(|n| (1..=kept).contains(n))
+                .ok_or(ArgError::Minutes(kept))?;
             minutes = Some(n);
         } else if name.eq_ignore_ascii_case(b"FORMAT") && format.is_none() {
             format = Some(match value.to_ascii_lowercase().as_slice() {

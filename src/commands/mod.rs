@@ -51,7 +51,14 @@ pub fn guard_in_place(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArgError {
     Syntax,
+    /// A number where an option's name belongs: most often a TTL without
+    /// its keyword (`UNIQUE.LOCK k j 3600000`).
+    NumberForOption,
     NotAnInteger,
+    /// WAIT 0 or a negative WAIT.
+    InvalidWait,
+    /// METRICS MINUTES outside 1 to `unique.metrics-minutes` (the value).
+    Minutes(usize),
     Invalid(LockError),
 }
 
@@ -65,7 +72,17 @@ impl fmt::Display for ArgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Syntax => f.write_str("ERR syntax error"),
+            Self::NumberForOption => f.write_str(
+                "ERR syntax error: a number where an option name belongs (TTL ms? WAIT ms? LIMIT n?)",
+            ),
             Self::NotAnInteger => f.write_str("ERR value is not an integer or out of range"),
+            Self::InvalidWait => f.write_str(
+                "ERR invalid wait time in 'unique.lock' command (WAIT takes a positive number of ms)",
+            ),
+            Self::Minutes(max) => write!(
+                f,
+                "ERR MINUTES must be 1 to {max} (unique.metrics-minutes)"
+            ),
             // Redis's text for SET's bad EX/PX, naming the command.
             Self::Invalid(LockError::InvalidExpire) => {
                 f.write_str("ERR invalid expire time in 'unique.lock' command")

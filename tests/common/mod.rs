@@ -465,3 +465,9 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// The server's clock (TIME), in unix milliseconds.
+pub fn server_time_ms(con: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
+    secs * 1000 + micros / 1000
+}
