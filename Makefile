@@ -7,7 +7,7 @@ MODULE := target/release/libredis_unique.so
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
-	redis-server ./redis.conf --port $(PORT)
+	redis-server ./redis.conf --port $(PORT) --loadmodule $(abspath $(MODULE))
 
 ## test: formatting, lints, unit tests, integration tests and the redis-cli suite
 test: deps test-ruby

@@ -22,6 +22,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod cli;
+
 pub use redis::{Connection, Value};
 
 /// The server binary: `$REDIS_SERVER`, or `redis-server` on the PATH.
