@@ -278,10 +278,16 @@ mod tests {
             &["LIMIT", "one"],
             &["TTL", "1.5"],
             &["PXAT", "soon"],
-            &["WAIT", "0"],
             &["WAIT", "x"],
         ] {
             assert_eq!(parse(args), Err(ArgError::NotAnInteger), "{args:?}");
+        }
+        for args in [&["WAIT", "0"][..], &["WAIT", "-1"]] {
+            assert_eq!(parse(args), Err(ArgError::InvalidWait), "{args:?}");
+        }
+        // A number where an option's name belongs: a forgotten keyword.
+        for args in [&["3600000"][..], &["TTL", "1", "2", "3"]] {
+            assert_eq!(parse(args), Err(ArgError::NumberForOption), "{args:?}");
         }
         // A non-positive TTL parses; it is refused when resolved against the clock.
         assert_eq!(

@@ -35,10 +35,11 @@ class WebTest < Minitest::Test
     last_response.body
   end
 
-  # POSTs with the CSRF token of `from` (a page of the tab); returns the response.
+  # POSTs as a browser does from `from` (a page of the tab), with what this Sidekiq
+  # checks (its CSRF token on 6 and 7, Sec-Fetch-Site on 8.1); returns the response.
   def post_form(path, params, from: "/locks")
     page = get_ok(from)
-    post(path, params.merge("authenticity_token" => RedisUnique::WebSupport.csrf_token(page)))
+    post(path, *RedisUnique::WebSupport.same_origin(params, page))
     last_response
   end
 
@@ -63,7 +64,10 @@ class WebTest < Minitest::Test
   def test_the_tab_is_registered_in_sidekiqs_layout
     body = get_ok("/locks")
     assert_match %r{<a href="/locks">Locks</a>}, body, "the Locks tab in Sidekiq's navigation"
-    assert_includes body, "stylesheets/application.css", "Sidekiq's own layout"
+    # Sidekiq's own layout: 6 and 7 are Bootstrap's (application.css); 8 has its own
+    # stylesheet (style.css), with a nonce.
+    stylesheet = RedisUnique::Harness.sidekiq8? ? "stylesheets/style.css" : "stylesheets/application.css"
+    assert_includes body, stylesheet, "Sidekiq's own layout"
     assert_includes body, "redis-unique-locks"
     assert_equal "application/javascript", get("/locks/confirm.js").headers["Content-Type"]
     assert_includes last_response.body, "window.confirm"
@@ -235,7 +239,7 @@ class WebTest < Minitest::Test
     assert_equal ["waiter"], client.locked_by(k)
   end
 
-  def test_unlock_removes_one_holder_with_the_csrf_token
+  def test_unlock_removes_one_holder
     k = key
     client.lock(k, "j1", limit: 2, ttl: 600)
     client.lock(k, "j2", limit: 2, ttl: 600)
@@ -250,15 +254,26 @@ class WebTest < Minitest::Test
     assert_includes last_response.body, "no longer held the lock"
   end
 
-  def test_actions_without_the_csrf_token_are_refused
+  # Every action refuses a POST that another site could make, by this Sidekiq's own rule
+  # (a token on 6 and 7, Sec-Fetch-Site on 8.1), and the same POST from the app works.
+  def test_every_action_refuses_a_cross_site_post
     k = key
-    client.lock(k, "j1", ttl: 600)
+    client.lock(k, "j1", ttl: 600, owner: "dead-host:1")
     get_ok("/locks") # a session exists
-    post("/locks/unlock", "key" => k, "jid" => "j1")
-    assert_equal 403, last_response.status
-    post("/locks/delete", "key" => k, "authenticity_token" => "forged")
-    assert_equal 403, last_response.status
+    actions = {
+      "/locks/unlock" => { "key" => k, "jid" => "j1" },
+      "/locks/delete" => { "key" => k },
+      "/locks/owners/free" => { "owner" => "dead-host:1" }
+    }
+    actions.each do |path, params|
+      RedisUnique::WebSupport.cross_site_attempts(params).each do |attempt_params, env|
+        post(path, attempt_params, env)
+        assert_equal 403, last_response.status, "#{path} #{env.inspect} #{attempt_params.inspect}"
+      end
+    end
     assert_equal ["j1"], client.locked_by(k), "nothing changed"
+    assert_equal 302, post_form("/locks/unlock", actions["/locks/unlock"]).status
+    assert_empty client.locked_by(k), "the same POST from the app works"
   end
 
   def test_delete_a_lock_and_never_another_type
@@ -359,7 +374,7 @@ class WebTest < Minitest::Test
   end
 
   def test_without_the_module_the_tab_says_how_to_load_it
-    csrf = RedisUnique::WebSupport.csrf_token(get_ok("/locks"))
+    page = get_ok("/locks")
     bare = RedisUnique::Harness::RedisServer.new(load_module: false)
     RedisUnique::Web.redis = ConnectionPool.new(size: 1) { TestSuite.raw_connection(bare.url) }
     %w[/locks /locks/lock?key=x /locks/owners /locks/metrics].each do |path|
@@ -367,7 +382,7 @@ class WebTest < Minitest::Test
       assert_includes body, "module is not loaded", path
       assert_includes body, "loadmodule", path
     end
-    post("/locks/unlock", "key" => "x", "jid" => "y", "authenticity_token" => csrf)
+    post("/locks/unlock", *RedisUnique::WebSupport.same_origin({ "key" => "x", "jid" => "y" }, page))
     assert_equal 302, last_response.status
     follow_redirect!
     assert_includes last_response.body, "module is not loaded"

@@ -2,7 +2,14 @@
 
 require "selenium-webdriver"
 require "webrick"
-require "rack/handler/webrick"
+# Rack 3 (Sidekiq 8) moved the server handlers into the rackup gem.
+begin
+  require "rackup/handler/webrick"
+  WEBRICK_HANDLER = Rackup::Handler::WEBrick
+rescue LoadError
+  require "rack/handler/webrick"
+  WEBRICK_HANDLER = Rack::Handler::WEBrick
+end
 require "tmpdir"
 require_relative "web"
 
@@ -22,7 +29,7 @@ module RedisUnique
         @port = Harness.free_port
         @started = false
         @thread = Thread.new do
-          Rack::Handler::WEBrick.run(app, Host: "127.0.0.1", Port: @port, Logger: WEBrick::Log.new(File::NULL),
+          WEBRICK_HANDLER.run(app, Host: "127.0.0.1", Port: @port, Logger: WEBrick::Log.new(File::NULL),
                                           AccessLog: [], StartCallback: -> { @started = true }) do |server|
             @server = server
           end

@@ -3,8 +3,8 @@
 # Test harness shared by every Ruby test of the project (and reusable by later ones:
 # the web tab, ReliableFetch): a real redis-server with the freshly built module on a
 # free port in a temporary dir, and real `sidekiq` processes of the Sidekiq version that
-# this Ruby process loaded (Debian's 6.4.1, or 7.3.9 through RUBYLIB from
-# ../shared/ruby/sidekiq7-env.sh).
+# this Ruby process loaded (Debian's 6.4.1; 7.3.9 through RUBYLIB from
+# ../shared/ruby/sidekiq7-env.sh; 8.1.7 on Ruby 3.3 through sidekiq8-env.sh).
 require "socket"
 require "tmpdir"
 require "fileutils"
@@ -45,10 +45,15 @@ module RedisUnique
       ::Sidekiq::VERSION.to_i >= 7
     end
 
-    # The command that starts a Sidekiq process of the loaded version.
+    def sidekiq8?
+      ::Sidekiq::VERSION.to_i >= 8
+    end
+
+    # The command that starts a Sidekiq process of the loaded version (with this Ruby).
     def sidekiq_command
       if sidekiq7?
-        bin = `#{File.join(shared_ruby, "sidekiq7-env.sh")} --bin`.strip
+        env_script = sidekiq8? ? "sidekiq8-env.sh" : "sidekiq7-env.sh"
+        bin = `#{File.join(shared_ruby, env_script)} --bin`.strip
         [RbConfig.ruby, bin]
       else
         [ENV["SIDEKIQ6_BIN"] || "/usr/bin/sidekiq"]
