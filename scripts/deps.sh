@@ -3,7 +3,8 @@
 # redis-server and redis-cli (the tests run real servers), libclang
 # (bindgen, which redis-module uses to read redismodule.h), redis-sentinel
 # (make soak), valgrind (make test-valgrind), and the Ruby gem's Debian
-# packages (clients/ruby: no RubyGems registry is used).
+# packages (clients/ruby: no RubyGems registry is used), and what building Ruby 3.3
+# and the compatibility servers from source needs.
 set -eu
 
 missing=""
@@ -17,6 +18,11 @@ ruby_packages="ruby ruby-sidekiq ruby-redis ruby-connection-pool ruby-minitest r
 # The web tab's browser test (clients/ruby/test/web_browser_test.rb): headless Chromium,
 # its driver, Selenium's Ruby binding and WEBrick to serve the app.
 ruby_packages="$ruby_packages chromium chromium-driver ruby-selenium-webdriver ruby-webrick"
+# Sidekiq 6.4 under a Redis namespace (refused by the gem: clients/ruby/test/namespace_test.rb).
+ruby_packages="$ruby_packages ruby-redis-namespace"
+# Ruby 3.3, built from ../shared/ruby for Sidekiq 8 (ruby33-env.sh), and the servers of
+# make test-compat, built from ../shared/servers (build.sh).
+ruby_packages="$ruby_packages build-essential libssl-dev libyaml-dev zlib1g-dev libffi-dev"
 if command -v dpkg-query >/dev/null 2>&1; then
     for p in $ruby_packages; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

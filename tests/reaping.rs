@@ -57,6 +57,16 @@ fn a_full_iteration_with_small_count_removes_every_expired_holder() {
     for i in 0..50 {
         call!(con, "SET", format!("other:{i}"), "x").expect("SET"); // keys of another type
     }
+    // While the keyspace's hash table is being resized, one SCAN step returns a bucket
+    // of the old table with the buckets it splits into, which REAP takes whole (so that
+    // the iteration moves on). Every key lookup moves a resize along by one bucket: a
+    // few thousand finish it, and each step below is then one bucket. (Seen on Redis
+    // 8.0 on a loaded machine, where the background resize runs less often.)
+    let mut settle = redis::pipe();
+    for i in 0..4096 {
+        settle.cmd("EXISTS").arg(format!("lock:{}", i % 300));
+    }
+    let _: Vec<i64> = settle.query(con).expect("EXISTS");
     let (mut cursor, mut total, mut calls) = ("0".to_string(), 0, 0);
     loop {
         let (next, removed) = reap(con, &cursor, &["COUNT", "7"]);

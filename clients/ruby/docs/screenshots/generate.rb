@@ -7,13 +7,16 @@
 #   cd clients/ruby
 #   RUBYLIB=$(../../../shared/ruby/sidekiq7-env.sh) SHARED_RUBY=../../../shared/ruby \
 #     ruby -Ilib -Itest docs/screenshots/generate.rb
+#
+# With Sidekiq 8.1 on Ruby 3.3 they go to docs/screenshots/sidekiq8/ (test/run.sh shows the
+# RUBYLIB that adds Debian's selenium-webdriver to Sidekiq 8's libraries).
 require "support/harness"
 require "redis_unique/sidekiq"
 require "support/browser"
 require "digest/md5"
 
 H = RedisUnique::Harness
-OUT = __dir__
+OUT = H.sidekiq8? ? File.join(__dir__, "sidekiq8") : __dir__
 server = H::RedisServer.new
 Sidekiq.configure_client { |c| c.redis = { url: server.url } }
 raw = H.sidekiq7? ? RedisClient.config(url: server.url).new_client : (require "redis"; Redis.new(url: server.url))

@@ -27,6 +27,9 @@ module RedisUnique
   # An option given to the client or in sidekiq_options is not valid.
   class InvalidOption < Error; end
 
+  # Sidekiq is configured in a way the gem cannot work with (a Redis namespace).
+  class ConfigurationError < Error; end
+
   # Raised by `on_conflict: :raise` when a job's lock is held by another job.
   class Conflict < Error
     attr_reader :item, :holders

@@ -71,6 +71,7 @@ module RedisUnique
       # (the Sidekiq module on 6.x, a Sidekiq::Config on 7.x). Keyword options set Config.
       def configure_client(sidekiq_config = ::Sidekiq, **options)
         apply(options)
+        refuse_namespace!(sidekiq_config.method(:redis)) if sidekiq_config.respond_to?(:redis)
         sidekiq_config.client_middleware do |chain|
           chain.add(ClientMiddleware) unless chain.exists?(ClientMiddleware)
         end
@@ -89,6 +90,7 @@ module RedisUnique
           sidekiq_config.death_handlers << DEATH_HANDLER
         end
         sidekiq_config.on(:startup) do
+          refuse_namespace!(::Sidekiq.method(:redis))
           pool = sidekiq_config.respond_to?(:redis_pool) ? sidekiq_config.redis_pool : ::Sidekiq.redis_pool
           @reaper = Reaper.new(pool, identity: identity, interval: config.reaper_interval,
                                      dead_after: config.reaper_dead_after, count: config.reaper_count)
@@ -100,6 +102,24 @@ module RedisUnique
       end
 
       attr_reader :reaper
+
+      NAMESPACE_REFUSED = "redis-unique does not work under a Redis namespace (Sidekiq 6's " \
+                          "`config.redis = { namespace: ... }`, redis-namespace): the module's commands, the " \
+                          "reliable fetcher's LMOVE/BLMOVE/LREM and the reaper's reads of Sidekiq's heartbeats " \
+                          "go through a raw `call` that redis-namespace passes on without its prefix, so jobs " \
+                          "in the namespaced queues would never be fetched and live processes would look dead. " \
+                          "Drop the namespace (Sidekiq 7 and 8 did) and give each app its own Redis database " \
+                          "instead, e.g. `config.redis = { url: \"redis://localhost:6379/1\" }`"
+
+      # Raises ConfigurationError when the connections that `redis` (Sidekiq's `redis`
+      # method: yields a connection) hands out are namespaced. Sidekiq 7 and 8 have no
+      # namespace; on 6.4 the connection is then a Redis::Namespace. No command is sent.
+      def refuse_namespace!(redis)
+        return if ::Sidekiq::VERSION.to_i >= 7
+
+        namespaced = redis.call { |conn| conn.respond_to?(:namespace) && !conn.namespace.to_s.empty? }
+        raise ConfigurationError, NAMESPACE_REFUSED if namespaced
+      end
 
       # This process's Sidekiq identity (hostname:pid:nonce), as in Sidekiq's processes set.
       def identity

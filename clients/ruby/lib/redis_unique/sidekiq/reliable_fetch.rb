@@ -103,6 +103,7 @@ module RedisUnique
           end
           commands << ["LREM", working_key, 1, job]
           @fetch.transaction(commands)
+          nil # as Sidekiq's own unit of work: the replies are nobody's business
         ensure
           Thread.current[CURRENT] = nil if Thread.current[CURRENT].equal?(self)
         end
@@ -145,6 +146,7 @@ module RedisUnique
           @queues = options[:queues].map { |q| "queue:#{q}" }
         end
         @queues.uniq! if @strict
+        Sidekiq.refuse_namespace!(method(:redis))
         @identity = Sidekiq.identity
         @working_key = self.class.working_key(@identity)
       end
