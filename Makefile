@@ -15,11 +15,13 @@ test: deps test-ruby
 	cargo clippy --all-targets -- -D warnings
 	cargo test
 
-## test-ruby: the Ruby gem (clients/ruby) against real Sidekiq 6.4.1 and 7.3.9 processes, and its gem build
+## test-ruby: the Ruby gem (clients/ruby) against real Sidekiq 6.4.1, 7.3.9 and 8.1.7 (Ruby 3.3,
+## built once from ../shared/ruby) processes, and its gem build; SIDEKIQ_VERSIONS="6 7 8" picks
 SHARED_RUBY ?= $(abspath ../shared/ruby)
+SIDEKIQ_VERSIONS ?= 6 7 8
 test-ruby: deps
 	cargo build --release --lib
-	SHARED_RUBY=$(SHARED_RUBY) clients/ruby/test/run.sh
+	SHARED_RUBY=$(SHARED_RUBY) SIDEKIQ_VERSIONS="$(SIDEKIQ_VERSIONS)" clients/ruby/test/run.sh
 
 ## bench-ruby: the gem's client and Sidekiq jobs/s against the Lua design of bench/lua (clients/ruby/bench)
 bench-ruby: deps
@@ -122,13 +124,15 @@ test: test-python
 bench: bench-python
 
 ## ---- Every supported server: Redis 7.0 is the redis-server on the PATH (`make test`);
-## test-compat builds Redis 7.2.6 and Valkey 8.0.1 once from ../shared/servers/ (cached in
-## ~/.cache/redis-unique-servers) and runs every suite of COMPAT_SUITES on each, with its
-## own redis-cli. A suite joins by reading REDIS_SERVER (the server binary) and
-## REDIS_UNIQUE_MODULE (the module to load): the Rust suite and each client's test-NAME
-## (clients/NAME) do.
+## test-compat builds Redis 7.2.6 and 8.0.6 and Valkey 8.0.1 and 9.1.2 once from
+## ../shared/servers/ (cached in ~/.cache/redis-unique-servers) and runs every suite of
+## COMPAT_SUITES on each, with its own redis-cli. A suite joins by reading REDIS_SERVER (the
+## server binary) and REDIS_UNIQUE_MODULE (the module to load): the Rust suite and each
+## client's test-NAME (clients/NAME) do. The gem runs there with Sidekiq 8.1 only
+## (COMPAT_SIDEKIQ): every Sidekiq version runs in `make test`, every server here.
 SERVERS_DIR ?= ../shared/servers
-COMPAT_SERVERS ?= redis-7.2.6 valkey-8.0.1
+COMPAT_SERVERS ?= redis-7.2.6 redis-8.0.6 valkey-8.0.1 valkey-9.1.2
+COMPAT_SIDEKIQ ?= 8
 COMPAT_SUITES ?= $(strip test-rust $(patsubst clients/%/,test-%,$(sort $(wildcard clients/*/))))
 
 .PHONY: test-compat test-suites test-rust
@@ -140,7 +144,8 @@ test-compat: deps build
 	    cli=$$(ls "$$(dirname "$$server")"/redis-cli "$$(dirname "$$server")"/valkey-cli 2>/dev/null | head -1); \
 	    echo "== $$name: $(COMPAT_SUITES) with $$server and $${cli:-redis-cli}"; \
 	    REDIS_SERVER=$$server REDIS_CLI=$$cli REDIS_UNIQUE_MODULE=$(CURDIR)/$(MODULE) \
-	        $(MAKE) --no-print-directory test-suites || { echo "== FAILED on $$name" >&2; exit 1; }; \
+	        $(MAKE) --no-print-directory test-suites SIDEKIQ_VERSIONS="$(COMPAT_SIDEKIQ)" \
+	        || { echo "== FAILED on $$name" >&2; exit 1; }; \
 	done
 
 ## test-suites: every suite of COMPAT_SUITES against REDIS_SERVER (default: redis-server on the PATH)
