@@ -154,3 +154,23 @@ test-suites: $(COMPAT_SUITES)
 ## test-rust: unit tests, integration tests and the redis-cli suite (no lints)
 test-rust:
 	cargo test
+
+## ---- Node.js client (clients/node): dependencies from the committed lockfile (npm ci)
+.PHONY: test-node bench-node node-deps
+clients/node/node_modules/.installed: clients/node/package-lock.json
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+node-deps: clients/node/node_modules/.installed
+
+## test-node: the Node client's tests (real redis-server, real BullMQ workers in child processes)
+test-node: deps node-deps
+	cargo build --release --lib
+	cd clients/node && npm run --silent build && npm test
+
+## bench-node: Mutex pairs/s against redis-semaphore, BullMQ jobs/s with and without GroupLimit
+bench-node: deps node-deps build
+	cd clients/node && npm run --silent build && npm run --silent bench
+
+test: test-node
+bench: bench-node

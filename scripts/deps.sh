@@ -30,9 +30,12 @@ if command -v dpkg-query >/dev/null 2>&1; then
 else
     command -v ruby >/dev/null 2>&1 || missing="$missing ruby"
 fi
+# The Node client (clients/node): Node 18 or later with npm (Debian's nodejs is 18).
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 [ -z "$missing" ] && exit 0
 
 packages="redis-server redis-tools redis-sentinel libclang-dev valgrind $ruby_packages"
+case $missing in *nodejs*) packages="$packages nodejs npm" ;; esac
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "Installing$missing: apt-get install -y $packages"
     apt-get update -qq

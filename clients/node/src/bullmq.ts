@@ -1,0 +1,269 @@
+/**
+ * BullMQ integration (`redis-unique/bullmq`): per-group concurrency for Workers ("at most
+ * 2 jobs of this customer at once, across every worker and process") and unique jobs
+ * (`while_executing`, `until_and_while_executing`), on the module's native locks.
+ *
+ * A job over its group's limit waits natively for a bounded time (first come, first
+ * served), then goes back to delayed, the way BullMQ documents manual rate limiting
+ * (`job.moveToDelayed(...)`, then `throw new DelayedError()`): it is neither lost nor
+ * spinning. Its slot is a holder with a lease that the worker renews and with the
+ * worker's name as OWNER: it frees when the job completes or fails, when the lease runs
+ * out (a stalled job, a frozen process), and at once when BullMQ no longer lists the
+ * worker (reapDeadWorkers).
+ */
+import { hostname } from "node:os";
+import { randomBytes } from "node:crypto";
+import { DelayedError, type Job, type Queue } from "bullmq";
+import { Client } from "./client.js";
+import * as commands from "./commands.js";
+import type { RedisClient } from "./transport.js";
+
+type Processor<T, R> = (job: Job<T, R>, token?: string, signal?: AbortSignal) => Promise<R>;
+
+export interface GroupLimitOptions<T = unknown> {
+  /** The Redis connection for the locks: an ioredis or node-redis client, or a Client. */
+  redis: RedisClient | Client;
+  /** The group of a job (e.g. its customer id); null or undefined: not limited. */
+  group: (job: Job<T>) => string | null | undefined;
+  /** How many jobs of one group may run at once, across every worker. */
+  concurrency: number;
+  /** The lease of a running job's slot in ms, renewed every third of it. Default 30000. */
+  lease?: number;
+  /** How long a job over the limit waits for a slot, natively, in ms. Default 1000. */
+  wait?: number;
+  /** The first delay of a job that found no slot, in ms; doubled per try up to `maxDelay`, with jitter. Default 1000. */
+  delay?: number;
+  /** The longest delay, in ms. Default 30000. */
+  maxDelay?: number;
+  /** The prefix of the lock keys: `<prefix>:<queue>:<group>`. Default `unique:group`. */
+  prefix?: string;
+  /** The lock type shown in metrics and the Locks tab. Default `group`. */
+  type?: string;
+}
+
+/** A name unique to this worker, for BullMQ's Worker option `name` and the locks' OWNER. */
+export function uniqueWorkerName(base = "worker"): string {
+  return `${base}:${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`;
+}
+
+/**
+ * Per-group concurrency for one Worker:
+ *
+ *     const limit = new GroupLimit({ redis, group: (job) => job.data.customerId, concurrency: 2 });
+ *     const worker = new Worker("jobs", limit.wrap(process), { connection, name: limit.workerName });
+ */
+export class GroupLimit<T = unknown> {
+  readonly client: Client;
+  /** Pass it as the Worker's `name`: BullMQ lists workers by it, and it is the OWNER of their slots. */
+  readonly workerName: string;
+  private readonly lease: number;
+  private readonly wait: number;
+  private readonly delay: number;
+  private readonly maxDelay: number;
+  private readonly prefix: string;
+  private readonly type: string;
+  private readonly tries = new Map<string, number>();
+
+  constructor(private readonly options: GroupLimitOptions<T> & { workerName?: string }) {
+    this.client = options.redis instanceof Client ? options.redis : new Client(options.redis);
+    if (typeof options.group !== "function") throw new TypeError("redis-unique: group must be a function of the job");
+    commands.checkLimit(options.concurrency);
+    if (options.concurrency < 1) throw new RangeError("redis-unique: concurrency must be at least 1");
+    this.lease = options.lease ?? 30_000;
+    this.wait = options.wait ?? 1_000;
+    this.delay = options.delay ?? 1_000;
+    this.maxDelay = options.maxDelay ?? 30_000;
+    this.prefix = options.prefix ?? "unique:group";
+    this.type = commands.checkType(options.type ?? "group");
+    this.workerName = options.workerName ?? uniqueWorkerName();
+    for (const [name, value] of Object.entries({ lease: this.lease, wait: this.wait, delay: this.delay, maxDelay: this.maxDelay })) {
+      if (!Number.isInteger(value) || value < 1) throw new RangeError(`redis-unique: ${name} must be a whole number of ms of at least 1, got ${value}`);
+    }
+  }
+
+  /** The lock key of a group of a queue. */
+  key(queueName: string, group: string): string {
+    return `${this.prefix}:${queueName}:${group}`;
+  }
+
+  /** The processor, run only while the job holds a slot of its group. */
+  wrap<R>(processor: Processor<T, R>): Processor<T, R> {
+    return async (job, token, signal) => {
+      const group = this.options.group(job);
+      if (group === null || group === undefined) return processor(job, token, signal);
+      const key = this.key(job.queueName, String(group));
+      const jid = String(job.id);
+      const slot = await this.client.lock(key, jid, {
+        limit: this.options.concurrency,
+        ttl: this.lease,
+        owner: this.workerName,
+        type: this.type,
+        wait: this.wait,
+      });
+      if (slot === null) {
+        await job.moveToDelayed(Date.now() + this.backoff(jid), token);
+        throw new DelayedError();
+      }
+      this.tries.delete(jid);
+      return this.holding(key, jid, () => processor(job, token, signal));
+    };
+  }
+
+  /** Runs `work` while renewing `jid`'s hold of `key`, then releases it. */
+  async holding<R>(key: string, jid: string, work: () => Promise<R>): Promise<R> {
+    const renew = setInterval(() => {
+      void this.client.lock(key, jid, { ttl: this.lease, owner: this.workerName, type: this.type }).catch(() => {});
+    }, Math.max(1, Math.floor(this.lease / 3)));
+    renew.unref();
+    try {
+      return await work();
+    } finally {
+      clearInterval(renew);
+      await this.client.unlock(key, jid).catch(() => {});
+    }
+  }
+
+  private backoff(jid: string): number {
+    const tries = (this.tries.get(jid) ?? 0) + 1;
+    this.tries.set(jid, tries);
+    if (this.tries.size > 10_000) this.tries.clear(); // jobs moved to another worker
+    const base = Math.min(this.maxDelay, this.delay * 2 ** Math.min(tries - 1, 20));
+    return Math.round(base / 2 + Math.random() * (base / 2));
+  }
+}
+
+/**
+ * Frees the slots and unique locks of workers that BullMQ no longer lists for `queue`
+ * (killed, crashed, disconnected), among the owners registered with `register`. Run it
+ * now and then from any process (`startReaper` does, every `interval` ms).
+ */
+export class DeadWorkerReaper {
+  readonly client: Client;
+  private readonly registry: string;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(redis: RedisClient | Client, private readonly queue: Queue, options: { registry?: string } = {}) {
+    this.client = redis instanceof Client ? redis : new Client(redis);
+    this.registry = options.registry ?? `unique:workers:${queue.name}`;
+  }
+
+  /** Records a worker's name, so that its locks are freed once BullMQ stops listing it. */
+  async register(workerName: string): Promise<void> {
+    await this.client.transport.send(["SADD", this.registry, workerName]);
+  }
+
+  /** One pass: returns how many holders of dead workers were removed. */
+  async reap(): Promise<number> {
+    const names = (await this.client.transport.send(["SMEMBERS", this.registry])) as Array<string | Buffer>;
+    if (!names.length) return 0;
+    const live = (await this.queue.getWorkers()).map((w) => String(w.name ?? ""));
+    let removed = 0;
+    for (const raw of names) {
+      const name = String(raw);
+      if (live.some((n) => n.endsWith(`:w:${name}`))) continue;
+      removed += await this.client.reap({ owner: name });
+      await this.client.transport.send(["SREM", this.registry, name]);
+    }
+    return removed;
+  }
+
+  start(interval = 5_000): this {
+    this.stop();
+    this.timer = setInterval(() => void this.reap().catch(() => {}), interval);
+    this.timer.unref();
+    return this;
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+}
+
+export type UniqueLockType = "while_executing" | "until_and_while_executing";
+const LOCK_TYPES: readonly UniqueLockType[] = ["while_executing", "until_and_while_executing"];
+
+export interface UniqueJobOptions<T = unknown> {
+  redis: RedisClient | Client;
+  /** `while_executing`: one job of a key runs at a time (the others wait, then are delayed).
+   *  `until_and_while_executing`: also one job of a key queued at a time (add() skips a duplicate). */
+  lock: UniqueLockType;
+  /** The uniqueness key of a job's data (e.g. `(data) => data.userId`). */
+  key: (data: T, name: string) => string;
+  /** Lease of the running lock in ms (renewed), and of the queued lock. Defaults 30000 and 3600000. */
+  runLease?: number;
+  queuedLease?: number;
+  /** Native wait before a running duplicate is delayed, and its first delay, in ms. */
+  wait?: number;
+  delay?: number;
+  prefix?: string;
+}
+
+/**
+ * Unique jobs beyond BullMQ's own deduplication (which keys on adding only):
+ *
+ *     const unique = new UniqueJobs({ redis, lock: "until_and_while_executing", key: (d) => d.userId });
+ *     await unique.add(queue, "sync", { userId: 42 });           // null: a duplicate is queued
+ *     new Worker("jobs", unique.wrap(process), { connection, name: unique.workerName });
+ */
+export class UniqueJobs<T = unknown> {
+  readonly client: Client;
+  private readonly running: GroupLimit<T>;
+  private readonly prefix: string;
+
+  constructor(private readonly options: UniqueJobOptions<T>) {
+    if (!LOCK_TYPES.includes(options.lock)) {
+      throw new RangeError(`redis-unique: lock must be one of ${LOCK_TYPES.join(", ")}, got ${String(options.lock)}`);
+    }
+    if (typeof options.key !== "function") throw new TypeError("redis-unique: key must be a function of the job's data");
+    this.client = options.redis instanceof Client ? options.redis : new Client(options.redis);
+    this.prefix = options.prefix ?? "unique:job";
+    this.running = new GroupLimit<T>({
+      redis: this.client,
+      group: (job) => this.uniqueKey(job.data, job.name),
+      concurrency: 1,
+      lease: options.runLease,
+      wait: options.wait,
+      delay: options.delay,
+      prefix: `${this.prefix}:run`,
+      type: "while_executing",
+    });
+  }
+
+  get workerName(): string {
+    return this.running.workerName;
+  }
+
+  uniqueKey(data: T, name: string): string {
+    return `${name}:${this.options.key(data, name)}`;
+  }
+
+  /**
+   * Adds a job; with `until_and_while_executing`, only when no job of the same key is
+   * queued (the lock is taken first, with the job's id): returns null for a duplicate.
+   */
+  async add(queue: Queue, name: string, data: T, opts: Record<string, unknown> = {}): Promise<Job<T> | null> {
+    if (this.options.lock !== "until_and_while_executing") return queue.add(name as never, data as never, opts) as Promise<Job<T>>;
+    const jobId = String(opts.jobId ?? `${name}-${randomBytes(8).toString("hex")}`); // BullMQ refuses ":" in ids
+    const key = `${this.prefix}:queued:${queue.name}:${this.uniqueKey(data, name)}`;
+    const token = await this.client.lock(key, jobId, { ttl: this.options.queuedLease ?? 3_600_000, type: "until_executing" });
+    if (token === null) return null;
+    try {
+      return (await queue.add(name as never, data as never, { ...opts, jobId })) as Job<T>;
+    } catch (err) {
+      await this.client.unlock(key, jobId).catch(() => {});
+      throw err;
+    }
+  }
+
+  /** The processor, run under the job's running lock (and freeing its queued lock when it starts). */
+  wrap<R>(processor: Processor<T, R>): Processor<T, R> {
+    return this.running.wrap(async (job, token, signal) => {
+      if (this.options.lock === "until_and_while_executing") {
+        const key = `${this.prefix}:queued:${job.queueName}:${this.uniqueKey(job.data, job.name)}`;
+        await this.client.unlock(key, String(job.id));
+      }
+      return processor(job, token, signal);
+    });
+  }
+}

@@ -1,0 +1,229 @@
+/**
+ * The argv of every UNIQUE.* call and the parsing of its reply: plain functions with no
+ * I/O, shared by the Client, its pipelines and transactions, and the locks. Every
+ * argument is checked here, before anything is sent.
+ */
+import type { Reply } from "./transport.js";
+
+/** A command to send and how to read its reply. */
+export interface Command<T> {
+  readonly argv: string[];
+  parse(reply: Reply): T;
+}
+
+export interface LockOptions {
+  /** The lease, in milliseconds from now (a positive whole number). Without `ttl` or `pxat`: no lease. */
+  ttl?: number;
+  /** The end of the lease: a Date, or unix time in milliseconds (as redis-py's and ioredis's `PXAT`). */
+  pxat?: Date | number;
+  /** How many holders the lock may have for this call (0: no limit). Default 1. */
+  limit?: number;
+  /** The lock type (1 to 64 of `A-Z a-z 0-9 _ : . -`), e.g. `until_executed`. Default `lock`. */
+  type?: string;
+  /** The worker process that runs the job, for reaping by owner. */
+  owner?: string;
+  /** Metadata kept with the holder: an object (sent as JSON) or a JSON object's text. */
+  meta?: Record<string, unknown> | string;
+  /** When denied, wait up to this many milliseconds for a slot, first come, first served. */
+  wait?: number;
+}
+
+/** One holder of a lock, as UNIQUE.LOCKEDBY WITHMETA gives it; times are unix milliseconds. */
+export interface Holder {
+  jid: string;
+  token: number;
+  acquiredAt: number;
+  /** The end of the lease, or null without a lease. */
+  expiresAt: number | null;
+  /** Milliseconds left, or null without a lease. */
+  ttl: number | null;
+  type: string;
+  owner: string | null;
+  meta: Record<string, unknown> | null;
+}
+
+export interface ReapOptions {
+  /** Also remove every holder whose owner is this (a worker process known to be dead). */
+  owner?: string;
+  /** Lock keys examined per REAP step (default 100). */
+  count?: number;
+}
+
+const TYPE_NAME = /^[A-Za-z0-9_:.-]{1,64}$/;
+const MAX_LIMIT = 2147483647;
+
+function wholeMs(name: string, value: unknown, min: number): number {
+  if (typeof value !== "number" || Number.isNaN(value)) {
+    throw new TypeError(`redis-unique: ${name} must be a number of milliseconds, got ${String(value)}`);
+  }
+  if (!Number.isInteger(value) || value < min || !Number.isSafeInteger(value)) {
+    throw new RangeError(`redis-unique: ${name} must be a whole number of milliseconds of at least ${min}, got ${value}`);
+  }
+  return value;
+}
+
+function nonEmpty(name: string, value: unknown, maxBytes: number): string {
+  if (typeof value !== "string") throw new TypeError(`redis-unique: ${name} must be a string, got ${typeof value}`);
+  const bytes = Buffer.byteLength(value);
+  if (bytes < 1 || bytes > maxBytes) {
+    throw new RangeError(`redis-unique: ${name} must be 1 to ${maxBytes} bytes, got ${bytes}`);
+  }
+  return value;
+}
+
+export function checkKey(key: unknown): string {
+  if (typeof key !== "string" || key.length === 0) {
+    throw new TypeError(`redis-unique: key must be a non-empty string, got ${String(key)}`);
+  }
+  return key;
+}
+
+export function checkJid(jid: unknown): string {
+  return nonEmpty("jid", jid, 1024);
+}
+
+export function checkType(type: unknown): string {
+  if (typeof type !== "string") throw new TypeError(`redis-unique: type must be a string, got ${typeof type}`);
+  if (!TYPE_NAME.test(type)) {
+    throw new RangeError(`redis-unique: type must be 1 to 64 characters of A-Z a-z 0-9 _ : . -, got ${JSON.stringify(type)}`);
+  }
+  return type;
+}
+
+export function checkLimit(limit: unknown): number {
+  if (typeof limit !== "number") throw new TypeError(`redis-unique: limit must be a number, got ${typeof limit}`);
+  if (!Number.isInteger(limit) || limit < 0 || limit > MAX_LIMIT) {
+    throw new RangeError(`redis-unique: limit must be a whole number from 0 to ${MAX_LIMIT}, got ${limit}`);
+  }
+  return limit;
+}
+
+/** The argv of UNIQUE.LOCK; every option checked. */
+export function lockArgv(key: string, jid: string, options: LockOptions = {}): string[] {
+  const argv = ["UNIQUE.LOCK", checkKey(key), checkJid(jid)];
+  const { ttl, pxat, limit, type, owner, meta, wait } = options;
+  if (limit !== undefined) argv.push("LIMIT", String(checkLimit(limit)));
+  if (ttl !== undefined && pxat !== undefined) throw new TypeError("redis-unique: give ttl or pxat, not both");
+  if (ttl !== undefined) argv.push("TTL", String(wholeMs("ttl", ttl, 1)));
+  if (pxat !== undefined) {
+    const at = pxat instanceof Date ? pxat.getTime() : pxat;
+    argv.push("PXAT", String(wholeMs("pxat", at, 1)));
+  }
+  if (type !== undefined) argv.push("TYPE", checkType(type));
+  if (owner !== undefined) argv.push("OWNER", nonEmpty("owner", owner, 1024));
+  if (meta !== undefined) {
+    let text: string;
+    if (typeof meta === "string") text = meta;
+    else if (meta !== null && typeof meta === "object" && !Array.isArray(meta)) text = JSON.stringify(meta);
+    else throw new TypeError("redis-unique: meta must be an object or a JSON object's text");
+    argv.push("META", text);
+  }
+  if (wait !== undefined) argv.push("WAIT", String(wholeMs("wait", wait, 1)));
+  return argv;
+}
+
+function text(reply: Reply): string {
+  return Buffer.isBuffer(reply) ? reply.toString("utf8") : String(reply);
+}
+
+function int(reply: Reply): number {
+  return typeof reply === "number" ? reply : Number(text(reply));
+}
+
+/** LOCK: the fencing token, or null when denied. */
+export function lock(key: string, jid: string, options?: LockOptions): Command<number | null> {
+  return { argv: lockArgv(key, jid, options), parse: (r) => (r === null ? null : int(r)) };
+}
+
+/** UNLOCK: true when `jid` held the lock and no longer does. */
+export function unlock(key: string, jid: string): Command<boolean> {
+  return { argv: ["UNIQUE.UNLOCK", checkKey(key), checkJid(jid)], parse: (r) => int(r) === 1 };
+}
+
+/** LOCKEDBY: the jids of the live holders, oldest grant first. */
+export function lockedBy(key: string): Command<string[]> {
+  return {
+    argv: ["UNIQUE.LOCKEDBY", checkKey(key)],
+    parse: (r) => (Array.isArray(r) ? r.map(text) : []),
+  };
+}
+
+function fields(entry: Reply): Map<string, Reply> {
+  const out = new Map<string, Reply>();
+  if (Array.isArray(entry)) {
+    for (let i = 0; i + 1 < entry.length; i += 2) out.set(text(entry[i]!), entry[i + 1]!);
+  } else if (entry instanceof Map) {
+    for (const [k, v] of entry) out.set(text(k as Reply), v as Reply);
+  } else if (entry !== null && typeof entry === "object" && !Buffer.isBuffer(entry)) {
+    for (const [k, v] of Object.entries(entry)) out.set(k, v);
+  }
+  return out;
+}
+
+/** One holder of a LOCKEDBY WITHMETA reply (a flat array on RESP2, a map on RESP3). */
+export function parseHolder(entry: Reply): Holder {
+  const f = fields(entry);
+  const expires = int(f.get("expires_at") ?? -1);
+  const ttl = int(f.get("ttl") ?? -1);
+  const owner = f.get("owner");
+  const meta = f.get("meta");
+  let parsedMeta: Record<string, unknown> | null = null;
+  if (meta !== null && meta !== undefined) {
+    try {
+      parsedMeta = JSON.parse(text(meta)) as Record<string, unknown>;
+    } catch {
+      parsedMeta = null; // the server only keeps JSON objects; nothing else can arrive
+    }
+  }
+  return {
+    jid: text(f.get("jid") ?? ""),
+    token: int(f.get("token") ?? 0),
+    acquiredAt: int(f.get("acquired_at") ?? 0),
+    expiresAt: expires < 0 ? null : expires,
+    ttl: ttl < 0 ? null : ttl,
+    type: text(f.get("type") ?? "lock"),
+    owner: owner === null || owner === undefined ? null : text(owner),
+    meta: parsedMeta,
+  };
+}
+
+/** LOCKEDBY WITHMETA: every live holder with its token, lease, type, owner and META. */
+export function holders(key: string): Command<Holder[]> {
+  return {
+    argv: ["UNIQUE.LOCKEDBY", checkKey(key), "WITHMETA"],
+    parse: (r) => (Array.isArray(r) ? r.map(parseHolder) : []),
+  };
+}
+
+/** WAITERS: how many clients wait for a slot of the key. */
+export function waiters(key: string): Command<number> {
+  return { argv: ["UNIQUE.WAITERS", checkKey(key)], parse: int };
+}
+
+/** One REAP step: [next cursor, holders removed]. */
+export function reapStep(cursor: string, options: ReapOptions = {}): Command<[string, number]> {
+  const argv = ["UNIQUE.REAP", cursor];
+  if (options.count !== undefined) argv.push("COUNT", String(wholeMs("count", options.count, 1)));
+  if (options.owner !== undefined) argv.push("OWNER", nonEmpty("owner", options.owner, 1024));
+  return {
+    argv,
+    parse: (r) => {
+      const [next, removed] = Array.isArray(r) ? r : ["0", 0];
+      return [text(next ?? "0"), int(removed ?? 0)];
+    },
+  };
+}
+
+export interface Metrics {
+  locks: number;
+  holders: number;
+  total: Record<string, number>;
+  types: Record<string, Record<string, number>>;
+}
+
+/** METRICS FORMAT json: counters per lock type and in total, and the gauges. */
+export function metrics(options: { minutes?: number } = {}): Command<Metrics> {
+  const argv = ["UNIQUE.METRICS", "FORMAT", "json"];
+  if (options.minutes !== undefined) argv.push("MINUTES", String(wholeMs("minutes", options.minutes, 1)));
+  return { argv, parse: (r) => JSON.parse(text(r)) as Metrics };
+}

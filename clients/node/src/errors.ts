@@ -1,0 +1,59 @@
+/** Every error this package throws for a server or lock problem is a UniqueError. */
+export class UniqueError extends Error {
+  /** The server's error code (`ERR`, `WRONGTYPE`, `OOM`, `MOVED`...), when the server replied one. */
+  readonly code: string | undefined;
+
+  constructor(message: string, code?: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/** The server refused a command (a syntax error, a value out of range, WRONGTYPE...). */
+export class CommandError extends UniqueError {}
+
+/** The server does not know the UNIQUE.* commands: the module is not loaded there. */
+export class ModuleNotLoadedError extends UniqueError {
+  constructor(options?: { cause?: unknown }) {
+    super(
+      "the redis-unique module is not loaded in this Redis server (UNIQUE.* commands are unknown). " +
+        "Load it with `loadmodule /path/to/libredis_unique.so` in redis.conf, " +
+        "`redis-server --loadmodule /path/to/libredis_unique.so`, or `MODULE LOAD /path/to/libredis_unique.so` " +
+        "(build it with `cargo build --release` in the redis-unique repository)",
+      "ERR",
+      options,
+    );
+  }
+}
+
+/** acquire() gave up: the lock stayed held by others for the whole wait. */
+export class LockNotAcquiredError extends UniqueError {
+  constructor(readonly key: string, readonly holders: string[] = []) {
+    super(`the lock ${key} is held${holders.length ? ` by ${holders.join(", ")}` : ""}`);
+  }
+}
+
+/** A lock this process held is gone: its lease ran out, or another client removed it. */
+export class LockLostError extends UniqueError {
+  constructor(readonly key: string, readonly identifier: string) {
+    super(`the lock ${key} is no longer held by ${identifier}: its lease ran out or it was removed`);
+  }
+}
+
+/** acquire() on a Mutex or Semaphore that already holds its lock (release it first). */
+export class AlreadyAcquiredError extends UniqueError {
+  constructor(readonly key: string) {
+    super(`this lock object already holds ${key}: release() it before acquiring again`);
+  }
+}
+
+/** Turns an error reply of either Redis client into this package's error. */
+export function fromReply(err: unknown): Error {
+  if (!(err instanceof Error) || err instanceof UniqueError) return err as Error;
+  const message = err.message;
+  const code = /^[A-Z][A-Z_]+(?=\s|$)/.exec(message)?.[0];
+  if (code === undefined) return err; // a connection error: the client's own
+  if (/^ERR unknown command ['`]?unique\./i.test(message)) return new ModuleNotLoadedError({ cause: err });
+  return new CommandError(message, code, { cause: err });
+}

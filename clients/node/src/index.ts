@@ -1,0 +1,14 @@
+export { Client, Batch } from "./client.js";
+export * as commands from "./commands.js";
+export type { Command, Holder, LockOptions, Metrics, ReapOptions } from "./commands.js";
+export {
+  AlreadyAcquiredError,
+  CommandError,
+  LockLostError,
+  LockNotAcquiredError,
+  ModuleNotLoadedError,
+  UniqueError,
+} from "./errors.js";
+export { Mutex, Semaphore } from "./locks.js";
+export type { LockObjectOptions } from "./locks.js";
+export type { IoRedisLike, NodeRedisLike, RedisClient, Transport } from "./transport.js";

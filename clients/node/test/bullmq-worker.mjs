@@ -1,0 +1,59 @@
+// A BullMQ worker process for the tests: a real Worker whose processor runs under a
+// GroupLimit, recording how many jobs of its group run at once (INCR on start, DECR at
+// the end, both while the slot is held, so the counter is the group's holders exactly).
+//   node test/bullmq-worker.mjs   (env: PORT, QUEUE, CONCURRENCY, LIMIT, LEASE, JOB_MS, STALLED_MS)
+import { Worker } from "bullmq";
+import IORedis from "ioredis";
+import { GroupLimit, DeadWorkerReaper } from "../dist/esm/bullmq.js";
+import { Queue } from "bullmq";
+
+const env = (name, fallback) => Number(process.env[name] ?? fallback);
+const port = env("PORT");
+const queueName = process.env.QUEUE;
+const connection = { host: "127.0.0.1", port };
+const redis = new IORedis({ port });
+const limit = new GroupLimit({
+  redis,
+  group: (job) => job.data.group,
+  concurrency: env("LIMIT", 2),
+  lease: env("LEASE", 30_000),
+  wait: env("WAIT_MS", 200),
+  delay: env("DELAY_MS", 50),
+  maxDelay: env("MAX_DELAY_MS", 500),
+});
+const queue = new Queue(queueName, { connection });
+const reaper = new DeadWorkerReaper(redis, queue);
+await reaper.register(limit.workerName);
+reaper.start(env("REAP_MS", 1000));
+
+const worker = new Worker(
+  queueName,
+  limit.wrap(async (job) => {
+    const running = await redis.incr(`running:${job.data.group}`);
+    await redis.rpush(`seen:${job.data.group}`, String(running));
+    await redis.rpush("started", String(job.id));
+    await new Promise((r) => setTimeout(r, job.data.ms ?? env("JOB_MS", 10)));
+    await redis.decr(`running:${job.data.group}`);
+    return process.pid;
+  }),
+  {
+    connection,
+    name: limit.workerName,
+    concurrency: env("CONCURRENCY", 5),
+    stalledInterval: env("STALLED_MS", 30_000),
+    lockDuration: env("LOCK_MS", 30_000),
+  },
+);
+await worker.waitUntilReady();
+await redis.rpush("workers", `${process.pid} ${limit.workerName}`);
+
+const stop = async () => {
+  reaper.stop();
+  await worker.close();
+  await queue.close();
+  await limit.client.close();
+  await redis.quit();
+  process.exit(0);
+};
+process.on("SIGTERM", stop);
+process.on("SIGINT", stop);

@@ -1,0 +1,139 @@
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import IORedis from "ioredis";
+import { Queue, QueueEvents, Worker } from "bullmq";
+import { Client } from "../dist/esm/index.js";
+import { GroupLimit, UniqueJobs } from "../dist/esm/bullmq.js";
+import { startServer, waitFor, calls, totalCommands } from "./helpers.mjs";
+
+const WORKER = fileURLToPath(new URL("./bullmq-worker.mjs", import.meta.url));
+let server, redis, client;
+const children = [];
+
+before(async () => {
+  server = await startServer();
+  redis = new IORedis({ port: server.port });
+  client = new Client(redis);
+});
+after(async () => {
+  await Promise.all(children.map((c) => c.exitCode !== null || c.signalCode !== null
+    ? undefined : new Promise((r) => { c.once("exit", r); c.kill("SIGKILL"); })));
+  await client.close();
+  await redis.quit();
+  server?.stop();
+});
+
+function startWorker(queue, env = {}) {
+  const child = spawn(process.execPath, [WORKER], {
+    env: { ...process.env, PORT: String(server.port), QUEUE: queue, ...Object.fromEntries(Object.entries(env).map(([k, v]) => [k, String(v)])) },
+    stdio: ["ignore", "inherit", "inherit"],
+  });
+  children.push(child);
+  return child;
+}
+
+async function workersReady(n) {
+  await waitFor(async () => (await redis.llen("workers")) >= n, { timeout: 20_000, message: `${n} workers` });
+}
+
+test("1,000 jobs over 20 groups, limit 2, on 3 worker processes: never more than 2 of a group at once", async () => {
+  const name = "groups";
+  const queue = new Queue(name, { connection: { host: "127.0.0.1", port: server.port } });
+  await redis.del("workers", "started");
+  for (let i = 0; i < 3; i++) startWorker(name, { CONCURRENCY: 8, LIMIT: 2, JOB_MS: 15 });
+  await workersReady(3);
+  const commandsBefore = await totalCommands(redis);
+  const locksBefore = await calls(redis, "unique.lock");
+  const jobs = Array.from({ length: 1000 }, (_, i) => ({ name: "work", data: { group: `g${i % 20}` } }));
+  await queue.addBulk(jobs);
+  await waitFor(async () => (await queue.getJobCounts("completed")).completed === 1000, {
+    timeout: 120_000, interval: 200, message: "1,000 completed jobs",
+  });
+  const counts = await queue.getJobCounts("failed", "waiting", "delayed", "active");
+  assert.deepEqual(counts, { failed: 0, waiting: 0, delayed: 0, active: 0 });
+  let highest = 0;
+  for (let g = 0; g < 20; g++) {
+    const seen = (await redis.lrange(`seen:g${g}`, 0, -1)).map(Number);
+    highest = Math.max(highest, ...seen);
+    assert.ok(Math.max(...seen) <= 2, `group g${g} ran ${Math.max(...seen)} at once`);
+  }
+  assert.equal(highest, 2, "the limit was reached, so it was tested");
+  const started = await redis.lrange("started", 0, -1);
+  assert.equal(new Set(started).size, 1000, "every job ran exactly once");
+  const perJob = ((await totalCommands(redis)) - commandsBefore) / 1000;
+  const locksPerJob = ((await calls(redis, "unique.lock")) - locksBefore) / 1000;
+  console.log(`# ${perJob.toFixed(1)} Redis commands per job in all, ${locksPerJob.toFixed(2)} UNIQUE.LOCK per job`);
+  assert.ok(locksPerJob < 6, `no polling storm: ${locksPerJob} UNIQUE.LOCK per job`);
+  assert.ok(perJob < 120, `no polling storm: ${perJob} commands per job`);
+  for (const c of children.splice(0)) c.kill("SIGTERM");
+  await queue.obliterate({ force: true });
+  await queue.close();
+});
+
+test("kill -9 of a worker mid-job: its group slot frees and BullMQ's stalled check retries the job", async () => {
+  const name = "stalled";
+  const queue = new Queue(name, { connection: { host: "127.0.0.1", port: server.port } });
+  const events = new QueueEvents(name, { connection: { host: "127.0.0.1", port: server.port } });
+  await redis.del("workers", "started");
+  const env = { CONCURRENCY: 1, LIMIT: 1, LEASE: 60_000, STALLED_MS: 1000, LOCK_MS: 2000, REAP_MS: 300 };
+  const doomed = startWorker(name, env);
+  await workersReady(1);
+  const [, doomedName] = (await redis.lindex("workers", 0)).split(" ");
+  const job = await queue.add("long", { group: "solo", ms: 60_000 });
+  const key = `unique:group:${name}:solo`;
+  await waitFor(async () => (await client.lockedBy(key)).includes(String(job.id)), { message: "the job's slot" });
+  assert.equal((await client.holders(key))[0].owner, doomedName);
+  doomed.kill("SIGKILL");
+  // A survivor: its reaper sees the dead worker gone from BullMQ's list and frees its slot
+  // long before the 60 s lease; BullMQ's stalled check gives the job back.
+  const survivor = startWorker(name, { ...env });
+  await workersReady(2);
+  await waitFor(async () => (await client.lockedBy(key)).length === 0 || (await redis.llen("started")) >= 2,
+    { timeout: 20_000, message: "the dead worker's slot freed" });
+  await job.updateData({ group: "solo", ms: 10 });
+  const done = await job.waitUntilFinished(events, 30_000);
+  assert.equal(typeof done, "number");
+  assert.notEqual(done, doomed.pid, "finished by the survivor");
+  assert.ok((await redis.llen("started")) >= 2, "it ran again");
+  assert.deepEqual(await client.lockedBy(key), [], "the slot is free at the end");
+  survivor.kill("SIGTERM");
+  await events.close();
+  await queue.close();
+});
+
+test("until_and_while_executing: a duplicate is not queued, and jobs of one key run one at a time", async () => {
+  const name = "unique";
+  const connection = { host: "127.0.0.1", port: server.port };
+  const queue = new Queue(name, { connection });
+  const unique = new UniqueJobs({ redis, lock: "until_and_while_executing", key: (d) => d.user, wait: 100, delay: 50 });
+  const first = await unique.add(queue, "sync", { user: 42, ms: 400 });
+  assert.ok(first);
+  assert.equal(await unique.add(queue, "sync", { user: 42 }), null, "a duplicate of a queued job is refused");
+  assert.ok(await unique.add(queue, "sync", { user: 7 }), "another key is not");
+  let running = 0;
+  let highest = 0;
+  const ran = [];
+  const worker = new Worker(name, unique.wrap(async (job) => {
+    running += job.data.user === 42 ? 1 : 0;
+    highest = Math.max(highest, running);
+    ran.push(job.id);
+    await new Promise((r) => setTimeout(r, job.data.ms ?? 10));
+    running -= job.data.user === 42 ? 1 : 0;
+  }), { connection, name: unique.workerName, concurrency: 4 });
+  // Once the first has started its queued lock is gone: a second job of the key queues,
+  // and waits for the first to end before it runs (the "while executing" half).
+  await waitFor(() => ran.includes(first.id), { message: "the first job to start" });
+  const second = await unique.add(queue, "sync", { user: 42, ms: 10 });
+  assert.ok(second, "queued again once the first started");
+  await waitFor(async () => (await queue.getJobCounts("completed")).completed === 3, { timeout: 20_000, message: "3 jobs" });
+  assert.equal(highest, 1, "never two jobs of one key at once");
+  assert.ok(ran.indexOf(second.id) > ran.indexOf(first.id));
+  await worker.close();
+  await unique.client.close();
+  assert.throws(() => new UniqueJobs({ redis, lock: "until_executed", key: (d) => d.user }), RangeError);
+  assert.throws(() => new GroupLimit({ redis, group: () => "g", concurrency: 1.5 }), RangeError);
+  await queue.obliterate({ force: true });
+  await queue.close();
+});

@@ -1,0 +1,78 @@
+// The test servers' conventions, as in the other clients' suites: a real redis-server
+// (REDIS_SERVER, default redis-server on the PATH) with the freshly built module
+// (REDIS_UNIQUE_MODULE, default target/release/libredis_unique.so of the repository) on
+// a free port in a temporary directory.
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, existsSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import IORedis from "ioredis";
+
+export const ROOT = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
+export const MODULE = process.env.REDIS_UNIQUE_MODULE || join(ROOT, "target/release/libredis_unique.so");
+export const SERVER = process.env.REDIS_SERVER || "redis-server";
+
+export function freePort() {
+  return new Promise((res, rej) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on("error", rej);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => res(port));
+    });
+  });
+}
+
+/** Polls `condition` every `interval` ms until it returns a truthy value, at most `timeout` ms. */
+export async function waitFor(condition, { timeout = 10_000, interval = 10, message = "condition" } = {}) {
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    const value = await condition();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeout} ms waiting for ${message}`);
+    await new Promise((r) => setTimeout(r, interval));
+  }
+}
+
+export async function startServer({ module = true, args = [] } = {}) {
+  if (module && !existsSync(MODULE)) throw new Error(`no module at ${MODULE}: run cargo build --release first`);
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), "redis-unique-node-"));
+  const argv = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no", ...args];
+  if (module) argv.push("--loadmodule", MODULE);
+  const child = spawn(SERVER, argv, { stdio: ["ignore", "ignore", "inherit"] });
+  const probe = new IORedis({ port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  probe.on("error", () => {});
+  await waitFor(async () => {
+    try {
+      if (probe.status !== "ready") await probe.connect();
+      return (await probe.ping()) === "PONG";
+    } catch {
+      return false;
+    }
+  }, { message: `${SERVER} on ${port}` });
+  probe.disconnect();
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    stop() {
+      child.kill("SIGKILL");
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Calls of a command so far (INFO commandstats), e.g. calls(redis, "unique.lock"). */
+export async function calls(redis, name) {
+  const info = await redis.info("commandstats");
+  const line = info.split("\n").find((l) => l.startsWith(`cmdstat_${name.toLowerCase()}:`));
+  return line ? Number(/calls=(\d+)/.exec(line)[1]) : 0;
+}
+
+export async function totalCommands(redis) {
+  const info = await redis.info("stats");
+  return Number(/total_commands_processed:(\d+)/.exec(info)[1]);
+}
