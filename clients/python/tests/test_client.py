@@ -1,5 +1,6 @@
 import socket
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -94,6 +95,30 @@ def test_pxat_and_argument_checks(r):
     with pytest.raises(CommandError) as e:
         c.lock("k", "b", pxat=datetime.now(timezone.utc) - timedelta(seconds=10))
     assert e.value.code == "ERR" and "invalid expire time" in str(e.value)
+
+
+def test_numeric_pxat_is_unix_milliseconds_as_in_redis_py(r):
+    c = Client(r)
+    at_ms = int(time.time() * 1000) + 100_000
+    c.lock("pxat:ms", "a", pxat=at_ms)
+    (h,) = c.holders("pxat:ms")
+    assert h.expires_at_ms == at_ms
+    assert abs(h.expires_at.timestamp() * 1000 - at_ms) < 1
+    # redis-py's own pxat means the same
+    r.set("pxat:plain", "x", pxat=at_ms)
+    assert abs(r.pexpiretime("pxat:plain") - h.expires_at_ms) <= 0
+    with pytest.raises(TypeError):
+        c.lock("pxat:ms", "a", pxat=time.time() + 100)  # seconds as a float: refused, not guessed
+
+
+def test_a_lease_past_year_9999_reads_back_without_raising(r):
+    c = Client(r)
+    far = 300_000_000_000_000  # about year 11,400
+    c.lock("far", "a", pxat=far)
+    (h,) = c.holders("far")
+    assert h.expires_at_ms == far
+    assert h.expires_at == datetime.max.replace(tzinfo=timezone.utc)
+    assert h.ttl > 0
 
 
 def test_error_codes_match_the_raw_replies(server, r):

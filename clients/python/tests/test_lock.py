@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from redis_unique import Client, Lock, LockLost, LockNotAcquired, Semaphore
+from redis_unique import AlreadyAcquired, Client, Lock, LockLost, LockNotAcquired, Semaphore
 
 from conftest import wait_for
 
@@ -141,3 +141,15 @@ def test_kill_9_holder_lease_runs_out_and_waiter_is_served(server, r):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_second_acquire_raises_instead_of_a_second_renewal(r):
+    lock = Lock(r, "twice", ttl=30)
+    lock.acquire()
+    threads = threading.active_count()
+    with pytest.raises(AlreadyAcquired):
+        lock.acquire()
+    assert threading.active_count() == threads, "no second renewal thread"
+    lock.release()
+    lock.acquire()  # free again after a release
+    lock.release()

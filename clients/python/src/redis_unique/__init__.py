@@ -8,12 +8,13 @@
 
 from ._protocol import LOCK_TYPES, Holder
 from .client import Client, Pipeline
-from .errors import CommandError, DuplicateTask, LockLost, LockNotAcquired, ModuleNotLoaded, UniqueError
+from .errors import AlreadyAcquired, CommandError, DuplicateTask, LockLost, LockNotAcquired, ModuleNotLoaded, UniqueError
 from .lock import Lock, Semaphore
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlreadyAcquired",
     "Client",
     "Pipeline",
     "Holder",

@@ -27,6 +27,10 @@ class Holder:
     type: str
     owner: Optional[str]
     meta: Optional[Dict[str, Any]]
+    # The same times as unix milliseconds, exactly as the server holds them (a
+    # lease may end past year 9999, where expires_at stops at datetime.max).
+    acquired_at_ms: int = 0
+    expires_at_ms: Optional[int] = None
 
 
 def seconds_to_ms(seconds: float, what: str) -> int:
@@ -38,18 +42,21 @@ def seconds_to_ms(seconds: float, what: str) -> int:
     return max(1, math.ceil(seconds * 1000))
 
 
-def pxat_to_ms(pxat: Union[datetime, float, int]) -> int:
+def pxat_to_ms(pxat: Union[datetime, int]) -> int:
+    """The end of a lease: an aware datetime, or unix time in milliseconds as an
+    int, as redis-py's own ``pxat`` (``set(..., pxat=int(time.time() * 1000))``)."""
     if isinstance(pxat, datetime):
         if pxat.tzinfo is None:
             raise ValueError("pxat must be an aware datetime (with a tzinfo)")
         return math.ceil(pxat.timestamp() * 1000)
-    if isinstance(pxat, bool) or not isinstance(pxat, (int, float)):
-        raise TypeError("pxat must be an aware datetime or unix time in seconds, not %r" % (pxat,))
-    return math.ceil(pxat * 1000)
+    if isinstance(pxat, bool) or not isinstance(pxat, int):
+        raise TypeError("pxat must be an aware datetime or unix time in milliseconds (an int, "
+                        "as redis-py's pxat), not %r" % (pxat,))
+    return pxat
 
 
 def lock_args(key: KeyT, jid: JidT, *, limit: int = 1, ttl: Optional[float] = None,
-              pxat: Union[datetime, float, None] = None, type: Optional[str] = None,
+              pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
               owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
               wait: Optional[float] = None) -> Tuple[Any, ...]:
     args: List[Any] = ["UNIQUE.LOCK", key, jid]
@@ -84,8 +91,16 @@ def _text(value: Any) -> Any:
     return value
 
 
+_LATEST = datetime.max.replace(tzinfo=timezone.utc)
+
+
 def _aware(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    """A unix time in ms as an aware datetime; one past what a datetime can hold
+    (year 9999) is datetime.max in UTC: the exact value is in the ``*_ms`` field."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return _LATEST
 
 
 def parse_holder(raw: Any) -> Holder:
@@ -103,6 +118,8 @@ def parse_holder(raw: Any) -> Holder:
         token=int(fields["token"]),
         acquired_at=_aware(int(fields["acquired_at"])),
         expires_at=None if expires < 0 else _aware(expires),
+        acquired_at_ms=int(fields["acquired_at"]),
+        expires_at_ms=None if expires < 0 else expires,
         ttl=None if ttl < 0 else ttl / 1000,
         type=_text(fields["type"]),
         owner=None if fields.get("owner") is None else _text(fields["owner"]),

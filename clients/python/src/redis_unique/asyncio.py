@@ -42,7 +42,7 @@ class Client:
             raise translate(exc) from exc
 
     async def lock(self, key: KeyT, jid: JidT, *, limit: int = 1, ttl: Optional[float] = None,
-                   pxat: Union[datetime, float, None] = None, type: Optional[str] = None,
+                   pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
                    owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
                    wait: Optional[float] = None) -> Optional[int]:
         return p.parse_token(await self._call(*p.lock_args(
@@ -101,6 +101,7 @@ class Lock(LockState):
         self._task: Optional["_asyncio.Task[None]"] = None
 
     async def acquire(self) -> int:
+        self._ensure_free()
         token = await self.client.lock(self.key, self.jid, limit=self.limit, ttl=self.ttl, type=self.type,
                                        owner=self.owner, meta=self.meta, wait=self.wait)
         if token is None:

@@ -44,7 +44,7 @@ class Client:
             raise translate(exc) from exc
 
     def lock(self, key: KeyT, jid: JidT, *, limit: int = 1, ttl: Optional[float] = None,
-             pxat: Union[datetime, float, None] = None, type: Optional[str] = None,
+             pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
              owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
              wait: Optional[float] = None) -> Optional[int]:
         """UNIQUE.LOCK: the fencing token on a grant or a renewal, None when denied

@@ -48,6 +48,15 @@ class LockNotAcquired(UniqueError):
         self.key = key
 
 
+class AlreadyAcquired(UniqueError):
+    """acquire() on a Lock or Semaphore that already holds (as python-redis-lock's):
+    release it first. One hold, one renewal."""
+
+    def __init__(self, message: str, key: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class LockLost(UniqueError):
     """A held lock was found gone: its lease ran out (renewal came too late or
     the server was unreachable) or it was removed by REAP, DEL or a failover."""

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional
 from redis.exceptions import ConnectionError, TimeoutError
 
 from .client import Client
-from .errors import LockLost, LockNotAcquired, UniqueError
+from .errors import AlreadyAcquired, LockLost, LockNotAcquired, UniqueError
 
 __all__ = ["Lock", "Semaphore"]
 
@@ -59,6 +59,11 @@ class LockState:
         self._lost = why
         log.warning("redis-unique: lost %r: %s", self.key, why)
 
+    def _ensure_free(self) -> None:
+        if self.token is not None and not self.lost:
+            raise AlreadyAcquired("this lock object already holds %r: release it before acquiring again"
+                                  % (self.key,), self.key)
+
     def check(self) -> None:
         """Raises LockLost if a renewal found the lock gone."""
         if self._lost is not None:
@@ -88,6 +93,7 @@ class Lock(LockState):
         self._thread: Optional[threading.Thread] = None
 
     def acquire(self) -> int:
+        self._ensure_free()
         token = self.client.lock(self.key, self.jid, limit=self.limit, ttl=self.ttl, type=self.type,
                                  owner=self.owner, meta=self.meta, wait=self.wait)
         if token is None:
