@@ -111,6 +111,17 @@ def test_numeric_pxat_is_unix_milliseconds_as_in_redis_py(r):
         c.lock("pxat:ms", "a", pxat=time.time() + 100)  # seconds as a float: refused, not guessed
 
 
+def test_seconds_become_milliseconds_rounded_up(r):
+    # From the value to the microsecond, as in every client: 0.3 s is a 300 ms lease
+    # (not the 301 of a bare ceil on floats), 0.0004 s is 1 ms (not 0).
+    c = Client(r)
+    c.lock("round", "a", ttl=0.3)
+    (h,) = c.holders("round")
+    assert h.expires_at_ms - h.acquired_at_ms == 300
+    from redis_unique._protocol import seconds_to_ms
+    assert [seconds_to_ms(s, "ttl") for s in (0.0004, 0.3, 1.0001, 1e-9)] == [1, 300, 1001, 1]
+
+
 def test_a_lease_past_year_9999_reads_back_without_raising(r):
     c = Client(r)
     far = 300_000_000_000_000  # about year 11,400

@@ -68,6 +68,17 @@ class ClientTest < Minitest::Test
     assert_raises(RedisUnique::InvalidOption) { client.lock(key, "z", ttl: 1, pxat: Time.now + 5) }
   end
 
+  # Seconds become whole milliseconds rounded up, from the value to the microsecond, as
+  # in every client: 0.3 s is a 300 ms lease (not 301), 0.0004 s is 1 ms (not 0).
+  def test_seconds_become_milliseconds_rounded_up
+    client.lock(key, "a", ttl: 0.3)
+    h = client.holders(key).first
+    assert_equal 300, ((h.expires_at - h.acquired_at) * 1000).round
+    assert_equal [1, 300, 1001, 1], [0.0004, 0.3, 1.0001, 1e-9].map { |s| client.send(:ms_option, "ttl", s, nil) }
+    client.lock("#{key}:at", "a", pxat: Time.at(2_000_000_000, 500.4, :millisecond))
+    assert_equal 2_000_000_000_501, (client.holders("#{key}:at").first.expires_at.to_r * 1000).to_i
+  end
+
   def test_wait_gets_the_slot_when_released
     client.lock(key, "a")
     other = RedisUnique::Client.new(TestSuite.raw_connection)

@@ -39,7 +39,10 @@ def seconds_to_ms(seconds: float, what: str) -> int:
         raise TypeError("%s must be a number of seconds, not %r" % (what, seconds))
     if not seconds > 0 or math.isinf(seconds):
         raise ValueError("%s must be a positive number of seconds, not %r" % (what, seconds))
-    return max(1, math.ceil(seconds * 1000))
+    # Rounded up to whole ms from the value to the microsecond: 0.0004 s is 1 ms,
+    # and 0.3 s is 300 ms, not the 301 that ceil(0.3 * 1000) gives on floats.
+    micros = round(seconds * 1_000_000)
+    return max(1, -(-micros // 1000))
 
 
 def pxat_to_ms(pxat: Union[datetime, int]) -> int:

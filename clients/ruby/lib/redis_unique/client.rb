@@ -36,7 +36,7 @@ module RedisUnique
       elsif lease
         argv.push("TTL", lease)
       elsif pxat
-        argv.push("PXAT", pxat.is_a?(Time) ? (pxat.to_r * 1000).to_i : Integer(pxat))
+        argv.push("PXAT", pxat.is_a?(Time) ? (pxat.to_r * 1000).ceil : Integer(pxat))
       end
       argv.push("TYPE", type.to_s) if type
       argv.push("OWNER", owner.to_s) if owner
@@ -132,8 +132,11 @@ module RedisUnique
       return Integer(ms) if ms
       return nil if seconds.nil?
 
-      value = (seconds * 1000).round
-      raise InvalidOption, "#{name} must be positive (seconds)" unless value.positive?
+      # Rounded up to whole ms from the value to the microsecond, as in every client:
+      # 0.0004 s is 1 ms, and 0.3 s is 300 ms (a bare ceil of 0.3 * 1000 gives 301).
+      raise InvalidOption, "#{name} must be positive (seconds)" unless seconds.positive?
+
+      value = [(seconds * 1_000_000).round.fdiv(1000).ceil, 1].max
 
       value
     end
