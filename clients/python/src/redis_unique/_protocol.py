@@ -58,12 +58,12 @@ def pxat_to_ms(pxat: Union[datetime, int]) -> int:
     return pxat
 
 
-def lock_args(key: KeyT, jid: JidT, *, limit: int = 1, ttl: Optional[float] = None,
+def lock_args(key: KeyT, jid: JidT, *, limit: Optional[int] = None, ttl: Optional[float] = None,
               pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
               owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
               wait: Optional[float] = None) -> Tuple[Any, ...]:
     args: List[Any] = ["UNIQUE.LOCK", key, jid]
-    if limit != 1:
+    if limit is not None:  # sent when given, as by every client (the server's default is 1)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ValueError("limit must be an integer >= 0 (0: no limit), not %r" % (limit,))
         args += ["LIMIT", limit]

@@ -43,7 +43,7 @@ class Client:
         except ResponseError as exc:
             raise translate(exc) from exc
 
-    def lock(self, key: KeyT, jid: JidT, *, limit: int = 1, ttl: Optional[float] = None,
+    def lock(self, key: KeyT, jid: JidT, *, limit: Optional[int] = None, ttl: Optional[float] = None,
              pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
              owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
              wait: Optional[float] = None) -> Optional[int]:

@@ -121,7 +121,7 @@ module RedisUnique
         ttl: ttl.negative? ? nil : ttl / 1000.0,
         type: h["type"],
         owner: h["owner"],
-        meta: meta.nil? || meta.empty? ? {} : JSON.parse(meta)
+        meta: meta.nil? || meta.empty? ? nil : JSON.parse(meta)
       )
     end
 
