@@ -66,7 +66,10 @@ pub fn metrics_max_types() -> usize {
 }
 
 // ---------------------------------------------------------------------------
-// Module arguments (issue 12)
+// Module arguments, read by hand: the crate's configuration macro ignores
+// an unknown module argument and does not check ranges, so a typo or an
+// out-of-range value would be dropped in silence. Here each one is read,
+// named in the error, and fails the load.
 // ---------------------------------------------------------------------------
 
 /// Every option, in the order of the docs.

@@ -902,8 +902,9 @@ unsafe fn value_in<T: 'static>(
 }
 
 // ---------------------------------------------------------------------------
-// Command info (issue 12): RM_GetCommand + RM_SetCommandInfo from the plain
-// data of `docs`, and RM_LoadConfigs for `config::load`.
+// Command info: RM_GetCommand + RM_SetCommandInfo from the plain data of
+// `docs`, so that COMMAND DOCS, COMMAND INFO and cluster routing know each
+// command; and RM_LoadConfigs for `config::load`.
 // ---------------------------------------------------------------------------
 
 mod command_info {

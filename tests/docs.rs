@@ -1,4 +1,4 @@
-//! The commands describe themselves to Redis (issue 12): COMMAND DOCS equals
+//! The commands describe themselves to Redis: COMMAND DOCS equals
 //! the table in src/docs.rs, which also produces the argument
 //! reference in docs/commands.md; COMMAND INFO has the real arity and key
 //! specs, so Redis answers short calls itself, COMMAND GETKEYSANDFLAGS knows

@@ -1,4 +1,4 @@
-//! Module arguments never go silently unread (issue 12): `unique.<name> v`
+//! Module arguments never go silently unread: `unique.<name> v`
 //! and `<name> v` both set the configuration; an unknown name, a missing or
 //! bad value fails the load, and Redis refuses to start, with one log line
 //! naming the argument and what is accepted. CONFIG REWRITE keeps the

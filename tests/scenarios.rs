@@ -1,4 +1,6 @@
-//! The four seed scenarios of the mission, as a job system would drive them.
+//! The four seed scenarios (the public write-ups the design grew from: a lock
+//! around an ID, limited capacity, dependency locks, unique jobs), as a job
+//! system would drive them.
 
 mod common;
 

@@ -34,7 +34,7 @@ pub fn guard(ctx: &Context, args: Vec<RedisString>, handler: Handler) -> RedisRe
 }
 
 /// [`guard`] for a command that reads its arguments in place
-/// ([`crate::ffi::call_in_place`]).
+/// (the in-place entry points of [`crate::ffi::create_in_place_command`]).
 pub fn guard_in_place(
     ctx: &Context,
     key: &RedisString,
