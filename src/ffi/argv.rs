@@ -1,0 +1,228 @@
+//! The argv of a replicated effect, built from the codec's fields with as few
+//! new strings as it can: the words every effect repeats are made once.
+
+use std::ffi::c_char;
+use std::ptr::NonNull;
+
+use redis_module::raw;
+
+use crate::codec::{Sink, write_holder};
+use crate::lock::Holder;
+
+/// Redis strings built through the codec's [`Sink`]: a holder goes to the
+/// AOF and to the replicas in the fields, and the order, it has in the RDB
+/// (`codec::write_holder`). Ours until dropped.
+///
+/// Most fields of a grant repeat from one effect to the next: the operation
+/// name, a known lock type, an empty owner or meta, and `acquired_at`, which
+/// is the effect's own `now` on a new grant. Those are not made again: the
+/// string made once ([`shared`]) or the one just made is retained, so a
+/// replicated grant makes three strings instead of ten.
+pub(super) struct Argv {
+    pub(super) strings: [*mut raw::RedisModuleString; 10],
+    pub(super) len: usize,
+    /// The numbers made so far, with their strings.
+    numbers: [(i64, *mut raw::RedisModuleString); 5],
+    numbers_len: usize,
+}
+
+impl Argv {
+    pub(super) fn new() -> Self {
+        Self {
+            strings: [std::ptr::null_mut(); 10],
+            len: 0,
+            numbers: [(0, std::ptr::null_mut()); 5],
+            numbers_len: 0,
+        }
+    }
+
+    /// The fields of `h`.
+    pub(super) fn holder(h: &Holder) -> Self {
+        let mut argv = Self::new();
+        write_holder(h, &mut argv);
+        argv
+    }
+
+    /// `now HOLD` and the fields of `h`: what follows the key in `UNIQUE.APPLY`.
+    pub(super) fn hold(now: i64, h: &Holder) -> Self {
+        let mut argv = Self::new();
+        argv.signed(now);
+        argv.buffer(b"HOLD");
+        write_holder(h, &mut argv);
+        argv
+    }
+
+    /// Keeps `s`; false when it could not (and is freed).
+    fn push(&mut self, s: *mut raw::RedisModuleString) -> bool {
+        match self.strings.get_mut(self.len) {
+            Some(slot) if !s.is_null() => {
+                *slot = s;
+                self.len += 1;
+                true
+            }
+            // More fields than room: cannot happen (a holder has 7).
+            _ => {
+                free_string(s);
+                false
+            }
+        }
+    }
+}
+
+impl Sink for Argv {
+    fn unsigned(&mut self, value: u64) {
+        self.signed(value as i64);
+    }
+    fn signed(&mut self, value: i64) {
+        let mut made = self.numbers.iter().take(self.numbers_len);
+        let s = match made.find(|(n, _)| *n == value) {
+            Some(&(_, s)) => retain_string(s),
+            // SAFETY: with no context the string is not auto-freed: `Drop` frees it.
+            _ => unsafe {
+                raw::RedisModule_CreateStringFromLongLong
+                    .map_or(std::ptr::null_mut(), |f| f(std::ptr::null_mut(), value))
+            },
+        };
+        if self.push(s)
+            && let Some(slot) = self.numbers.get_mut(self.numbers_len)
+        {
+            *slot = (value, s);
+            self.numbers_len += 1;
+        }
+    }
+    fn buffer(&mut self, bytes: &[u8]) {
+        let s = match shared(bytes) {
+            Some(s) => retain_string(s),
+            // SAFETY: as above; the buffer is valid for `bytes.len()` bytes.
+            None => unsafe {
+                raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
+                    f(
+                        std::ptr::null_mut(),
+                        bytes.as_ptr().cast::<c_char>(),
+                        bytes.len(),
+                    )
+                })
+            },
+        };
+        self.push(s);
+    }
+}
+
+impl Drop for Argv {
+    fn drop(&mut self) {
+        for &s in self.strings.iter().take(self.len) {
+            free_string(s);
+        }
+    }
+}
+
+/// One more reference to `s` (a string made with no context), for an [`Argv`]
+/// that frees each of its strings once.
+fn retain_string(s: *mut raw::RedisModuleString) -> *mut raw::RedisModuleString {
+    // SAFETY: `s` is a live string made with no context; with no context
+    // RetainString only raises its reference count.
+    unsafe {
+        match raw::RedisModule_RetainString {
+            Some(f) => {
+                f(std::ptr::null_mut(), s);
+                s
+            }
+            None => std::ptr::null_mut(),
+        }
+    }
+}
+
+fn free_string(s: *mut raw::RedisModuleString) {
+    if s.is_null() {
+        return;
+    }
+    // SAFETY: `s` was created with no context and is freed once.
+    unsafe {
+        if let Some(f) = raw::RedisModule_FreeString {
+            f(std::ptr::null_mut(), s);
+        }
+    }
+}
+
+/// The words that every effect repeats (see [`word`]), as strings made once
+/// for the life of the process (never freed: an `Argv` only retains and
+/// releases them).
+struct Shared([Option<NonNull<raw::RedisModuleString>>; WORDS.len()]);
+
+// SAFETY: the strings are never changed or freed; their reference counts are
+// only moved by the thread that runs commands and AOF rewrites (the main
+// thread, or the rewrite's own process), as Redis requires of every string.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+static SHARED: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
+
+/// The words of [`word`], in its order.
+const WORDS: [&str; 11] = [
+    "",
+    "HOLD",
+    "RELEASE",
+    "REAP",
+    "PRUNE",
+    "lock",
+    "until_executed",
+    "until_executing",
+    "while_executing",
+    "until_and_while_executing",
+    "until_expired",
+];
+
+/// The index in [`WORDS`] of `bytes`: the operation names, the known lock
+/// types and the empty field. Matched as constants (a length and a load or
+/// two each), not searched: this runs for every field of every effect.
+fn word(bytes: &[u8]) -> Option<usize> {
+    Some(match bytes {
+        b"" => 0,
+        b"HOLD" => 1,
+        b"RELEASE" => 2,
+        b"REAP" => 3,
+        b"PRUNE" => 4,
+        b"lock" => 5,
+        b"until_executed" => 6,
+        b"until_executing" => 7,
+        b"while_executing" => 8,
+        b"until_and_while_executing" => 9,
+        b"until_expired" => 10,
+        _ => return None,
+    })
+}
+
+/// The string made once for `bytes`, if it is one of the [`WORDS`].
+fn shared(bytes: &[u8]) -> Option<*mut raw::RedisModuleString> {
+    let i = word(bytes)?;
+    let shared = SHARED.get_or_init(|| {
+        Shared(WORDS.map(|w| {
+            // SAFETY: a string with no context, which is never freed.
+            let s = unsafe {
+                raw::RedisModule_CreateString
+                    .map(|f| f(std::ptr::null_mut(), w.as_ptr().cast::<c_char>(), w.len()))
+            };
+            s.and_then(NonNull::new)
+        }))
+    });
+    shared.0.get(i).copied().flatten().map(NonNull::as_ptr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_words_are_the_operations_the_known_types_and_the_empty_field() {
+        for (i, w) in WORDS.iter().enumerate() {
+            assert_eq!(word(w.as_bytes()), Some(i), "{w}");
+        }
+        for t in crate::lock::KNOWN_TYPES {
+            assert!(word(t.as_bytes()).is_some(), "{t}");
+        }
+        for other in [&b"hold"[..], b"HOLD ", b"lock:1", b"job", b"x"] {
+            assert_eq!(word(other), None);
+        }
+    }
+}

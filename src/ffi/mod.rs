@@ -1,0 +1,54 @@
+//! The thin layer over the Redis module API that `redis-module` 2.0.8 does not
+//! wrap the way this module needs: typed access to a key of a module type
+//! (its `WRONGTYPE` check, absolute expiry), the clock, RDB and digest I/O,
+//! replication and AOF emission, blocked clients, key scans. Every `unsafe`
+//! block of the crate lives here or in the type callbacks of `datatype.rs`.
+//!
+//! The bottom of the Redis glue: it imports only the pure `codec` and
+//! `lock`, and calls up into nothing (the callbacks of a blocked client are
+//! a [`BlockHandler`] given by the caller).
+
+mod argv;
+mod blocking;
+mod command_info;
+mod entry;
+mod io;
+mod keys;
+mod notify;
+mod replication;
+mod scan;
+mod timers;
+
+pub use blocking::{BlockHandler, Blocked, WaiterReply, block_client, unblock};
+pub use command_info::{describe_commands, has_module_configs, load_configs};
+pub use entry::{EntryPoint, InPlace, create_in_place_command};
+pub use io::{Digest, Rdb};
+pub use keys::{ModuleKey, ValueType};
+pub use notify::notify_module_event;
+pub(crate) use replication::emit_aof_hold;
+pub use replication::{replicate_effect, replicate_hold};
+pub use scan::ScanCursor;
+pub use timers::{TimerHandler, TimerId, arm_timer, stop_timer};
+
+use redis_module::{Context, raw};
+
+/// The server's wall clock, unix ms.
+pub fn now_ms() -> i64 {
+    // SAFETY: RedisModule_Milliseconds takes no arguments and only reads the
+    // clock; the pointer is set by RedisModule_Init before any command runs.
+    unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }
+}
+
+/// Selects database `db` for the keys `ctx` opens next; false when there is
+/// no such database.
+pub fn select_db(ctx: &Context, db: i32) -> bool {
+    // SAFETY: `ctx` is a live context; SelectDb only checks the index.
+    let status = unsafe { raw::RedisModule_SelectDb.map(|f| f(ctx.get_raw(), db)) };
+    status == Some(raw::REDISMODULE_OK as i32)
+}
+
+/// The database `ctx` works on.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: `ctx` is a live context.
+    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx.get_raw())) }
+}
