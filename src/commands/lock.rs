@@ -4,7 +4,7 @@ use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{ArgError, Change, finish, parse_int, tracked};
+use super::{ArgError, Change, finish, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::lock::{
@@ -169,9 +169,7 @@ fn attempt(
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
     let (acquired, expired) = match key.lock_mut()? {
         Some(lock) => tracked(lock, |lock| {
-            let expired = lock.prune_each(now, |h| {
-                metrics::record(now, Some(h.lock_type()), Event::Expired);
-            });
+            let expired = prune_expired(lock, now);
             // Others are waiting for a slot: a newcomer queues behind them.
             if queued && lock.holder(jid).is_none() {
                 (Acquired::Denied, expired)

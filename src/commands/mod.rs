@@ -212,6 +212,15 @@ pub fn finish(
     Ok(())
 }
 
+/// The first step of every command that changes a lock: removes the holders
+/// whose lease has ended at `now`, counts each as `expired` under its own
+/// type, and returns how many went (what [`finish`] reports as expired).
+fn prune_expired(lock: &mut Lock, now: i64) -> usize {
+    lock.prune_each(now, |h| {
+        counters::record(now, Some(h.lock_type()), counters::Event::Expired);
+    })
+}
+
 /// Runs a change on a lock and keeps the holders gauge in step with it.
 fn tracked<T>(lock: &mut Lock, change: impl FnOnce(&mut Lock) -> T) -> T {
     let before = lock.len();

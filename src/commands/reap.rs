@@ -6,7 +6,7 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{ArgError, Change, finish, parse_int, tracked};
+use super::{ArgError, Change, finish, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::lock::validate_owner;
@@ -136,9 +136,7 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
         return 0;
     };
     let (expired, reaped) = tracked(lock, |lock| {
-        let expired = lock.prune_each(now, |h| {
-            metrics::record(now, Some(h.lock_type()), Event::Expired);
-        });
+        let expired = prune_expired(lock, now);
         let reaped = owner.map_or(0, |owner| {
             lock.remove_owner_each(owner, |h| {
                 metrics::record(now, Some(h.lock_type()), Event::Reaped);

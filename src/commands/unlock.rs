@@ -4,7 +4,7 @@ use std::ops::Deref;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{Change, finish, tracked};
+use super::{Change, finish, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
@@ -26,9 +26,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
         return Ok(RedisValue::Integer(0));
     };
     let (expired, released) = tracked(lock, |lock| {
-        let expired = lock.prune_each(now, |h| {
-            metrics::record(now, Some(h.lock_type()), Event::Expired);
-        });
+        let expired = prune_expired(lock, now);
         (expired, lock.release(jid))
     });
     let (change, reply) = match released {
