@@ -33,6 +33,51 @@ pub const APPLY_COMMAND_NAME: &str = match APPLY_COMMAND.to_str() {
     Err(_) => "",
 };
 
+/// What `unique.apply key now <op> ...` does after removing the holders whose
+/// lease ended at `now`: the one list of its operations, written by the
+/// replication side (`ffi::replicate_*`) and read by the replica's side
+/// (`commands/apply.rs`).
+///
+/// ```text
+/// unique.apply key now HOLD jid token acquired_at expires_at type owner meta
+/// unique.apply key now RELEASE jid
+/// unique.apply key now REAP owner
+/// unique.apply key now PRUNE
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApplyOp {
+    /// Puts a holder exactly as given (a grant or a renewal), in the fields of
+    /// [`write_holder`].
+    Hold,
+    /// Removes one holder, by jid.
+    Release,
+    /// Removes every holder of one owner.
+    ReapOwner,
+    /// Nothing after the removal of the ended leases.
+    PruneOnly,
+}
+
+impl ApplyOp {
+    pub const ALL: [Self; 4] = [Self::Hold, Self::Release, Self::ReapOwner, Self::PruneOnly];
+
+    /// Its word on the wire.
+    pub const fn word(self) -> &'static CStr {
+        match self {
+            Self::Hold => c"HOLD",
+            Self::Release => c"RELEASE",
+            Self::ReapOwner => c"REAP",
+            Self::PruneOnly => c"PRUNE",
+        }
+    }
+
+    /// The operation a word names (any case, as Redis reads command words).
+    pub fn parse(word: &[u8]) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|op| word.eq_ignore_ascii_case(op.word().to_bytes()))
+    }
+}
+
 /// The encoding this build writes; it reads this one and every older one.
 pub const ENCODING_VERSION: i32 = 1;
 

@@ -1,7 +1,7 @@
 //! redis-unique: native job locks for Redis.
 //!
 //! This file only registers things with Redis. The lock rules live in
-//! `lock.rs`, the commands in `commands/`, the data type in `datatype.rs`.
+//! `lock/`, the commands in `commands/`, the data type in `datatype.rs`.
 
 pub mod codec;
 pub mod commands;

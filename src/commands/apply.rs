@@ -1,14 +1,8 @@
 //! UNIQUE.APPLY: the internal command that carries an effect from a primary to
 //! its replicas and into the AOF. It is never sent by clients.
 //!
-//! ```text
-//! UNIQUE.APPLY key now HOLD jid token acquired_at expires_at type owner meta
-//! UNIQUE.APPLY key now RELEASE jid
-//! UNIQUE.APPLY key now REAP owner
-//! UNIQUE.APPLY key now PRUNE
-//! ```
-//!
-//! Every form first removes the holders whose lease ended at `now` (the
+//! Its operations are [`codec::ApplyOp`] (their words and forms are there,
+//! shared with the side that writes them). Every form first removes the holders whose lease ended at `now` (the
 //! primary's clock at the time of the command, or 0 to remove none), then:
 //! HOLD puts the holder exactly as given (a new grant or a renewal, with
 //! absolute times and its token), in the fields of the encoding, read and
@@ -22,31 +16,10 @@
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{Change, events, finish, parse_int, tracked};
-use crate::codec::{self, DecodeError, Source};
+use crate::codec::{self, ApplyOp, DecodeError, Source};
 use crate::datatype::LockKey;
 use crate::fencing;
-use crate::ffi;
 use crate::lock::{Holder, Lock};
-
-/// Replicates a grant or renewal: the holder as it now is.
-pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, holder: &Holder) {
-    ffi::replicate_hold(ctx, key, now, holder);
-}
-
-/// Replicates the removal of one holder (after the prune at `now`).
-pub fn replicate_release(ctx: &Context, key: &RedisString, now: i64, jid: &[u8]) {
-    ffi::replicate_effect(ctx, key, now, c"RELEASE", Some(jid));
-}
-
-/// Replicates REAP OWNER on one key: the prune at `now`, then every holder of `owner`.
-pub fn replicate_reap(ctx: &Context, key: &RedisString, now: i64, owner: &[u8]) {
-    ffi::replicate_effect(ctx, key, now, c"REAP", Some(owner));
-}
-
-/// Replicates the removal of the holders whose lease ended at `now`.
-pub fn replicate_prune(ctx: &Context, key: &RedisString, now: i64) {
-    ffi::replicate_effect(ctx, key, now, c"PRUNE", None);
-}
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let from_primary_or_aof = ctx
@@ -79,10 +52,10 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 new.then_some(events::LOCK)
             }
             Effect::Release(jid) => lock.release(jid).map(|_| events::UNLOCK),
-            Effect::Reap(owner) => {
+            Effect::ReapOwner(owner) => {
                 (lock.remove_owner_each(owner, |_| {}) > 0).then_some(events::REAP)
             }
-            Effect::Prune => None,
+            Effect::PruneOnly => None,
         }
     });
 
@@ -94,18 +67,17 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 enum Effect<'a> {
     Hold(Holder),
     Release(&'a [u8]),
-    Reap(&'a [u8]),
-    Prune,
+    ReapOwner(&'a [u8]),
+    PruneOnly,
 }
 
 impl<'a> Effect<'a> {
     fn parse(op: &[u8], rest: &'a [RedisString]) -> Result<Self, RedisError> {
-        let is = |name: &str| op.eq_ignore_ascii_case(name.as_bytes());
-        match rest {
-            _ if is("HOLD") => Ok(Self::Hold(parse_holder(rest)?)),
-            [jid] if is("RELEASE") => Ok(Self::Release(jid)),
-            [owner] if is("REAP") => Ok(Self::Reap(owner)),
-            [] if is("PRUNE") => Ok(Self::Prune),
+        match (ApplyOp::parse(op), rest) {
+            (Some(ApplyOp::Hold), _) => Ok(Self::Hold(parse_holder(rest)?)),
+            (Some(ApplyOp::Release), [jid]) => Ok(Self::Release(jid)),
+            (Some(ApplyOp::ReapOwner), [owner]) => Ok(Self::ReapOwner(owner)),
+            (Some(ApplyOp::PruneOnly), []) => Ok(Self::PruneOnly),
             _ => Err(RedisError::Str("ERR syntax error")),
         }
     }

@@ -202,7 +202,7 @@ fn attempt(
         _ => {
             let lease_end =
                 lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at()).min());
-            (Attempt::Denied { lease_end }, Change::None)
+            (Attempt::Denied { lease_end }, Change::PruneOnly)
         }
     };
     finish(ctx, key_name, key, now, expired, change)?;

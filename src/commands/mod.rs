@@ -17,6 +17,7 @@ use std::ffi::CStr;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
+use crate::codec::ApplyOp;
 use crate::datatype::LockKey;
 use crate::ffi;
 use crate::lock::{Lock, LockError};
@@ -133,8 +134,10 @@ fn settle(key: &mut LockKey) -> Result<(), RedisError> {
 /// lease had run out (counted apart, see [`finish`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change<'a> {
-    /// Nothing more: a denial, an UNLOCK that found nothing, a bare prune.
-    None,
+    /// Nothing but the removal of ended leases, if any: a denial, an UNLOCK
+    /// that found nothing, a bare prune (replicated as `PRUNE` when a lease
+    /// ended, and not at all otherwise).
+    PruneOnly,
     /// `jid` holds: a new grant (`new`) or a renewal.
     Hold { jid: &'a [u8], new: bool },
     /// UNLOCK removed `jid`'s holder.
@@ -153,7 +156,7 @@ impl Change<'_> {
             Self::Release(_) => Some(events::UNLOCK),
             Self::Reap(_) => Some(events::REAP),
             Self::Replayed(event) => event,
-            Self::None | Self::Hold { new: false, .. } => None,
+            Self::PruneOnly | Self::Hold { new: false, .. } => None,
         }
     }
 }
@@ -181,19 +184,21 @@ pub fn finish(
     change: Change<'_>,
 ) -> Result<(), RedisError> {
     let replayed = matches!(change, Change::Replayed(_));
-    if !replayed && expired == 0 && change == Change::None {
+    if !replayed && expired == 0 && change == Change::PruneOnly {
         return Ok(());
     }
     settle(&mut key)?;
     match change {
         Change::Hold { jid, .. } => {
             if let Some(holder) = key.lock()?.and_then(|lock| lock.holder(jid)) {
-                apply::replicate_hold(ctx, name, now, holder);
+                ffi::replicate_hold(ctx, name, now, holder);
             }
         }
-        Change::Release(jid) => apply::replicate_release(ctx, name, now, jid),
-        Change::Reap(owner) => apply::replicate_reap(ctx, name, now, owner),
-        Change::None => apply::replicate_prune(ctx, name, now),
+        Change::Release(jid) => ffi::replicate_effect(ctx, name, now, ApplyOp::Release, Some(jid)),
+        Change::Reap(owner) => {
+            ffi::replicate_effect(ctx, name, now, ApplyOp::ReapOwner, Some(owner));
+        }
+        Change::PruneOnly => ffi::replicate_effect(ctx, name, now, ApplyOp::PruneOnly, None),
         // A replica's own AOF only gets what a module command replicates.
         Change::Replayed(_) => ctx.replicate_verbatim(),
     }

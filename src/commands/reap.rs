@@ -149,7 +149,7 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
     }
     let change = match owner {
         Some(owner) if reaped > 0 => Change::Reap(owner),
-        _ => Change::None,
+        _ => Change::PruneOnly,
     };
     // The lock is ours and open: finishing cannot fail.
     let _ = finish(ctx, name, key, now, expired, change);

@@ -36,7 +36,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
         }
         None => {
             metrics::record(now, None, Event::UnlockMissed);
-            (Change::None, 0)
+            (Change::PruneOnly, 0)
         }
     };
     finish(ctx, key_name, key, now, expired, change)?;

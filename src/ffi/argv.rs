@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use redis_module::raw;
 
-use crate::codec::{Sink, write_holder};
+use crate::codec::{ApplyOp, Sink, write_holder};
 use crate::lock::Holder;
 
 /// Redis strings built through the codec's [`Sink`]: a holder goes to the
@@ -47,7 +47,7 @@ impl Argv {
     pub(super) fn hold(now: i64, h: &Holder) -> Self {
         let mut argv = Self::new();
         argv.signed(now);
-        argv.buffer(b"HOLD");
+        argv.buffer(ApplyOp::Hold.word().to_bytes());
         write_holder(h, &mut argv);
         argv
     }
@@ -215,6 +215,9 @@ mod tests {
 
     #[test]
     fn the_shared_words_are_the_operations_the_known_types_and_the_empty_field() {
+        for op in ApplyOp::ALL {
+            assert!(word(op.word().to_bytes()).is_some(), "{op:?}");
+        }
         for (i, w) in WORDS.iter().enumerate() {
             assert_eq!(word(w.as_bytes()), Some(i), "{w}");
         }

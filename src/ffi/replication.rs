@@ -1,12 +1,12 @@
 //! Replication and AOF: the `unique.apply` effects a change sends to the
 //! replicas and the AOF, and the commands an AOF rewrite emits.
 
-use std::ffi::{CStr, c_longlong};
+use std::ffi::c_longlong;
 
 use redis_module::{Context, RedisString, raw};
 
 use super::argv::Argv;
-use crate::codec::{APPLY_COMMAND, Sink};
+use crate::codec::{APPLY_COMMAND, ApplyOp, Sink};
 use crate::lock::Holder;
 
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF,
@@ -28,7 +28,7 @@ pub(crate) fn emit_aof_hold(
                 c"slcv".as_ptr(),
                 key,
                 0 as c_longlong,
-                c"HOLD".as_ptr(),
+                ApplyOp::Hold.word().as_ptr(),
                 argv.strings.as_mut_ptr(),
                 argv.len,
             );
@@ -43,10 +43,16 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
 }
 
 /// Replicates `UNIQUE.APPLY key now OP [arg]` (RELEASE jid, REAP owner, PRUNE).
-pub fn replicate_effect(ctx: &Context, key: &RedisString, now: i64, op: &CStr, arg: Option<&[u8]>) {
+pub fn replicate_effect(
+    ctx: &Context,
+    key: &RedisString,
+    now: i64,
+    op: ApplyOp,
+    arg: Option<&[u8]>,
+) {
     let mut argv = Argv::new();
     argv.signed(now);
-    argv.buffer(op.to_bytes());
+    argv.buffer(op.word().to_bytes());
     if let Some(arg) = arg {
         argv.buffer(arg);
     }
