@@ -17,6 +17,8 @@ pub struct CommandDoc {
     pub complexity: &'static str,
     /// Redis's convention: N exactly N arguments (the name included), -N at least N.
     pub arity: i32,
+    /// The command flags it is registered with (`write deny-oom fast`...).
+    pub flags: &'static str,
     /// Space-separated hints for clients and proxies, "" for none.
     pub tips: &'static str,
     pub key_specs: &'static [KeySpec],
@@ -303,8 +305,10 @@ static METRICS_ARGS: &[Arg] = &[Arg::new("mode", ArgType::OneOf, "a report, or R
         Arg::token("reset", "RESET", "zero every counter"),
     ])];
 
-/// The public commands, in the order of docs/commands.md. (UNIQUE.APPLY,
-/// internal, is left without docs: see docs/commands.md.)
+/// The public commands, in the order of docs/commands.md: everything Redis is
+/// told about each (its flags, arity, key specs, docs). `commands::REGISTRY`
+/// adds the entry points. (UNIQUE.APPLY, internal, is left without docs: see
+/// docs/commands.md.)
 pub static COMMANDS: &[CommandDoc] = &[
     CommandDoc {
         name: "unique.lock",
@@ -312,6 +316,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         since: VERSION,
         complexity: "O(N) where N is the number of holders of the key.",
         arity: -3,
+        flags: "write deny-oom fast",
         tips: "nondeterministic_output",
         key_specs: &[KeySpec {
             index: 1,
@@ -325,6 +330,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         since: VERSION,
         complexity: "O(N) where N is the number of holders of the key.",
         arity: 3,
+        flags: "write fast",
         tips: "",
         key_specs: &[KeySpec {
             index: 1,
@@ -341,6 +347,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         since: VERSION,
         complexity: "O(N) where N is the number of holders of the key.",
         arity: -2,
+        flags: "readonly fast",
         tips: "",
         key_specs: &[KeySpec {
             index: 1,
@@ -357,6 +364,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         since: VERSION,
         complexity: "O(1)",
         arity: 2,
+        flags: "readonly fast",
         tips: "",
         key_specs: &[KeySpec {
             index: 1,
@@ -370,6 +378,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         since: VERSION,
         complexity: "O(1) for every call, O(N) for a complete iteration, with N the number of keys in the database.",
         arity: -2,
+        flags: "write",
         tips: "nondeterministic_output",
         key_specs: &[],
         args: &[
@@ -400,6 +409,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         since: VERSION,
         complexity: "O(T) where T is the number of lock types counted (times n with MINUTES n).",
         arity: -1,
+        flags: "readonly fast",
         tips: "nondeterministic_output",
         key_specs: &[],
         args: METRICS_ARGS,
@@ -422,8 +432,8 @@ pub fn markdown() -> String {
         out.push_str(&format!("`{}`\n\n", synopsis(cmd)));
         out.push_str(&format!("{}\n\n", cmd.summary));
         out.push_str(&format!(
-            "- since: {}\n- complexity: {}\n- arity: {}\n",
-            cmd.since, cmd.complexity, cmd.arity
+            "- since: {}\n- complexity: {}\n- arity: {}\n- flags: {}\n",
+            cmd.since, cmd.complexity, cmd.arity, cmd.flags
         ));
         let keys: Vec<String> = cmd
             .key_specs

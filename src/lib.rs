@@ -25,7 +25,6 @@ use redis_module_macros::{flush_event_handler, info_command_handler, role_change
 
 use redis_module::configuration::{ConfigurationFlags, register_i64_configuration};
 
-use crate::commands::guard;
 use crate::datatype::LOCK_TYPE;
 
 // Redis's allocator, so that Redis accounts for our memory; unit tests and
@@ -46,13 +45,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     if load_config(ctx, args) == Status::Err {
         return Status::Err;
     }
-    // The hot commands read their arguments in place (see `in_place!`).
-    let hot = ffi::create_in_place_command::<Lock>(ctx, c"unique.lock", c"write deny-oom fast")
-        && ffi::create_in_place_command::<Unlock>(ctx, c"unique.unlock", c"write fast")
-        && ffi::create_in_place_command::<LockedBy>(ctx, c"unique.lockedby", c"readonly fast");
-    if !hot {
-        ctx.log_warning("could not register unique.lock, unique.unlock and unique.lockedby");
-        return Status::Err;
+    // Every command, from the one table of them (commands::REGISTRY).
+    for command in &commands::REGISTRY {
+        let Ok(flags) = std::ffi::CString::new(command.flags()) else {
+            return Status::Err;
+        };
+        if !ffi::create_command(ctx, command.name, command.entry, &flags, command.keys()) {
+            ctx.log_warning(&format!("could not register {:?}", command.name));
+            return Status::Err;
+        }
     }
     ffi::describe_commands(ctx);
     // Our rdb_load checks every read, so a truncated RESTORE payload or RDB is
@@ -102,23 +103,6 @@ fn load_config(ctx: &Context, args: &[RedisString]) -> Status {
     }
     Status::Ok
 }
-
-/// A command that reads its arguments in place (`ffi::entry_point`), under
-/// the same panic guard as the others.
-macro_rules! in_place {
-    ($command:ident, $run:path) => {
-        struct $command;
-        impl ffi::InPlace for $command {
-            fn run(ctx: &Context, key: &RedisString, args: &[&[u8]]) -> RedisResult {
-                commands::guard_in_place(ctx, key, args, |c, k, a| $run(c, k, a))
-            }
-        }
-    };
-}
-
-in_place!(Lock, commands::lock::run_in_place);
-in_place!(Unlock, commands::unlock::run_in_place);
-in_place!(LockedBy, commands::lockedby::run_in_place);
 
 #[role_changed_event_handler]
 fn role_changed(_ctx: &Context, role: ServerRole) {
@@ -172,12 +156,7 @@ redis_module! {
     allocator: (Allocator, ALLOCATOR),
     data_types: [LOCK_TYPE],
     init: init,
-    commands: [
-        ["unique.waiters", |ctx, args| guard(ctx, args, commands::waiters::run), "readonly fast", 1, 1, 1, ""],
-        ["unique.reap", |ctx, args| guard(ctx, args, commands::reap::run), "write", 0, 0, 0, ""],
-        ["unique.metrics", |ctx, args| guard(ctx, args, commands::metrics::run), "readonly fast", 0, 0, 0, ""],
-        [codec::APPLY_COMMAND_NAME, |ctx, args| guard(ctx, args, commands::apply::run), "write", 1, 1, 1, ""],
-    ],
+    commands: [],
     event_handlers: [
         [@GENERIC @EVICTED @EXPIRED: key_gone],
     ],

@@ -21,6 +21,8 @@ use crate::datatype::LockKey;
 use crate::fencing;
 use crate::lock::{Holder, Lock};
 
+super::command!(with_args run);
+
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let from_primary_or_aof = ctx
         .get_flags()

@@ -15,6 +15,8 @@ use crate::metrics::{self, Event};
 use crate::waiting::{self, Served};
 use crate::{config, fencing};
 
+super::command!(in_place run_in_place);
+
 /// The options of a LOCK call, validated, before the clock is read.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct LockOptions<'a> {

@@ -11,6 +11,8 @@ use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::lock::Holder;
 
+super::command!(in_place run_in_place);
+
 /// LOCKEDBY on its arguments read in place (`key_name` is `args[1]`).
 ///
 /// Read-only: expired holders are hidden, never removed, so this is right on

@@ -8,6 +8,8 @@ use crate::config;
 use crate::ffi::now_ms;
 use crate::metrics::{self, Counters, Report};
 
+super::command!(with_args run);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
     Resp,

@@ -19,6 +19,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use crate::codec::ApplyOp;
 use crate::datatype::LockKey;
+use crate::docs::{COMMANDS, CommandDoc};
 use crate::ffi;
 use crate::lock::{Lock, LockError};
 use crate::metrics as counters;
@@ -216,6 +217,103 @@ pub fn finish(
     }
     Ok(())
 }
+
+/// One command as lib.rs registers it: its facts (name, flags, arity, key
+/// specs, docs) in `docs::COMMANDS`, found by name, and its entry point.
+pub struct Registration {
+    pub name: &'static CStr,
+    pub entry: ffi::EntryPoint,
+}
+
+impl Registration {
+    /// The command's facts; `None` for the internal `unique.apply`.
+    pub fn doc(&self) -> Option<&'static CommandDoc> {
+        let name = self.name.to_str().ok()?;
+        COMMANDS.iter().find(|doc| doc.name == name)
+    }
+
+    /// Its flags: the documented ones, or the internal command's.
+    pub fn flags(&self) -> &'static str {
+        self.doc().map_or("write", |doc| doc.flags)
+    }
+
+    /// The legacy key range (first, last, step) of its key spec: the first
+    /// argument or none.
+    pub fn keys(&self) -> (i32, i32, i32) {
+        match self.doc().map(|doc| doc.key_specs.first().map(|k| k.index)) {
+            Some(Some(index)) => (index, index, 1),
+            Some(None) => (0, 0, 0),
+            None => (1, 1, 1), // unique.apply key now ...
+        }
+    }
+}
+
+/// Every command of the module. A new command adds its file (with its
+/// `Command` type, the entry point's handler), its facts to
+/// `docs::COMMANDS`, and its line here. LOCK, UNLOCK and LOCKEDBY, the hot
+/// ones, read their arguments in place; the others take Redis strings.
+pub static REGISTRY: [Registration; 7] = [
+    Registration {
+        name: c"unique.lock",
+        entry: ffi::entry_point::<lock::Command>,
+    },
+    Registration {
+        name: c"unique.unlock",
+        entry: ffi::entry_point::<unlock::Command>,
+    },
+    Registration {
+        name: c"unique.lockedby",
+        entry: ffi::entry_point::<lockedby::Command>,
+    },
+    Registration {
+        name: c"unique.waiters",
+        entry: ffi::args_entry_point::<waiters::Command>,
+    },
+    Registration {
+        name: c"unique.reap",
+        entry: ffi::args_entry_point::<reap::Command>,
+    },
+    Registration {
+        name: c"unique.metrics",
+        entry: ffi::args_entry_point::<metrics::Command>,
+    },
+    Registration {
+        name: crate::codec::APPLY_COMMAND,
+        entry: ffi::args_entry_point::<apply::Command>,
+    },
+];
+
+/// Declares a command file's `Command`: the entry point's handler, which runs
+/// `run` under the panic guard (reading the arguments in place, or as Redis
+/// strings).
+macro_rules! command {
+    (in_place $run:path) => {
+        /// This command, for `commands::REGISTRY`.
+        pub struct Command;
+        impl $crate::ffi::InPlace for Command {
+            fn run(
+                ctx: &redis_module::Context,
+                key: &redis_module::RedisString,
+                args: &[&[u8]],
+            ) -> redis_module::RedisResult {
+                super::guard_in_place(ctx, key, args, |c, k, a| $run(c, k, a))
+            }
+        }
+    };
+    (with_args $run:path) => {
+        /// This command, for `commands::REGISTRY`.
+        pub struct Command;
+        impl $crate::ffi::WithArgs for Command {
+            fn run(
+                ctx: &redis_module::Context,
+                args: Vec<redis_module::RedisString>,
+            ) -> redis_module::RedisResult {
+                super::guard(ctx, args, $run)
+            }
+        }
+    };
+}
+use command;
 
 /// The first step of every command that changes a lock: removes the holders
 /// whose lease has ended at `now`, counts each as `expired` under its own

@@ -12,6 +12,8 @@ use crate::ffi::now_ms;
 use crate::lock::validate_owner;
 use crate::metrics::{self, Event};
 
+super::command!(with_args run);
+
 const DEFAULT_COUNT: usize = 100;
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {

@@ -9,6 +9,8 @@ use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
 
+super::command!(in_place run_in_place);
+
 /// UNLOCK on its arguments read in place (`key_name` is `args[1]`).
 pub fn run_in_place<A: Deref<Target = [u8]>>(
     ctx: &Context,

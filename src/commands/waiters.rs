@@ -5,6 +5,8 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use crate::datatype::LockKey;
 use crate::waiting;
 
+super::command!(with_args run);
+
 /// How many clients wait in `LOCK ... WAIT` on the key, in its queue: what a
 /// dashboard shows beside the holders. A missing key has a count (0, or the
 /// clients still queued for a lock that just went); a key of another type is

@@ -54,6 +54,24 @@ pub(crate) extern "C" fn entry_point<C: InPlace>(
     context.reply(reply) as std::ffi::c_int
 }
 
+/// A command that takes its arguments as Redis strings, as the crate's
+/// registration macro gives them.
+pub trait WithArgs {
+    fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult;
+}
+
+/// The `extern "C"` entry point of command `C`, with its arguments retained as
+/// Redis strings (what the crate's registration macro does).
+pub(crate) extern "C" fn args_entry_point<C: WithArgs>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: std::ffi::c_int,
+) -> std::ffi::c_int {
+    let context = Context::new(ctx);
+    let args = redis_module::decode_args(ctx, argv, argc);
+    context.reply(C::run(&context, args)) as std::ffi::c_int
+}
+
 /// A command's own `extern "C"` entry point.
 pub type EntryPoint = extern "C" fn(
     *mut raw::RedisModuleCtx,
@@ -61,16 +79,9 @@ pub type EntryPoint = extern "C" fn(
     std::ffi::c_int,
 ) -> std::ffi::c_int;
 
-/// Registers command `name` (its key the first argument) to run `C` through
-/// [`entry_point`]; false when Redis refused it.
-pub fn create_in_place_command<C: InPlace>(ctx: &Context, name: &CStr, flags: &CStr) -> bool {
-    create_command(ctx, name, entry_point::<C>, flags, (1, 1, 1))
-}
-
-/// Registers command `name` with its own entry point (the registration macro
-/// gives every other command one that copies its arguments); false when
-/// Redis refused it.
-fn create_command(
+/// Registers command `name` with its entry point, flags and legacy key range
+/// (first, last, step); false when Redis refused it.
+pub fn create_command(
     ctx: &Context,
     name: &CStr,
     entry: EntryPoint,

@@ -21,7 +21,8 @@ mod timers;
 
 pub use blocking::{BlockHandler, Blocked, WaiterReply, block_client, unblock};
 pub use command_info::{describe_commands, has_module_configs, load_configs};
-pub use entry::{EntryPoint, InPlace, create_in_place_command};
+pub use entry::{EntryPoint, InPlace, WithArgs, create_command};
+pub(crate) use entry::{args_entry_point, entry_point};
 pub use io::{Digest, Rdb};
 pub use keys::{ModuleKey, ValueType};
 pub use notify::notify_module_event;
