@@ -170,24 +170,10 @@ module RedisUnique
         end.to_h
       end
 
+      # One holder of a LOCKEDBY WITHMETA reply: the client's own parser, so that the
+      # tab shows exactly what RedisUnique::Client#holders returns.
       def self.holder(raw)
-        h = (raw.is_a?(Hash) ? raw : Hash[*raw]).transform_keys(&:to_s)
-        expires = h["expires_at"].to_i
-        ttl = h["ttl"].to_i
-        Holder.new(jid: h["jid"].to_s, token: h["token"].to_i, acquired_at: Time.at(h["acquired_at"].to_i / 1000r),
-                   expires_at: expires.negative? ? nil : Time.at(expires / 1000r),
-                   ttl: ttl.negative? ? nil : ttl / 1000.0, type: h["type"].to_s, owner: h["owner"],
-                   meta: parse_meta(h["meta"]))
-      end
-
-      # A Hash when META is a JSON object, the raw text otherwise, {} without META.
-      def self.parse_meta(meta)
-        return {} if meta.nil? || meta.empty?
-
-        parsed = JSON.parse(meta)
-        parsed.is_a?(Hash) ? parsed : meta
-      rescue JSON::ParserError
-        meta
+        Client.holder(raw)
       end
 
       private
