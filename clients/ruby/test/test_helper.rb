@@ -88,6 +88,15 @@ end
 module TestHelpers
   H = RedisUnique::Harness
 
+  # Every test starts with the suite's server up and Sidekiq's client pointed at it. A test
+  # whose first act is a push would otherwise, run first (random order), make Sidekiq's
+  # global pool for localhost:6379 (REDIS_URL not set yet), and every later test would
+  # inherit that pool.
+  def before_setup
+    super
+    TestSuite.server
+  end
+
   def conn
     TestSuite.conn
   end
