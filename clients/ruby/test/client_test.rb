@@ -73,6 +73,7 @@ class ClientTest < Minitest::Test
   def test_seconds_become_milliseconds_rounded_up
     client.lock(key, "a", ttl: 0.3)
     h = client.holders(key).first
+    client.unlock(key, "a")
     assert_equal 300, ((h.expires_at - h.acquired_at) * 1000).round
     assert_equal [1, 300, 1001, 1], [0.0004, 0.3, 1.0001, 1e-9].map { |s| client.send(:ms_option, "ttl", s, nil) }
     client.lock("#{key}:at", "a", pxat: Time.at(2_000_000_000, 500.4, :millisecond))
@@ -99,9 +100,11 @@ class ClientTest < Minitest::Test
   def test_reap_by_owner_iterates_to_the_end
     30.times { |i| client.lock("#{key}:#{i}", "j#{i}", owner: "dead-1") }
     client.lock("#{key}:other", "x", owner: "alive")
-    assert_equal 30, client.reap(owner: "dead-1", count: 7)
+    # REAP also removes ended leases anywhere in the database, and other tests of this
+    # shared server leave some: at least this owner's 30, and every one of them gone.
+    assert_operator client.reap(owner: "dead-1", count: 7), :>=, 30
     assert_equal ["x"], client.locked_by("#{key}:other")
-    assert_equal [], client.locked_by("#{key}:0")
+    30.times { |i| assert_equal [], client.locked_by("#{key}:#{i}") }
   end
 
   def test_metrics_count_by_type
