@@ -36,7 +36,7 @@ pub fn guard(ctx: &Context, args: Vec<RedisString>, handler: Handler) -> RedisRe
 }
 
 /// [`guard`] for a command that reads its arguments in place
-/// (the in-place entry points of [`crate::ffi::create_in_place_command`]).
+/// (the in-place entry point, `ffi::entry_point`).
 pub fn guard_in_place(
     ctx: &Context,
     key: &RedisString,

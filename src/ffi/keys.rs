@@ -9,7 +9,7 @@ use redis_module::native_types::RedisType;
 use redis_module::{Context, RedisError, RedisString, raw};
 
 /// A module data type whose every value is a `Box<T>`: what lets
-/// [`ModuleKey`] and [`ScanCursor`] hand out values as `&T`.
+/// [`ModuleKey`] and [`ScanCursor`](super::ScanCursor) hand out values as `&T`.
 pub struct ValueType<T: 'static> {
     ty: &'static RedisType,
     value: PhantomData<fn() -> T>,

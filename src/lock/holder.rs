@@ -11,7 +11,7 @@ use super::{DEFAULT_TYPE, KNOWN_TYPES, LockRequest};
 ///
 /// Most locks have one holder, so a holder is kept small (48 bytes, held in
 /// the lock itself when it is the only one): its variable parts share one
-/// [`Text`] (a custom type name, the jid, the owner, the meta), kept in the
+/// `Text` (a custom type name, the jid, the owner, the meta), kept in the
 /// holder itself up to 16 bytes, with their lengths; a known type name is an
 /// index, and "no lease" is a sentinel.
 #[derive(Debug, Clone, PartialEq, Eq)]
