@@ -17,7 +17,7 @@ use crate::codec::{self, ENCODING_VERSION};
 use crate::ffi::{self, Digest, ModuleKey, Rdb, ValueType};
 use crate::lock::Lock;
 use crate::metrics::{self, Event};
-use crate::{fencing, role};
+use crate::{fencing, moving_slots, role};
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "uniq-lock",
@@ -173,6 +173,31 @@ extern "C" fn copy(
     })
 }
 
+/// The name of the key an unlink callback runs for (empty if unknown).
+fn key_name<'a>(ctx: *mut raw::RedisModuleKeyOptCtx) -> &'a [u8] {
+    // SAFETY: `ctx` is the context Redis passed to the callback; the name
+    // it gives lives as long as the callback, which is as long as the bytes
+    // are used (`counts_as_expired` keeps nothing).
+    unsafe {
+        let (Some(name_of), Some(ptr_len)) = (
+            raw::RedisModule_GetKeyNameFromOptCtx,
+            raw::RedisModule_StringPtrLen,
+        ) else {
+            return &[];
+        };
+        let name = name_of(ctx);
+        if name.is_null() {
+            return &[];
+        }
+        let mut len = 0usize;
+        let ptr = ptr_len(name, &mut len);
+        if ptr.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+    }
+}
+
 /// May run on a Redis background thread (FLUSHALL ASYNC, lazy free).
 extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
@@ -185,7 +210,9 @@ extern "C" fn free(value: *mut c_void) {
 /// A key leaves the keyspace. When every one of its holders has run out, this
 /// is Redis expiring the key (any other access would have expired it first):
 /// those holders count as expired, as when the module prunes them itself.
-extern "C" fn unlink2(_ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+/// Unless the key leaves because its slot moved to another node (which then
+/// counts them when it prunes them).
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     no_unwind((), || {
         if !role::is_primary() {
             return; // the primary counted them
@@ -193,7 +220,9 @@ extern "C" fn unlink2(_ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void
         // SAFETY: Redis passes the value of one of our keys.
         if let Some(lock) = unsafe { lock_ref(value.cast_mut()) } {
             let now = ffi::now_ms();
-            if lock.all_expired(now) {
+            if lock.all_expired(now)
+                && moving_slots::counts_as_expired(|| ffi::key_slot(key_name(ctx)))
+            {
                 for h in lock.holders() {
                     metrics::record(now, Some(h.lock_type()), Event::Expired);
                 }

@@ -12,14 +12,15 @@ pub mod fencing;
 pub mod ffi;
 pub mod lock;
 pub mod metrics;
+pub mod migration;
+pub mod moving_slots;
 pub mod reaper;
 pub mod role;
 pub mod waiting;
 
 use redis_module::server_events::{FlushSubevent, ServerRole};
 use redis_module::{
-    Context, InfoContext, ModuleOptions, NotifyEvent, RedisResult, RedisString, Status,
-    redis_module,
+    Context, InfoContext, NotifyEvent, RedisResult, RedisString, Status, redis_module,
 };
 use redis_module_macros::{flush_event_handler, info_command_handler, role_changed_event_handler};
 
@@ -56,9 +57,12 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     }
     ffi::describe_commands(ctx);
-    // Our rdb_load checks every read, so a truncated RESTORE payload or RDB is
-    // an error reply instead of a server abort.
-    ctx.set_module_options(ModuleOptions::HANDLE_IO_ERRORS);
+    // I/O errors handled, and Valkey's atomic slot migration where the
+    // server has it (it refuses CLUSTER MIGRATESLOTS until every module
+    // says it handles it).
+    if ffi::set_module_options(ctx) {
+        migration::start(ctx);
+    }
     role::refresh(ctx);
     reaper::start(ctx);
     Status::Ok

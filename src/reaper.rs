@@ -16,7 +16,7 @@ use redis_module::{Context, ContextFlags};
 use crate::commands::reap::reap_key;
 use crate::config;
 use crate::datatype::LOCKS;
-use crate::ffi::{ScanCursor, now_ms, select_db};
+use crate::ffi::{self, ScanCursor, now_ms, select_db};
 use crate::lock::Lock;
 
 /// How often an idle reaper (interval 0) looks at its configuration again.
@@ -73,7 +73,10 @@ fn schedule(ctx: &Context) {
 fn tick(ctx: &Context, (): ()) {
     let flags = ctx.get_flags();
     let primary = flags.contains(ContextFlags::MASTER) && !flags.contains(ContextFlags::LOADING);
-    if primary && config::REAP_INTERVAL.get() > 0 {
+    // While the server pauses writes (CLIENT PAUSE WRITE, a failover, the
+    // end of a slot migration) nothing may be replicated: the next tick
+    // after the pause removes what ended during it.
+    if primary && config::REAP_INTERVAL.get() > 0 && !ffi::writes_paused() {
         let start = Instant::now();
         // A bug here must not stop the reaper, nor unwind into Redis.
         let _ = catch_unwind(AssertUnwindSafe(|| reap_batch(ctx, config::reap_batch())));

@@ -225,6 +225,26 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         };
     }
 
+    /// Takes out the whole queue of every key that `leaves` picks (a key's
+    /// name): those clients wait no more. Oldest first within each key.
+    fn take_queues(&mut self, leaves: impl Fn(&[u8]) -> bool) -> Vec<(KeyId, Waiter<C>)> {
+        let ids: Vec<KeyId> = self
+            .queues
+            .keys()
+            .filter(|(_, key)| leaves(key))
+            .cloned()
+            .collect();
+        let mut taken = Vec::new();
+        for id in ids {
+            for waiter in self.queues.remove(&id).unwrap_or_default() {
+                self.served(&waiter);
+                taken.push((id.clone(), waiter));
+            }
+            self.timers.remove(&id);
+        }
+        taken
+    }
+
     fn has_queue(&self, id: &KeyId) -> bool {
         self.queues.contains_key(id)
     }
@@ -396,6 +416,9 @@ fn wake(ctx: &Context, (id, at): (KeyId, i64)) {
     serve_key(ctx, id);
 }
 
+/// How soon a wake-up that found the server's writes paused tries again.
+const PAUSED_RETRY: Duration = Duration::from_millis(20);
+
 /// `key` of database `db` was deleted (DEL, UNLINK, eviction, expiry): serve
 /// its waiters, soon after from a timer, since a keyspace notification must
 /// not write.
@@ -413,9 +436,35 @@ pub fn flushed(ctx: &Context) {
     }
 }
 
+/// Serves the waiters of a key from a timer. While the server has paused
+/// writes (see [`ffi::writes_paused`]) a grant could not be replicated: the
+/// wake-up comes back after the pause instead.
 fn serve_key(ctx: &Context, (db, key): KeyId) {
+    if ffi::writes_paused() {
+        if with(|w| w.has_queue(&(db, key.clone()))) {
+            arm_wake_up(ctx, PAUSED_RETRY, serve_key, (db, key));
+        }
+        return;
+    }
     if select_db(ctx, db) {
         slot_freed(ctx, &key);
+    }
+}
+
+/// Ends the wait of every client queued on a key that `moved` picks, each
+/// with the error `reply` gives for its key (a redirect): their keys' slots
+/// left this node, so their grant can only come from the new owner.
+pub fn redirect(
+    ctx: &Context,
+    moved: impl Fn(&[u8]) -> bool,
+    mut reply: impl FnMut(&[u8]) -> String,
+) {
+    if waiting() == 0 {
+        return;
+    }
+    for ((_, key), waiter) in with(|w| w.take_queues(moved)) {
+        stop_deadline(ctx, &waiter);
+        ffi::unblock(waiter.client, Some(WaiterReply::Error(reply(&key))));
     }
 }
 

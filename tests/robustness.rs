@@ -306,3 +306,70 @@ fn hostile_input_never_crashes_or_hangs_the_server() {
     assert_eq!(call!(con, "PING"), Ok(Value::SimpleString("PONG".into())));
     println!("{sent} hostile commands: {replies} replies, {errors} errors with a code");
 }
+
+/// While the server pauses writes (CLIENT PAUSE WRITE here; a manual
+/// failover and the end of a slot migration pause the same way) nothing may
+/// be replicated: the server asserts on it and exits. A lease that ends then
+/// must wait for the pause, for the reaper and for a waiter alike.
+#[test]
+fn a_lease_ending_while_writes_are_paused_waits_for_the_pause() {
+    // The AOF is on, so a change would be propagated.
+    let server = Server::start_with(&["--appendonly", "yes"]);
+    let con = &mut server.con();
+    // The reaper's case: one holder's lease ends beside a holder that stays.
+    common::token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "pair",
+        "short",
+        "LIMIT",
+        2,
+        "TTL",
+        100
+    ));
+    common::token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "pair",
+        "long",
+        "LIMIT",
+        2,
+        "TTL",
+        600_000
+    ));
+    // The waiter's case: a client waits for a lock whose lease ends.
+    common::token(call!(con, "UNIQUE.LOCK", "single", "first", "TTL", 100));
+    let mut waiter = server.con();
+    let waiting = std::thread::spawn(move || {
+        call!(
+            &mut waiter,
+            "UNIQUE.LOCK",
+            "single",
+            "second",
+            "WAIT",
+            30_000
+        )
+    });
+    common::wait_until(Duration::from_secs(5), "the waiter", || {
+        common::info_field(&mut server.con(), "unique", "unique_waiting") == 1
+    });
+
+    call!(con, "CLIENT", "PAUSE", 800, "WRITE").expect("CLIENT PAUSE");
+    std::thread::sleep(Duration::from_millis(400)); // both leases end, paused
+    assert_eq!(
+        call!(con, "PING"),
+        Ok(Value::SimpleString("PONG".into())),
+        "the server is up"
+    );
+    assert_eq!(
+        common::info_field(con, "unique", "unique_waiting"),
+        1,
+        "no grant while paused"
+    );
+    let granted = common::token(waiting.join().expect("the waiter"));
+    assert!(granted > 0);
+    common::wait_until(Duration::from_secs(5), "the reaper after the pause", || {
+        common::holders(&mut server.con(), "pair") == ["long"]
+    });
+    assert_eq!(common::holders(con, "single"), ["second"]);
+}

@@ -1,8 +1,9 @@
 //! The thin layer over the Redis module API that `redis-module` 2.0.8 does not
 //! wrap the way this module needs: typed access to a key of a module type
 //! (its `WRONGTYPE` check, absolute expiry), the clock, RDB and digest I/O,
-//! replication and AOF emission, blocked clients, key scans. Every `unsafe`
-//! block of the crate lives here or in the type callbacks of `datatype.rs`.
+//! replication and AOF emission, blocked clients, key scans, cluster slots
+//! and their migration. Every `unsafe` block of the crate lives here or in
+//! the type callbacks of `datatype.rs`.
 //!
 //! The bottom of the Redis glue: it imports only the pure `codec` and
 //! `lock`, and calls up into nothing (the callbacks of a blocked client are
@@ -10,6 +11,7 @@
 
 mod argv;
 mod blocking;
+mod cluster;
 mod command_info;
 mod entry;
 mod io;
@@ -20,6 +22,10 @@ mod scan;
 mod timers;
 
 pub use blocking::{BlockHandler, Blocked, WaiterReply, block_client, unblock};
+pub use cluster::{
+    MigrationHandler, MigrationStep, SlotRange, key_slot, set_module_options,
+    subscribe_slot_migrations, writes_paused,
+};
 pub use command_info::{describe_commands, has_module_configs, load_configs};
 pub use entry::{EntryPoint, InPlace, WithArgs, create_command};
 pub(crate) use entry::{args_entry_point, entry_point};
