@@ -1,4 +1,4 @@
-//! Cluster glue: the module options a server may or may not know, Valkey's
+//! Server glue: the module options a server may or may not know, Valkey's
 //! atomic slot migration events, the hash slot of a key, and whether the
 //! server has paused writes.
 //!
@@ -14,6 +14,8 @@ use std::sync::OnceLock;
 
 use redis_module::{Context, raw};
 
+/// `VALKEYMODULE_OPTIONS_SKIP_COMMAND_VALIDATION` (valkeymodule.h).
+const SKIP_COMMAND_VALIDATION: c_int = 1 << 4;
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (valkeymodule.h).
 const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 
@@ -68,14 +70,20 @@ struct RawMigrationInfo {
 
 /// Sets the module options: `HANDLE_IO_ERRORS` everywhere (our rdb_load
 /// checks every read, so a truncated RESTORE payload or RDB is an error
-/// reply instead of a server abort), and on a server with atomic slot
-/// migration the promise that this module handles it. Returns whether the
-/// server has atomic slot migration.
+/// reply instead of a server abort), and on Valkey 9:
+/// - the promise that this module handles atomic slot migration;
+/// - no command lookup in `RM_Replicate` and `RM_EmitAOF`: the module only
+///   ever replicates and emits `unique.apply`, its own registered command,
+///   so the lookup by name on every change (a new string, a hash, a split)
+///   finds nothing new. Valkey still looks it up while a slot is being
+///   exported, where it needs the command's key to route the effect.
+///
+/// Returns whether the server has atomic slot migration.
 pub fn set_module_options(ctx: &Context) -> bool {
-    let asm = has_atomic_slot_migration();
+    let valkey_9 = has_atomic_slot_migration();
     let mut options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int;
-    if asm {
-        options |= HANDLE_ATOMIC_SLOT_MIGRATION;
+    if valkey_9 {
+        options |= HANDLE_ATOMIC_SLOT_MIGRATION | SKIP_COMMAND_VALIDATION;
     }
     // SAFETY: `ctx` is the context of the module's load; SetModuleOptions
     // only stores the bits.
@@ -84,7 +92,7 @@ pub fn set_module_options(ctx: &Context) -> bool {
             set(ctx.get_raw(), options);
         }
     }
-    asm
+    valkey_9
 }
 
 /// Valkey 9.0 or later. Valkey registers every API under `ValkeyModule_`
