@@ -16,7 +16,12 @@ prints a table and writes bench/results/latest.json.
 Environment: BENCH_ROUNDS (default 5), BENCH_REQUESTS (default 200000; half
 that without pipelining, where the round trip sets the pace),
 BENCH_SCALE=1 (make bench-scale: only the scale test, with 10,000,000 locks
-present against 1,000, written to bench/results/scale.json).
+present against 1,000, written to bench/results/scale.json), BENCH_SERVERS (a
+space-separated list of the servers `make test-compat` builds, e.g.
+"redis-7.2.6 redis-8.0.6 valkey-8.0.1 valkey-9.1.2", or "all": after the full
+run on the redis-server on the PATH, the throughput and memory comparisons on
+each of them too, a table per server, in bench/results/servers.json; the
+servers are built once by ../shared/servers/build.sh, SERVERS_DIR to change).
 Needs python3, redis-server and the loadgen example (make bench builds it).
 """
 
@@ -34,6 +39,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE = os.path.join(ROOT, "target", "release", "libredis_unique.so")
 LOADGEN = os.path.join(ROOT, "target", "release", "examples", "loadgen")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+# The server binary every Server starts: Debian's by default, each of
+# BENCH_SERVERS in turn.
+SERVER_BINARY = "redis-server"
+COMPAT_SERVERS = ["redis-7.2.6", "redis-8.0.6", "valkey-8.0.1", "valkey-9.1.2"]
+SERVERS_DIR = os.environ.get("SERVERS_DIR", os.path.join(ROOT, "..", "shared", "servers"))
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "200000"))
 CLIENTS = 50
 POPULATED = 200_000
@@ -124,7 +134,7 @@ class Server:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+        args = [SERVER_BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
                 "--save", "", "--logfile", "redis.log", "--enable-debug-command", "yes",
                 "--loadmodule", MODULE]
         if aof:
@@ -544,7 +554,68 @@ def write(name, result, started):
 
 def machine(server):
     return {"cpus": os.cpu_count(), "platform": platform.platform(),
-            "redis": server.info("server")["redis_version"], "cpu": cpu_model()}
+            "redis": server_name(server), "cpu": cpu_model()}
+
+
+def server_name(server):
+    info = server.info("server")
+    if info.get("server_name") == "valkey":
+        return "Valkey " + info.get("valkey_version", "?")
+    return "Redis " + info["redis_version"]
+
+
+def summary(tp, mem):
+    """The figures the goals are about, from one server's throughput and memory."""
+    def r(test, p):
+        (_, a), (_, b) = list(tp[test, p].items())
+        return ratio(a["rps"], b["rps"])
+    return {
+        "lock_vs_set_p16": r("lock_vs_set", 16), "lock_vs_set_p1": r("lock_vs_set", 1),
+        "unlock_vs_del_p16": r("unlock_vs_del", 16), "unlock_vs_del_p1": r("unlock_vs_del", 1),
+        "lock_meta_vs_lua_p16": r("lock_vs_lua", 16), "lock_meta_vs_lua_p1": r("lock_vs_lua", 1),
+        "bytes_with_meta_vs_lua": ratio(mem["module, same information as Lua"], mem["Lua layout"]),
+        "lock_rps_p16": tp["lock_vs_set", 16]["UNIQUE.LOCK"]["rps"],
+        "set_rps_p16": tp["lock_vs_set", 16]["SET NX PX"]["rps"],
+        "unlock_rps_p16": tp["unlock_vs_del", 16]["UNIQUE.UNLOCK"]["rps"],
+        "del_rps_p16": tp["unlock_vs_del", 16]["DEL"]["rps"],
+    }
+
+
+def bench_servers(names):
+    """Throughput and memory on each server of `names` (built by build.sh)."""
+    global SERVER_BINARY
+    out = {}
+    for name in names:
+        built = subprocess.run([os.path.join(SERVERS_DIR, "build.sh"), name],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        SERVER_BINARY = built.splitlines()[-1]
+        server = Server()
+        try:
+            label = server_name(server)
+            print("\n== %s (%s)" % (label, SERVER_BINARY))
+            tp = throughput(server)
+            mem = memory(server)
+        finally:
+            server.stop()
+        table(tp)
+        out[label] = {"throughput": [{"comparison": t, "pipeline": p, **res}
+                                     for (t, p), res in sorted(tp.items())],
+                      "memory_bytes_per_lock": mem, "summary": summary(tp, mem)}
+    return out
+
+
+def print_summaries(per_server):
+    print("\nper server (ratios of requests/s; memory: bytes per lock with the Lua design's "
+          "information against the Lua layout):")
+    print("%-16s %10s %10s %10s %10s %10s %10s %8s" % (
+        "server", "LOCK/SET16", "LOCK/SET1", "UNLK/DEL16", "UNLK/DEL1", "META/Lua16", "META/Lua1",
+        "memory"))
+    for label, res in per_server.items():
+        s = res["summary"]
+        print("%-16s %9.2fx %9.2fx %9.2fx %9.2fx %9.2fx %9.2fx %7.2fx" % (
+            label, s["lock_vs_set_p16"], s["lock_vs_set_p1"], s["unlock_vs_del_p16"],
+            s["unlock_vs_del_p1"], s["lock_meta_vs_lua_p16"], s["lock_meta_vs_lua_p1"],
+            s["bytes_with_meta_vs_lua"]))
 
 
 def main():
@@ -598,6 +669,13 @@ def main():
     print("UNIQUE.REAP 0 COUNT 100 (all expired): p50 %(p50)s us, max %(max)s us" % reap["reap_count_100_usec"])
     print("blocking handoff (UNLOCK to the waiter's reply): p50 %(p50_us)s us, p99 %(p99_us)s us "
           "over %(handoffs)d handoffs" % hand)
+    servers = os.environ.get("BENCH_SERVERS", "").split()
+    if servers:
+        per_server = {host["redis"]: {"summary": summary(tp, mem)}}
+        per_server.update(bench_servers(COMPAT_SERVERS if servers == ["all"] else servers))
+        print_summaries(per_server)
+        write("servers.json", {"machine": dict(host, redis=None), "settings": settings,
+                               "servers": per_server}, started)
     write("latest.json", {
         "machine": host,
         "settings": settings,
