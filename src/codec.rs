@@ -4,10 +4,11 @@
 //! traits, so that the Redis glue only maps them onto the RDB primitives and
 //! the decoder can be tested, and fed hostile bytes, without a server.
 //!
-//! Encoding version 1:
+//! Encoding version 2 (version 1 is the same without the rate, and has at
+//! least one holder; both are read):
 //!
 //! ```text
-//! unsigned  number of holders (at least 1)
+//! unsigned  number of holders (at least 1 when there is no rate)
 //! then for each holder, oldest grant first:
 //!   buffer  jid
 //!   signed  token
@@ -16,13 +17,15 @@
 //!   buffer  type
 //!   buffer  owner, empty when none
 //!   buffer  meta,  empty when none
+//! unsigned  1 when a rate follows, else 0
+//!   signed  n, signed per (ms), signed burst, signed tat (units of 1/n ms)
 //! ```
 
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::fmt;
 
-use crate::lock::{Holder, Lock, validate_jid, validate_owner, validate_type};
+use crate::lock::{Holder, Lock, Rate, RateLimit, validate_jid, validate_owner, validate_type};
 
 /// The internal command that carries an effect to replicas and the AOF
 /// (`commands/apply.rs`), as it is registered and written.
@@ -43,6 +46,7 @@ pub const APPLY_COMMAND_NAME: &str = match APPLY_COMMAND.to_str() {
 /// unique.apply key now RELEASE jid
 /// unique.apply key now REAP owner
 /// unique.apply key now PRUNE
+/// unique.apply key now RATE n per burst tat
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApplyOp {
@@ -55,10 +59,19 @@ pub enum ApplyOp {
     ReapOwner,
     /// Nothing after the removal of the ended leases.
     PruneOnly,
+    /// Puts the key's rate state exactly as given, in the fields of
+    /// [`write_rate`].
+    Rate,
 }
 
 impl ApplyOp {
-    pub const ALL: [Self; 4] = [Self::Hold, Self::Release, Self::ReapOwner, Self::PruneOnly];
+    pub const ALL: [Self; 5] = [
+        Self::Hold,
+        Self::Release,
+        Self::ReapOwner,
+        Self::PruneOnly,
+        Self::Rate,
+    ];
 
     /// Its word on the wire.
     pub const fn word(self) -> &'static CStr {
@@ -67,6 +80,7 @@ impl ApplyOp {
             Self::Release => c"RELEASE",
             Self::ReapOwner => c"REAP",
             Self::PruneOnly => c"PRUNE",
+            Self::Rate => c"RATE",
         }
     }
 
@@ -79,7 +93,7 @@ impl ApplyOp {
 }
 
 /// The encoding this build writes; it reads this one and every older one.
-pub const ENCODING_VERSION: i32 = 1;
+pub const ENCODING_VERSION: i32 = 2;
 
 /// Stands for "no lease" on the wire: in the encoding, in `UNIQUE.APPLY ...
 /// HOLD` and in the replies of LOCKEDBY WITHMETA.
@@ -133,6 +147,35 @@ pub fn encode(lock: &Lock, out: &mut impl Sink) {
     for h in lock.holders() {
         write_holder(h, out);
     }
+    match lock.rate() {
+        Some(rate) => {
+            out.unsigned(1);
+            write_rate(rate, out);
+        }
+        None => out.unsigned(0),
+    }
+}
+
+/// A rate state's fields, in the encoding and in `UNIQUE.APPLY key now RATE
+/// ...`; [`read_rate`] reads them back.
+pub fn write_rate(rate: &Rate, out: &mut impl Sink) {
+    out.signed(rate.limit.n);
+    out.signed(rate.limit.per);
+    out.signed(rate.limit.burst);
+    out.signed(rate.tat);
+}
+
+/// Reads the fields [`write_rate`] writes: a valid rate state, or an error.
+pub fn read_rate(input: &mut impl Source) -> Result<Rate, DecodeError> {
+    let n = input.signed()?;
+    let per = input.signed()?;
+    let burst = input.signed()?;
+    let tat = input.signed()?;
+    let limit = RateLimit::new(n, per, burst).ok_or(DecodeError::Corrupt("rate"))?;
+    if tat < 0 {
+        return Err(DecodeError::Corrupt("rate"));
+    }
+    Ok(Rate { limit, tat })
 }
 
 /// A holder's fields in the one order of every wire form: the encoding (RDB,
@@ -157,9 +200,6 @@ pub fn decode(version: i32, input: &mut impl Source) -> Result<Lock, DecodeError
         return Err(DecodeError::Corrupt("unknown encoding version"));
     }
     let count = input.unsigned()?;
-    if count == 0 {
-        return Err(DecodeError::Corrupt("a lock without holders"));
-    }
     let count = usize::try_from(count).map_err(|_| DecodeError::Corrupt("holder count"))?;
     let mut holders = Vec::with_capacity(count.min(MAX_PREALLOCATED_HOLDERS));
     for _ in 0..count {
@@ -169,7 +209,20 @@ pub fn decode(version: i32, input: &mut impl Source) -> Result<Lock, DecodeError
     if !holders.iter().all(|h| seen.insert(h.jid())) {
         return Err(DecodeError::Corrupt("the same jid twice"));
     }
-    Ok(Lock::from_holders(holders))
+    let rate = match version {
+        1 => None,
+        _ => match input.unsigned()? {
+            0 => None,
+            1 => Some(read_rate(input)?),
+            _ => return Err(DecodeError::Corrupt("rate flag")),
+        },
+    };
+    if count == 0 && rate.is_none() {
+        return Err(DecodeError::Corrupt("a lock without holders"));
+    }
+    let mut lock = Lock::from_holders(holders);
+    lock.set_rate(rate);
+    Ok(lock)
 }
 
 /// Reads the fields [`write_holder`] writes: a valid holder, or the error
@@ -304,6 +357,54 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_is_encoded_after_the_holders_and_may_stand_alone() {
+        let limit = RateLimit::new(50, 1000, 5).expect("a limit");
+        let mut lock = sample();
+        lock.set_rate(Some(Rate { limit, tat: 12_345 }));
+        let items = encoded(&lock);
+        assert_eq!(decode(2, &mut ItemReader::new(&items)), Ok(lock.clone()));
+        // Only the rate left: a lock still (it remembers what was spent).
+        let mut alone = Lock::default();
+        alone.set_rate(lock.rate().copied());
+        assert_eq!(decode(2, &mut ItemReader::new(&encoded(&alone))), Ok(alone));
+        // Version 1 had no rate and no empty lock.
+        let mut v1 = Items::default();
+        v1.0.push(Item::Unsigned(0));
+        assert_eq!(
+            decode(1, &mut ItemReader::new(&v1)),
+            Err(DecodeError::Corrupt("a lock without holders"))
+        );
+        let mut bad = Items::default();
+        bad.0.extend([Item::Unsigned(0), Item::Unsigned(7)]);
+        assert_eq!(
+            decode(2, &mut ItemReader::new(&bad)),
+            Err(DecodeError::Corrupt("rate flag"))
+        );
+        let mut zero_rate = Items::default();
+        zero_rate.0.push(Item::Unsigned(0));
+        zero_rate.0.push(Item::Unsigned(1));
+        for v in [0, 1000, 0, 5] {
+            zero_rate.0.push(Item::Signed(v));
+        }
+        assert_eq!(
+            decode(2, &mut ItemReader::new(&zero_rate)),
+            Err(DecodeError::Corrupt("rate"))
+        );
+    }
+
+    #[test]
+    fn a_version_1_payload_reads_as_a_lock_without_rate() {
+        let lock = sample();
+        let mut items = encoded(&lock);
+        assert_eq!(
+            items.0.pop(),
+            Some(Item::Unsigned(0)),
+            "the rate flag is last"
+        );
+        assert_eq!(decode(1, &mut ItemReader::new(&items)), Ok(lock));
+    }
+
+    #[test]
     fn encode_then_decode_is_the_identity() {
         let lock = sample();
         let items = encoded(&lock);
@@ -329,7 +430,7 @@ mod tests {
         for len in 0..items.0.len() {
             let cut = Items(items.0[..len].to_vec());
             assert!(
-                decode(1, &mut ItemReader::new(&cut)).is_err(),
+                decode(ENCODING_VERSION, &mut ItemReader::new(&cut)).is_err(),
                 "cut at {len}"
             );
         }
@@ -528,13 +629,15 @@ mod fuzz {
     }
 
     fn valid_encoding() -> Vec<u8> {
-        // count 1, then jid "a", token 7, acquired 1, expires -1, type, owner, meta.
+        // count 1, then jid "a", token 7, acquired 1, expires -1, type, owner,
+        // meta, then the rate flag.
         let mut b = vec![2, 1, 5, 1, b'a', 2, 7, 2, 1];
         b.extend([2, 0x81]);
         b.extend(u64::MAX.to_be_bytes());
         b.extend([5, 4]);
         b.extend(b"lock");
         b.extend([5, 0, 5, 0]);
+        b.extend([2, 0]); // no rate
         b
     }
 

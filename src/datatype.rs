@@ -134,6 +134,9 @@ extern "C" fn aof_rewrite(
             for holder in lock.holders() {
                 ffi::emit_aof_hold(io, key, holder);
             }
+            if let Some(rate) = lock.rate() {
+                ffi::emit_aof_rate(io, key, rate);
+            }
         }
     });
 }

@@ -267,12 +267,47 @@ static LOCK_ARGS: &[Arg] = &[
         "json",
         "a JSON object kept with the holder",
     ),
+    Arg::new(
+        "rate",
+        ArgType::Block,
+        "a new grant also needs the key's rate to allow it (GCRA): at most n per ms, plus b at once",
+    )
+    .optional()
+    .with(&[
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "n",
+                ArgType::Integer,
+                "RATE",
+                "n",
+                "grants per period, 1 to 1000000",
+            )
+        },
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "per",
+                ArgType::Integer,
+                "PER",
+                "ms",
+                "the period in ms, 1 to 2^40",
+            )
+        },
+        Arg::option(
+            "burst",
+            ArgType::Integer,
+            "BURST",
+            "b",
+            "grants allowed at once beyond the steady pace, 0 to 1000000 (default 0)",
+        ),
+    ]),
     Arg::option(
         "wait",
         ArgType::Integer,
         "WAIT",
         "ms",
-        "when denied, block up to this many ms for a slot",
+        "when denied, block up to this many ms for a slot (and the rate)",
     ),
 ];
 
@@ -366,6 +401,20 @@ pub static COMMANDS: &[CommandDoc] = &[
         arity: 2,
         flags: "readonly fast",
         tips: "",
+        key_specs: &[KeySpec {
+            index: 1,
+            flags: &[KeyFlag::Ro, KeyFlag::Access],
+        }],
+        args: &[Arg::new("key", ArgType::Key(0), "the lock")],
+    },
+    CommandDoc {
+        name: "unique.rate",
+        summary: "Returns the rate state of a lock (UNIQUE.LOCK ... RATE): its limit, the grants it allows now and when the next one is allowed.",
+        since: VERSION,
+        complexity: "O(1)",
+        arity: 2,
+        flags: "readonly fast",
+        tips: "nondeterministic_output",
         key_specs: &[KeySpec {
             index: 1,
             flags: &[KeyFlag::Ro, KeyFlag::Access],
@@ -499,11 +548,12 @@ mod tests {
         };
         assert_eq!(
             of("unique.lock"),
-            "UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]"
+            "UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [RATE n PER ms [BURST b]] [WAIT ms]"
         );
         assert_eq!(of("unique.unlock"), "UNIQUE.UNLOCK key jid");
         assert_eq!(of("unique.lockedby"), "UNIQUE.LOCKEDBY key [WITHMETA]");
         assert_eq!(of("unique.waiters"), "UNIQUE.WAITERS key");
+        assert_eq!(of("unique.rate"), "UNIQUE.RATE key");
         assert_eq!(of("unique.reap"), "UNIQUE.REAP cursor [COUNT n] [OWNER id]");
         assert_eq!(
             of("unique.metrics"),

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use crate::config;
 
 /// The events counted, in the order every format lists them.
-pub const EVENT_NAMES: [&str; 9] = [
+pub const EVENT_NAMES: [&str; 10] = [
     "acquired",
     "renewed",
     "denied",
@@ -28,6 +28,7 @@ pub const EVENT_NAMES: [&str; 9] = [
     "reaped",
     "waited",
     "timed_out",
+    "rate_denied",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,13 +51,16 @@ pub enum Event {
     Waited,
     /// A WAIT that ran out.
     TimedOut,
+    /// Of the LOCKs refused (counted in `Denied` too), those the key's RATE
+    /// refused while the lock had room.
+    RateDenied,
 }
 
 /// Names beyond `unique.metrics-max-types` count under this one.
 pub const OTHER_TYPE: &str = "other";
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters(pub [u64; 9]);
+pub struct Counters(pub [u64; 10]);
 
 /// FNV-1a: these maps hold at most `unique.metrics-max-types` short names,
 /// counted on every command, where SipHash would cost more than the rest.

@@ -139,9 +139,31 @@ fn a_forged_payload_round_trips_when_it_is_valid() {
     let con = &mut server.con();
     token(call!(con, "UNIQUE.LOCK", "real", "j"));
     let (dump, _) = Dump::of(con, "real");
+    // Version 1 (before rates): holders only.
     let body = Body::default().unsigned(2).holder(b"a", 5).holder(b"b", 9);
     assert_eq!(restore(con, "k", &dump.forge(1, &body.0)), Ok(Value::Okay));
     assert_eq!(common::holders(con, "k"), ["a", "b"]);
+    // Version 2: the holders, then a rate flag and the rate; a lock may be
+    // its rate alone (what was spent, until it is idle).
+    let rate = |body: Body| {
+        body.unsigned(1)
+            .signed(5)
+            .signed(1000)
+            .signed(2)
+            .signed(i64::MAX / 8)
+    };
+    let body = rate(Body::default().unsigned(1).holder(b"a", 5));
+    assert_eq!(restore(con, "r", &dump.forge(2, &body.0)), Ok(Value::Okay));
+    assert_eq!(common::holders(con, "r"), ["a"]);
+    let body = rate(Body::default().unsigned(0));
+    assert_eq!(
+        restore(con, "alone", &dump.forge(2, &body.0)),
+        Ok(Value::Okay)
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.RATE", "alone").map(|v| matches!(v, Value::Array(_))),
+        Ok(true)
+    );
 }
 
 #[test]
@@ -152,7 +174,34 @@ fn newer_encodings_huge_counts_and_empty_locks_are_refused() {
     let (dump, _) = Dump::of(con, "real");
     let one = Body::default().unsigned(1).holder(b"a", 5);
     let cases = [
-        ("a newer encoding", dump.forge(2, &one.0)),
+        ("a newer encoding", dump.forge(3, &one.0)),
+        ("version 2 without its rate flag", dump.forge(2, &one.0)),
+        (
+            "a rate flag of 2",
+            dump.forge(
+                2,
+                &Body::default().unsigned(1).holder(b"a", 5).unsigned(2).0,
+            ),
+        ),
+        (
+            "a rate of 0 per period",
+            dump.forge(
+                2,
+                &Body::default()
+                    .unsigned(1)
+                    .holder(b"a", 5)
+                    .unsigned(1)
+                    .signed(0)
+                    .signed(1000)
+                    .signed(0)
+                    .signed(1)
+                    .0,
+            ),
+        ),
+        (
+            "no holder and no rate",
+            dump.forge(2, &Body::default().unsigned(0).unsigned(0).0),
+        ),
         (
             "2^60 holders",
             dump.forge(1, &Body::default().unsigned(1 << 60).holder(b"a", 5).0),

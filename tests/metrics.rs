@@ -18,7 +18,7 @@ fn gauges(con: &mut Connection) -> (i64, i64) {
 
 fn counters(pairs: &[(&str, u64)]) -> serde_json::Value {
     let mut all = json!({"acquired": 0, "renewed": 0, "denied": 0, "released": 0, "unlock_missed": 0,
-        "expired": 0, "reaped": 0, "waited": 0, "timed_out": 0});
+        "expired": 0, "reaped": 0, "waited": 0, "timed_out": 0, "rate_denied": 0});
     for (k, v) in pairs {
         all[*k] = json!(v);
     }
@@ -102,7 +102,7 @@ fn a_known_sequence_gives_exact_counters_in_every_format() {
     };
     assert_eq!(total[0], Value::BulkString(b"acquired".to_vec()));
     assert_eq!(total[1], Value::Int(4));
-    assert_eq!(total.len(), 18);
+    assert_eq!(total.len(), 20);
     // ...and a map of maps on RESP3.
     let con3 = &mut server.con3();
     let Ok(Value::Map(map)) = call!(con3, "UNIQUE.METRICS") else {
@@ -156,6 +156,7 @@ fn a_known_sequence_gives_exact_counters_in_every_format() {
         "unique_reaped:1",
         "unique_waited:0",
         "unique_timed_out:0",
+        "unique_rate_denied:0",
     ] {
         assert!(
             info.lines().any(|l| l.trim() == field),

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use redis_unique::commands::lock::parse_options;
-use redis_unique::lock::{MAX_LIMIT, validate_meta, validate_owner, validate_type};
+use redis_unique::lock::{MAX_LIMIT, RateLimit, validate_meta, validate_owner, validate_type};
 
 fuzz_target!(|data: &[u8]| {
     let args: Vec<&[u8]> = data.split(|b| *b == 0).collect();
@@ -14,5 +14,6 @@ fuzz_target!(|data: &[u8]| {
         assert!(opts.owner.is_none_or(|o| validate_owner(o).is_ok()));
         assert!(opts.meta.is_none_or(|m| validate_meta(m.as_bytes(), 1024).is_ok()));
         assert!(opts.wait.is_none_or(|w| w > 0));
+        assert!(opts.rate.is_none_or(|r| RateLimit::new(r.n, r.per, r.burst) == Some(r)));
     }
 });

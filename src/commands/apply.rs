@@ -8,7 +8,8 @@
 //! absolute times and its token), in the fields of the encoding, read and
 //! checked by the same code (`codec::write_holder`, `codec::read_holder`:
 //! expires_at -1, owner "" and meta "" stand for none), RELEASE removes one holder, REAP every holder of that owner, PRUNE
-//! nothing more. The key is then
+//! nothing more, RATE puts the key's rate state exactly as given
+//! (`codec::write_rate`). The key is then
 //! deleted when empty or given its expiry, as on the primary. Nothing here
 //! reads the replica's clock or configuration, so a replica (or an AOF replay)
 //! ends with exactly the primary's data.
@@ -19,7 +20,7 @@ use super::{Change, events, finish, parse_int, tracked};
 use crate::codec::{self, ApplyOp, DecodeError, Source};
 use crate::datatype::LockKey;
 use crate::fencing;
-use crate::lock::{Holder, Lock};
+use crate::lock::{Holder, Lock, Rate};
 
 super::command!(with_args run);
 
@@ -41,7 +42,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
     let lock = match (key.lock_mut()?, &effect) {
         (Some(lock), _) => lock,
-        (None, Effect::Hold(_)) => key.create(Lock::default())?,
+        (None, Effect::Hold(_) | Effect::Rate(_)) => key.create(Lock::default())?,
         (None, _) => return Ok(RedisValue::SimpleStringStatic("OK")),
     };
     let event = tracked(lock, |lock| {
@@ -57,6 +58,10 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             Effect::ReapOwner(owner) => {
                 (lock.remove_owner_each(owner, |_| {}) > 0).then_some(events::REAP)
             }
+            Effect::Rate(rate) => {
+                lock.set_rate(Some(rate));
+                None
+            }
             Effect::PruneOnly => None,
         }
     });
@@ -71,6 +76,7 @@ enum Effect<'a> {
     Release(&'a [u8]),
     ReapOwner(&'a [u8]),
     PruneOnly,
+    Rate(Rate),
 }
 
 impl<'a> Effect<'a> {
@@ -80,6 +86,16 @@ impl<'a> Effect<'a> {
             (Some(ApplyOp::Release), [jid]) => Ok(Self::Release(jid)),
             (Some(ApplyOp::ReapOwner), [owner]) => Ok(Self::ReapOwner(owner)),
             (Some(ApplyOp::PruneOnly), []) => Ok(Self::PruneOnly),
+            (Some(ApplyOp::Rate), _) => {
+                let mut input = Args(rest.iter());
+                match codec::read_rate(&mut input) {
+                    Ok(rate) if input.0.len() == 0 => Ok(Self::Rate(rate)),
+                    Ok(_) | Err(DecodeError::Io) => Err(RedisError::WrongArity),
+                    Err(e) => Err(RedisError::String(format!(
+                        "ERR invalid rate in UNIQUE.APPLY: {e}"
+                    ))),
+                }
+            }
             _ => Err(RedisError::Str("ERR syntax error")),
         }
     }

@@ -1,4 +1,5 @@
-//! UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]
+//! UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json]
+//!             [RATE n PER ms [BURST b]] [WAIT ms]
 
 use std::ops::Deref;
 
@@ -8,8 +9,8 @@ use super::{ArgError, Change, finish, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::lock::{
-    Acquired, DEFAULT_TYPE, Expiry, Lock, LockRequest, MAX_LIMIT, validate_jid, validate_meta,
-    validate_owner, validate_type,
+    Acquired, DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, RateLimit,
+    validate_jid, validate_meta, validate_owner, validate_type,
 };
 use crate::metrics::{self, Event};
 use crate::waiting::{self, Served};
@@ -25,6 +26,7 @@ pub struct LockOptions<'a> {
     pub lock_type: Option<&'a str>,
     pub owner: Option<&'a [u8]>,
     pub meta: Option<&'a str>,
+    pub rate: Option<RateLimit>,
     pub wait: Option<i64>,
 }
 
@@ -35,6 +37,7 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
     max_meta_bytes: usize,
 ) -> Result<LockOptions<'_>, ArgError> {
     let mut opts = LockOptions::default();
+    let (mut rate, mut per, mut burst) = (None, None, None);
     let mut rest = args.iter();
     while let Some(name) = rest.next() {
         if parse_int(name).is_ok() {
@@ -59,6 +62,12 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
             opts.owner = Some(value);
         } else if is("META") && opts.meta.is_none() {
             opts.meta = Some(validate_meta(value, max_meta_bytes)?);
+        } else if is("RATE") && rate.is_none() {
+            rate = Some(parse_int(value)?);
+        } else if is("PER") && per.is_none() {
+            per = Some(parse_int(value)?);
+        } else if is("BURST") && burst.is_none() {
+            burst = Some(parse_int(value)?);
         } else if is("WAIT") && opts.wait.is_none() {
             let ms = parse_int(value)?;
             if ms <= 0 {
@@ -69,6 +78,13 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
             return Err(ArgError::Syntax);
         }
     }
+    opts.rate = match (rate, per) {
+        (None, None) if burst.is_none() => None,
+        (Some(n), Some(per)) => {
+            Some(RateLimit::new(n, per, burst.unwrap_or(0)).ok_or(LockError::InvalidRate)?)
+        }
+        _ => return Err(ArgError::RateWithoutPer),
+    };
     Ok(opts)
 }
 
@@ -89,14 +105,21 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
         .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
     match attempt(ctx, key_name, jid, &opts, Queue::Behind)? {
         Attempt::Granted(token) => Ok(RedisValue::Integer(token)),
-        Attempt::Denied { lease_end } => {
+        Attempt::Denied {
+            lease_end,
+            rate_limited,
+        } => {
             let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
             match wait {
                 Some(ms) if waiting::block(ctx, args, ms, lease_end, serve_waiter, lock_type) => {
                     Ok(RedisValue::NoReply)
                 }
                 _ => {
-                    metrics::record(now_ms(), Some(lock_type), Event::Denied);
+                    let now = now_ms();
+                    metrics::record(now, Some(lock_type), Event::Denied);
+                    if rate_limited {
+                        metrics::record(now, Some(lock_type), Event::RateDenied);
+                    }
                     Ok(RedisValue::Null)
                 }
             }
@@ -126,7 +149,7 @@ pub fn serve_waiter(ctx: &Context, args: &[Vec<u8>]) -> Served {
             metrics::record(now_ms(), Some(lock_type), Event::Waited);
             Served::Granted(token)
         }
-        Ok(Attempt::Denied { lease_end }) => Served::Denied { lease_end },
+        Ok(Attempt::Denied { lease_end, .. }) => Served::Denied { lease_end },
         Err(e) => Served::Failed(e.to_string()),
     }
 }
@@ -143,8 +166,13 @@ enum Queue {
 enum Attempt {
     /// A grant or a renewal, with its token.
     Granted(i64),
-    /// Denied; the earliest end of lease among the holders, if any has one.
-    Denied { lease_end: Option<i64> },
+    /// Denied; when to try again: the earliest end of lease among the
+    /// holders, if any has one, or the next instant the key's rate allows
+    /// (`rate_limited`).
+    Denied {
+        lease_end: Option<i64>,
+        rate_limited: bool,
+    },
 }
 
 /// One LOCK: prune, then acquire or renew, count, then [`finish`] what
@@ -164,6 +192,7 @@ fn attempt(
         lock_type: opts.lock_type,
         owner: opts.owner,
         meta: opts.meta,
+        rate: opts.rate,
     };
     let queued = queue == Queue::Behind && waiting::waiting_on(ctx, key_name) > 0;
 
@@ -184,7 +213,7 @@ fn attempt(
             let mut lock = Lock::default();
             let acquired = lock.acquire(&req, now, || fencing::issue(now));
             // A new key is only stored with its first holder.
-            if acquired != Acquired::Denied {
+            if matches!(acquired, Acquired::Granted(_) | Acquired::Renewed(_)) {
                 key.create(lock)?;
             }
             (acquired, 0)
@@ -195,16 +224,44 @@ fn attempt(
     let (outcome, change) = match (acquired, lock.and_then(|lock| lock.holder(jid))) {
         (Acquired::Granted(token), Some(holder)) => {
             metrics::record(now, Some(holder.lock_type()), Event::Acquired);
-            (Attempt::Granted(token), Change::Hold { jid, new: true })
+            (
+                Attempt::Granted(token),
+                Change::Hold {
+                    jid,
+                    new: true,
+                    spent_rate: opts.rate.is_some(),
+                },
+            )
         }
         (Acquired::Renewed(token), Some(holder)) => {
             metrics::record(now, Some(holder.lock_type()), Event::Renewed);
-            (Attempt::Granted(token), Change::Hold { jid, new: false })
+            (
+                Attempt::Granted(token),
+                Change::Hold {
+                    jid,
+                    new: false,
+                    spent_rate: false,
+                },
+            )
         }
+        (Acquired::RateLimited(at), _) => (
+            Attempt::Denied {
+                lease_end: Some(at),
+                rate_limited: true,
+            },
+            Change::PruneOnly,
+        ),
         _ => {
             let lease_end =
                 lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at()).min());
-            (Attempt::Denied { lease_end }, Change::PruneOnly)
+            let rate_limited = false;
+            (
+                Attempt::Denied {
+                    lease_end,
+                    rate_limited,
+                },
+                Change::PruneOnly,
+            )
         }
     };
     finish(ctx, key_name, key, now, expired, change)?;
@@ -289,6 +346,34 @@ mod tests {
         for args in [&["3600000"][..], &["TTL", "1", "2", "3"]] {
             assert_eq!(parse(args), Err(ArgError::NumberForOption), "{args:?}");
         }
+        // RATE: n and PER together, BURST optional; each in range.
+        assert_eq!(
+            parse(&["RATE", "50", "PER", "1000"]).map(|o| o.rate),
+            Ok(RateLimit::new(50, 1000, 0))
+        );
+        assert_eq!(
+            parse(&["burst", "5", "per", "60000", "rate", "100"]).map(|o| o.rate),
+            Ok(RateLimit::new(100, 60000, 5))
+        );
+        for args in [
+            &["RATE", "5"][..],
+            &["PER", "10"],
+            &["BURST", "1"],
+            &["RATE", "1", "BURST", "1"],
+        ] {
+            assert_eq!(parse(args), Err(ArgError::RateWithoutPer), "{args:?}");
+        }
+        for args in [
+            &["RATE", "0", "PER", "10"][..],
+            &["RATE", "1", "PER", "0"],
+            &["RATE", "1", "PER", "1", "BURST", "-1"],
+        ] {
+            assert_eq!(parse(args), Err(LockError::InvalidRate.into()), "{args:?}");
+        }
+        assert_eq!(
+            parse(&["RATE", "1", "PER", "1", "RATE", "2"]),
+            Err(ArgError::Syntax)
+        );
         // A non-positive TTL parses; it is refused when resolved against the clock.
         assert_eq!(
             parse(&["TTL", "0"]).map(|o| o.expiry),
@@ -330,9 +415,15 @@ mod fuzz {
                 "OWNER",
                 "meta",
                 "WAIT",
+                "RATE",
+                "per",
+                "BURST",
                 "-1",
                 "0",
                 "1",
+                "1000000",
+                "1000001",
+                "1099511627776",
                 "2147483648",
                 "9223372036854775807",
                 "-9223372036854775808",
@@ -367,6 +458,7 @@ mod fuzz {
                 prop_assert!(opts.owner.is_none_or(|o| validate_owner(o).is_ok()));
                 prop_assert!(opts.meta.is_none_or(|m| m.len() <= 64 && validate_meta(m.as_bytes(), 64).is_ok()));
                 prop_assert!(opts.wait.is_none_or(|w| w > 0));
+                prop_assert!(opts.rate.is_none_or(|r| RateLimit::new(r.n, r.per, r.burst) == Some(r)));
                 prop_assert!(args.len() % 2 == 0, "every option takes a value");
             }
         }

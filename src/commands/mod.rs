@@ -5,6 +5,7 @@ pub mod apply;
 pub mod lock;
 pub mod lockedby;
 pub mod metrics;
+pub mod rate;
 pub mod reap;
 pub mod reply;
 pub mod unlock;
@@ -59,6 +60,8 @@ pub enum ArgError {
     NotAnInteger,
     /// WAIT 0 or a negative WAIT.
     InvalidWait,
+    /// RATE without PER, or PER or BURST without RATE.
+    RateWithoutPer,
     /// METRICS MINUTES outside 1 to `unique.metrics-minutes` (the value).
     Minutes(usize),
     Invalid(LockError),
@@ -80,6 +83,9 @@ impl fmt::Display for ArgError {
             Self::NotAnInteger => f.write_str("ERR value is not an integer or out of range"),
             Self::InvalidWait => f.write_str(
                 "ERR invalid wait time in 'unique.lock' command (WAIT takes a positive number of ms)",
+            ),
+            Self::RateWithoutPer => f.write_str(
+                "ERR syntax error: RATE n needs PER ms, and PER and BURST need RATE (RATE n PER ms [BURST b])",
             ),
             Self::Minutes(max) => write!(
                 f,
@@ -118,9 +124,9 @@ pub fn parse_int(arg: &[u8]) -> Result<i64, ArgError> {
 
 /// Brings the key in line with its lock after a change: the key goes when its
 /// last holder goes, and otherwise expires with its latest lease.
-fn settle(key: &mut LockKey) -> Result<(), RedisError> {
+fn settle(key: &mut LockKey, now: i64) -> Result<(), RedisError> {
     let (empty, expiry) = match key.lock()? {
-        Some(lock) => (lock.is_empty(), lock.key_expiry()),
+        Some(lock) => (lock.is_done(now), lock.key_expiry()),
         None => return Ok(()),
     };
     if empty {
@@ -139,8 +145,13 @@ pub enum Change<'a> {
     /// that found nothing, a bare prune (replicated as `PRUNE` when a lease
     /// ended, and not at all otherwise).
     PruneOnly,
-    /// `jid` holds: a new grant (`new`) or a renewal.
-    Hold { jid: &'a [u8], new: bool },
+    /// `jid` holds: a new grant (`new`) or a renewal; `spent_rate` when the
+    /// grant spent the key's rate.
+    Hold {
+        jid: &'a [u8],
+        new: bool,
+        spent_rate: bool,
+    },
     /// UNLOCK removed `jid`'s holder.
     Release(&'a [u8]),
     /// REAP OWNER removed at least one holder of this owner.
@@ -188,11 +199,17 @@ pub fn finish(
     if !replayed && expired == 0 && change == Change::PruneOnly {
         return Ok(());
     }
-    settle(&mut key)?;
+    settle(&mut key, now)?;
     match change {
-        Change::Hold { jid, .. } => {
-            if let Some(holder) = key.lock()?.and_then(|lock| lock.holder(jid)) {
+        Change::Hold {
+            jid, spent_rate, ..
+        } => {
+            let lock = key.lock()?;
+            if let Some(holder) = lock.and_then(|lock| lock.holder(jid)) {
                 ffi::replicate_hold(ctx, name, now, holder);
+            }
+            if let Some(rate) = lock.and_then(Lock::rate).filter(|_| spent_rate) {
+                ffi::replicate_rate(ctx, name, now, rate);
             }
         }
         Change::Release(jid) => ffi::replicate_effect(ctx, name, now, ApplyOp::Release, Some(jid)),
@@ -252,7 +269,7 @@ impl Registration {
 /// `Command` type, the entry point's handler), its facts to
 /// `docs::COMMANDS`, and its line here. LOCK, UNLOCK and LOCKEDBY, the hot
 /// ones, read their arguments in place; the others take Redis strings.
-pub static REGISTRY: [Registration; 7] = [
+pub static REGISTRY: [Registration; 8] = [
     Registration {
         name: c"unique.lock",
         entry: ffi::entry_point::<lock::Command>,
@@ -268,6 +285,10 @@ pub static REGISTRY: [Registration; 7] = [
     Registration {
         name: c"unique.waiters",
         entry: ffi::args_entry_point::<waiters::Command>,
+    },
+    Registration {
+        name: c"unique.rate",
+        entry: ffi::args_entry_point::<rate::Command>,
     },
     Registration {
         name: c"unique.reap",

@@ -159,12 +159,13 @@ unsafe impl Sync for Shared {}
 static SHARED: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
 
 /// The words of [`word`], in its order.
-const WORDS: [&str; 11] = [
+const WORDS: [&str; 12] = [
     "",
     "HOLD",
     "RELEASE",
     "REAP",
     "PRUNE",
+    "RATE",
     "lock",
     "until_executed",
     "until_executing",
@@ -183,12 +184,13 @@ fn word(bytes: &[u8]) -> Option<usize> {
         b"RELEASE" => 2,
         b"REAP" => 3,
         b"PRUNE" => 4,
-        b"lock" => 5,
-        b"until_executed" => 6,
-        b"until_executing" => 7,
-        b"while_executing" => 8,
-        b"until_and_while_executing" => 9,
-        b"until_expired" => 10,
+        b"RATE" => 5,
+        b"lock" => 6,
+        b"until_executed" => 7,
+        b"until_executing" => 8,
+        b"while_executing" => 9,
+        b"until_and_while_executing" => 10,
+        b"until_expired" => 11,
         _ => return None,
     })
 }

@@ -32,8 +32,8 @@ pub(crate) use entry::{args_entry_point, entry_point};
 pub use io::{Digest, Rdb};
 pub use keys::{ModuleKey, ValueType};
 pub use notify::notify_module_event;
-pub(crate) use replication::emit_aof_hold;
-pub use replication::{replicate_effect, replicate_hold};
+pub(crate) use replication::{emit_aof_hold, emit_aof_rate};
+pub use replication::{replicate_effect, replicate_hold, replicate_rate};
 pub use scan::ScanCursor;
 pub use timers::{TimerHandler, TimerId, arm_timer, stop_timer};
 

@@ -6,8 +6,8 @@ use std::ffi::c_longlong;
 use redis_module::{Context, RedisString, raw};
 
 use super::argv::Argv;
-use crate::codec::{APPLY_COMMAND, ApplyOp, Sink};
-use crate::lock::Holder;
+use crate::codec::{APPLY_COMMAND, ApplyOp, Sink, write_rate};
+use crate::lock::{Holder, Rate};
 
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF,
 /// with time 0 so that replay removes nothing.
@@ -34,6 +34,42 @@ pub(crate) fn emit_aof_hold(
             );
         }
     }
+}
+
+/// Emits the command that recreates the rate state of `key` into a rewritten
+/// AOF, with time 0 so that replay removes nothing.
+pub(crate) fn emit_aof_rate(
+    io: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    rate: &Rate,
+) {
+    let mut argv = Argv::new();
+    write_rate(rate, &mut argv);
+    // SAFETY: as in `emit_aof_hold`.
+    unsafe {
+        if let Some(emit) = raw::RedisModule_EmitAOF {
+            emit(
+                io,
+                APPLY_COMMAND.as_ptr(),
+                c"slcv".as_ptr(),
+                key,
+                0 as c_longlong,
+                ApplyOp::Rate.word().as_ptr(),
+                argv.strings.as_mut_ptr(),
+                argv.len,
+            );
+        }
+    }
+}
+
+/// Replicates `UNIQUE.APPLY key now RATE ...`: the key's rate state exactly
+/// as it is after a grant spent it.
+pub fn replicate_rate(ctx: &Context, key: &RedisString, now: i64, rate: &Rate) {
+    let mut argv = Argv::new();
+    argv.signed(now);
+    argv.buffer(ApplyOp::Rate.word().to_bytes());
+    write_rate(rate, &mut argv);
+    replicate_apply(ctx, key, argv);
 }
 
 /// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is,

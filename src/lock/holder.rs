@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::{DEFAULT_TYPE, KNOWN_TYPES, LockRequest};
+use super::{DEFAULT_TYPE, KNOWN_TYPES, LockRequest, Rate};
 
 /// One job holding a lock.
 ///
@@ -257,13 +257,23 @@ impl std::ops::DerefMut for Holders {
 }
 
 /// The holders of a lock: none, one kept in place (most locks: the lock is
-/// then one allocation), or several in a vector.
+/// then one allocation), or several in a vector. A lock with a rate keeps
+/// the rate and its holders behind one more pointer, so that the locks
+/// without one (most) stay one 48-byte allocation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) enum Holders {
     #[default]
     None,
     One(Holder),
     Many(Vec<Holder>),
+    Rated(Box<Rated>),
+}
+
+/// A rate and the holders beside it (never `Rated` themselves).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Rated {
+    pub(super) rate: Rate,
+    pub(super) holders: Holders,
 }
 
 impl Holders {
@@ -280,6 +290,7 @@ impl Holders {
             Self::None => &[],
             Self::One(h) => std::slice::from_ref(h),
             Self::Many(v) => v,
+            Self::Rated(r) => r.holders.as_slice(),
         }
     }
 
@@ -288,6 +299,7 @@ impl Holders {
             Self::None => &mut [],
             Self::One(h) => std::slice::from_mut(h),
             Self::Many(v) => v,
+            Self::Rated(r) => r.holders.as_mut_slice(),
         }
     }
 
@@ -303,15 +315,19 @@ impl Holders {
                 v.push(holder);
                 Self::Many(v)
             }
+            Self::Rated(mut r) => {
+                r.holders.push(holder);
+                Self::Rated(r)
+            }
         };
     }
 
     /// Back to the smallest form once at most one holder is left.
     fn shrink(&mut self) {
-        if let Self::Many(v) = self
-            && v.len() < 2
-        {
-            *self = Self::from_vec(std::mem::take(v));
+        match self {
+            Self::Many(v) if v.len() < 2 => *self = Self::from_vec(std::mem::take(v)),
+            Self::Rated(r) => r.holders.shrink(),
+            _ => {}
         }
     }
 
@@ -322,6 +338,7 @@ impl Holders {
                 _ => None,
             },
             Self::Many(v) if i < v.len() => Some(v.remove(i)),
+            Self::Rated(r) => r.holders.remove(i),
             _ => None,
         };
         self.shrink();
@@ -340,6 +357,7 @@ impl Holders {
                 v.retain(|h| keep(h));
                 self.shrink();
             }
+            Self::Rated(r) => r.holders.retain(keep),
         }
     }
 
@@ -349,7 +367,28 @@ impl Holders {
             Self::None => 0,
             Self::One(_) => 1,
             Self::Many(v) => v.capacity(),
+            Self::Rated(r) => r.holders.capacity(),
         }
+    }
+
+    pub(super) fn rate(&self) -> Option<&Rate> {
+        match self {
+            Self::Rated(r) => Some(&r.rate),
+            _ => None,
+        }
+    }
+
+    /// Sets the rate kept beside the holders (`None`: no rate).
+    pub(super) fn set_rate(&mut self, rate: Option<Rate>) {
+        *self = match (std::mem::take(self), rate) {
+            (Self::Rated(mut r), Some(rate)) => {
+                r.rate = rate;
+                Self::Rated(r)
+            }
+            (Self::Rated(r), None) => r.holders,
+            (holders, Some(rate)) => Self::Rated(Box::new(Rated { rate, holders })),
+            (holders, None) => holders,
+        };
     }
 }
 

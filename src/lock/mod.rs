@@ -7,9 +7,11 @@
 use std::fmt;
 
 mod holder;
+mod rate;
 
 pub use holder::Holder;
 use holder::Holders;
+pub use rate::{MAX_PER_MS, MAX_RATE, Rate, RateLimit};
 
 /// Largest job id (and owner id) accepted, in bytes.
 pub const MAX_JID_BYTES: usize = 1024;
@@ -39,6 +41,7 @@ pub enum LockError {
     InvalidType,
     MetaNotObject,
     MetaTooLarge { max: usize },
+    InvalidRate,
 }
 
 impl fmt::Display for LockError {
@@ -55,6 +58,10 @@ impl fmt::Display for LockError {
             Self::MetaTooLarge { max } => {
                 write!(f, "ERR META is larger than unique.max-meta-bytes ({max})")
             }
+            Self::InvalidRate => write!(
+                f,
+                "ERR RATE n PER ms [BURST b] takes n from 1 to {MAX_RATE}, ms from 1 to {MAX_PER_MS} and b from 0 to {MAX_RATE}"
+            ),
         }
     }
 }
@@ -133,6 +140,8 @@ pub struct LockRequest<'a> {
     pub lock_type: Option<&'a str>,
     pub owner: Option<&'a [u8]>,
     pub meta: Option<&'a str>,
+    /// RATE n PER ms [BURST b]: a new grant also needs the key's rate.
+    pub rate: Option<RateLimit>,
 }
 
 impl<'a> LockRequest<'a> {
@@ -144,6 +153,7 @@ impl<'a> LockRequest<'a> {
             lock_type: None,
             owner: None,
             meta: None,
+            rate: None,
         }
     }
 }
@@ -157,6 +167,8 @@ pub enum Acquired {
     Renewed(i64),
     /// The lock is full.
     Denied,
+    /// There is room, but the key's rate allows no grant before this unix ms.
+    RateLimited(i64),
 }
 
 /// A lock: its holders in grant order, oldest first.
@@ -181,8 +193,25 @@ impl Lock {
         self.holders.iter().filter(move |h| h.is_live(now))
     }
 
+    /// No holder and no rate.
     pub fn is_empty(&self) -> bool {
-        self.holders.is_empty()
+        self.holders.is_empty() && self.holders.rate().is_none()
+    }
+
+    /// Nothing left to keep at `now`: no holder, and no rate or one with
+    /// nothing spent any more. The key then goes.
+    pub fn is_done(&self, now: i64) -> bool {
+        self.holders.is_empty() && self.holders.rate().is_none_or(|r| r.is_idle(now))
+    }
+
+    /// The key's rate state, if a call with RATE granted on it.
+    pub fn rate(&self) -> Option<&Rate> {
+        self.holders.rate()
+    }
+
+    /// Puts the rate state exactly as given: replays a primary's.
+    pub fn set_rate(&mut self, rate: Option<Rate>) {
+        self.holders.set_rate(rate);
     }
 
     fn position(&self, jid: &[u8]) -> Option<usize> {
@@ -253,6 +282,20 @@ impl Lock {
         if req.limit != 0 && self.holders.len() >= req.limit as usize {
             return Acquired::Denied;
         }
+        // The rate is spent by grants only, under the limit the call gives
+        // (a new limit applies at once to what was spent before).
+        let rate = req.rate.map(|limit| {
+            self.holders
+                .rate()
+                .map_or_else(|| Rate::new(limit), |r| r.under(limit))
+        });
+        if let Some(mut rate) = rate {
+            if let Err(at) = rate.check(now) {
+                return Acquired::RateLimited(at);
+            }
+            rate.spend(now);
+            self.holders.set_rate(Some(rate));
+        }
         let token = next_token();
         self.holders.push(Holder::new(
             req.jid,
@@ -291,9 +334,10 @@ impl Lock {
     }
 
     /// The key's Redis expiry: the latest lease when every holder has one,
-    /// `None` when any holder has none (or there is no holder).
+    /// and not before its rate is idle; `None` when any holder has no lease
+    /// (or there is neither holder nor rate).
     pub fn key_expiry(&self) -> Option<i64> {
-        let mut latest: Option<i64> = None;
+        let mut latest: Option<i64> = self.rate().map(Rate::idle_at);
         for h in self.holders.iter() {
             let at = h.expires_at()?;
             latest = Some(latest.map_or(at, |l| l.max(at)));
@@ -310,6 +354,9 @@ impl Lock {
     /// a slot per holder and the bytes of their strings.
     pub fn mem_usage(&self) -> usize {
         std::mem::size_of::<Self>()
+            + self
+                .rate()
+                .map_or(0, |_| std::mem::size_of::<holder::Rated>())
             + self.holders.capacity() * std::mem::size_of::<Holder>()
             + self.holders.iter().map(Holder::text_bytes).sum::<usize>()
     }
@@ -852,12 +899,21 @@ mod properties {
     use super::*;
     use crate::codec::{self, ItemReader, Items};
 
+    /// The one RATE the sequences use (3 per 50 ms, a burst of 1), so that
+    /// every window of its grants can be checked against it.
+    const RATE: RateLimit = RateLimit {
+        n: 3,
+        per: 50,
+        burst: 1,
+    };
+
     #[derive(Debug, Clone)]
     enum Op {
         Lock {
             jid: u8,
             limit: u32,
             ttl: Option<i64>,
+            rated: bool,
         },
         Unlock {
             jid: u8,
@@ -868,7 +924,8 @@ mod properties {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (0u8..8, 0u32..4, prop::option::of(1i64..60)).prop_map(|(jid, limit, ttl)| Op::Lock { jid, limit, ttl }),
+            4 => (0u8..8, 0u32..4, prop::option::of(1i64..60), any::<bool>())
+                .prop_map(|(jid, limit, ttl, rated)| Op::Lock { jid, limit, ttl, rated }),
             2 => (0u8..8).prop_map(|jid| Op::Unlock { jid }),
             1 => Just(Op::Prune),
             2 => (0i64..40).prop_map(Op::Advance),
@@ -887,16 +944,34 @@ mod properties {
             let mut lock = Lock::default();
             let mut now = 1_700_000_000_000i64;
             let (mut counter, mut last_granted) = (0i64, 0i64);
+            // When each grant that gave RATE was made.
+            let mut rated_grants: Vec<i64> = Vec::new();
             for op in ops {
                 match op {
-                    Op::Lock { jid, limit, ttl } => {
+                    Op::Lock { jid, limit, ttl, rated } => {
                         let jid = [b'j', jid];
                         lock.prune(now);
                         let before = live(&lock, now);
+                        let rate_before = lock.rate().copied();
                         let held = before.iter().find(|h| h.jid() == jid).map(|h| h.token);
-                        let req = LockRequest { limit, expires_at: ttl.map(|t| now + t), ..LockRequest::new(&jid) };
-                        match lock.acquire(&req, now, || { counter += 1; counter }) {
+                        let req = LockRequest {
+                            limit,
+                            expires_at: ttl.map(|t| now + t),
+                            rate: rated.then_some(RATE),
+                            ..LockRequest::new(&jid)
+                        };
+                        let acquired = lock.acquire(&req, now, || { counter += 1; counter });
+                        if !matches!(acquired, Acquired::Granted(_)) || !rated {
+                            prop_assert_eq!(lock.rate().copied(), rate_before, "only a rated grant spends");
+                        }
+                        match acquired {
                             Acquired::Granted(t) => {
+                                if rated {
+                                    rated_grants.push(now);
+                                    let window = rated_grants.iter().filter(|&&g| g > now - RATE.per).count();
+                                    prop_assert!(window as i64 <= RATE.n + RATE.burst,
+                                        "{} rated grants in the {} ms before {}", window, RATE.per, now);
+                                }
                                 prop_assert!(held.is_none(), "a holder is renewed, not granted again");
                                 prop_assert!(t > last_granted, "tokens only increase");
                                 last_granted = t;
@@ -911,6 +986,12 @@ mod properties {
                             Acquired::Denied => {
                                 prop_assert!(held.is_none());
                                 prop_assert!(limit > 0 && before.len() >= limit as usize);
+                            }
+                            Acquired::RateLimited(at) => {
+                                prop_assert!(rated && held.is_none() && at > now);
+                                prop_assert!(limit == 0 || before.len() < limit as usize, "a full lock says so first");
+                                let rate = lock.rate().copied();
+                                prop_assert!(rate.is_some_and(|r| r.check(at).is_ok() && r.check(at - 1).is_err()));
                             }
                         }
                     }
@@ -936,7 +1017,11 @@ mod properties {
                 jids.dedup();
                 prop_assert_eq!(jids.len(), lock.len());
                 let expiry = if lock.holders().iter().all(|h| h.expires_at().is_some()) {
-                    lock.holders().iter().filter_map(|h| h.expires_at()).max()
+                    lock.holders()
+                        .iter()
+                        .filter_map(|h| h.expires_at())
+                        .chain(lock.rate().map(Rate::idle_at))
+                        .max()
                 } else {
                     None
                 };
