@@ -11,7 +11,20 @@ use std::time::{Duration, Instant};
 use common::{Connection, Rng, Server, Value};
 
 /// The hot keys and the LIMIT every client uses on each.
-const HOT: [(&str, usize); 4] = [("hot:1", 1), ("hot:2", 2), ("hot:3", 3), ("hot:5", 5)];
+const HOT: [(&str, usize); 5] = [
+    ("hot:1", 1),
+    ("hot:2", 2),
+    ("hot:3", 3),
+    ("hot:5", 5),
+    (RATED, 3),
+];
+
+/// The hot key every client also gives a RATE: 4 per 200 ms and a burst of
+/// 1, so never more than 5 grants in any 200 ms.
+const RATED: &str = "hot:rated";
+const RATE: [&str; 6] = ["RATE", "4", "PER", "200", "BURST", "1"];
+const RATE_WINDOW_MS: i64 = 200;
+const RATE_MOST: usize = 5;
 
 /// (jid, token, ttl) of the live holders LOCKEDBY WITHMETA shows.
 fn live(con: &mut Connection, key: &str) -> Vec<(Vec<u8>, i64, i64)> {
@@ -80,6 +93,7 @@ fn hammer(
                 }
                 let ttl = 100 + rng.below(400);
                 let asked = Instant::now();
+                let rate: &[&str] = if key == RATED { &RATE } else { &[] };
                 match call!(
                     &mut con,
                     "UNIQUE.LOCK",
@@ -88,7 +102,8 @@ fn hammer(
                     "LIMIT",
                     limit,
                     "TTL",
-                    ttl
+                    ttl,
+                    rate
                 ) {
                     Ok(Value::Int(token)) => {
                         let mut f = findings.lock().expect("findings");
@@ -201,6 +216,31 @@ fn concurrent_clients_never_break_a_lock_s_rules() {
     }
     let violations: Vec<&String> = one.violations.iter().chain(&two.violations).collect();
     assert!(violations.is_empty(), "{violations:#?}");
+    // The rated key's grants, by the server's clock in their tokens (unix
+    // µs), through the DEBUG RELOAD and the promotion: never more than the
+    // rate allows in any window.
+    let mut rated: Vec<i64> = one
+        .grants
+        .iter()
+        .filter(|(_, (key, _))| key == RATED)
+        .map(|(t, _)| t / 1000)
+        .collect();
+    rated.sort_unstable();
+    assert!(
+        rated.len() > 10,
+        "the rated key was granted: {}",
+        rated.len()
+    );
+    for (i, start) in rated.iter().enumerate() {
+        let inside = rated[i..]
+            .iter()
+            .take_while(|&&ms| ms < start + RATE_WINDOW_MS)
+            .count();
+        assert!(
+            inside <= RATE_MOST,
+            "{inside} grants of {RATED} in the {RATE_WINDOW_MS} ms from {start}"
+        );
+    }
     let (ops, samples) = (one.ops + two.ops, one.samples + two.samples);
     assert!(
         ops > 1000 && samples > 100,
