@@ -264,7 +264,7 @@ def compare(server, contenders, pipeline, **kw):
 
 def lua_shas(server):
     shas = {}
-    for name in ("lock", "unlock"):
+    for name in ("lock", "unlock", "gcra"):
         with open(os.path.join(ROOT, "bench", "lua", name + ".lua")) as f:
             shas[name] = server.conn.call("SCRIPT", "LOAD", f.read()).decode()
     return shas
@@ -328,6 +328,21 @@ def throughput(server):
             "UNIQUE.UNLOCK": (["UNIQUE.UNLOCK", "lock:{}", "job"], held(module_locks), releases),
             "Lua unlock": (["EVALSHA", shas["unlock"], 2, "uniquejobs:{}:LOCKED", "uniquejobs:digests",
                             "job", "{}"], held(lua_locks), releases),
+        }, p)
+        # A rate-limited grant (a holder and the key's GCRA state, one call)
+        # against the rate alone in Lua, on fresh keys (every call allowed),
+        # then on one key that refuses every call after the first.
+        results["rate_vs_gcra", p] = compare(server, {
+            "UNIQUE.LOCK RATE": (["UNIQUE.LOCK", "rate:{}", "job", "LIMIT", 0, "TTL", 60000,
+                                  "RATE", 100, "PER", 1000], None, grants),
+            "Lua GCRA": (["EVALSHA", shas["gcra"], 1, "gcra:{}", 0, 100, 1000, 1], load_scripts,
+                         lambda r: r["zero"] == 0),
+        }, p)
+        results["rate_denied_vs_gcra", p] = compare(server, {
+            "UNIQUE.LOCK RATE": (["UNIQUE.LOCK", "rate:hot", "job:{}", "LIMIT", 0, "TTL", 60000,
+                                  "RATE", 1, "PER", 3_600_000], None, anything),
+            "Lua GCRA": (["EVALSHA", shas["gcra"], 1, "gcra:hot", 0, 1, 3_600_000, 1], load_scripts,
+                         anything),
         }, p)
         results["lockedby_vs_hkeys", p] = compare(server, {
             "UNIQUE.LOCKEDBY": (["UNIQUE.LOCKEDBY", "lock:{}"], held(module_locks), anything),
@@ -570,6 +585,7 @@ def summary(tp, mem):
         (_, a), (_, b) = list(tp[test, p].items())
         return ratio(a["rps"], b["rps"])
     return {
+        "rate_vs_gcra_p16": r("rate_vs_gcra", 16), "rate_vs_gcra_p1": r("rate_vs_gcra", 1),
         "lock_vs_set_p16": r("lock_vs_set", 16), "lock_vs_set_p1": r("lock_vs_set", 1),
         "unlock_vs_del_p16": r("unlock_vs_del", 16), "unlock_vs_del_p1": r("unlock_vs_del", 1),
         "lock_meta_vs_lua_p16": r("lock_vs_lua", 16), "lock_meta_vs_lua_p1": r("lock_vs_lua", 1),
