@@ -54,3 +54,24 @@ def ue_flaky(self, tag):
     r.rpush("runs:" + tag, self.request.id)
     r.rpush("holders:" + tag, len(r.execute_command("UNIQUE.LOCKEDBY", ue_flaky.unique_key([tag], {}))))
     raise ValueError("always fails")
+
+
+# The rate test: every call to one partner API holds a slot of "at most 3 at
+# once and 50 a second", taken inside the task with the limiter API.
+RATED_KEY = "api:partner"
+
+
+@app.task(name="rated_call", bind=True)
+def rated_call(self, i):
+    import json
+    import time
+
+    from redis_unique import Rate, Semaphore
+
+    with Semaphore(r, RATED_KEY, 3, ttl=30, wait=120, rate=Rate(50, per=1.0)) as held:
+        started, token = time.time(), held.token
+        # The call to the partner: 20 to 60 ms, so that both limits bind in
+        # turn (3 slots of 40 ms on average would allow 75 a second).
+        time.sleep(0.02 + (i % 5) * 0.01)
+        ended = time.time()
+    r.rpush("rated:runs", json.dumps({"i": i, "start": started, "end": ended, "token": token}))

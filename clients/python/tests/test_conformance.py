@@ -1,20 +1,26 @@
 """The clients' conformance table (clients/conformance/table.json): every call's argv and
 every reply's value as the Ruby and Node clients have them too."""
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
+from redis_unique import Rate
 from redis_unique import _protocol as p
 
 TABLE = json.loads((Path(__file__).resolve().parents[2] / "conformance" / "table.json").read_text())
 
 
 def python_kwargs(args):
-    """The neutral arguments as this client's: seconds for ttl and wait, unix ms for pxat."""
+    """The neutral arguments as this client's: seconds for ttl, wait and a rate's period,
+    unix ms for pxat, a Rate for the rate."""
     kwargs = {}
+    if "rate_limit" in args:
+        per = args["rate_per_ms"] / 1000 if "rate_per_ms" in args else args["rate_per_seconds"]
+        kwargs["rate"] = Rate(args["rate_limit"], per=per, burst=args.get("rate_burst", 0))
     for name, value in args.items():
-        if name in ("key", "jid"):
+        if name in ("key", "jid") or name.startswith("rate_"):
             continue
         if name == "ttl_ms":
             kwargs["ttl"] = value / 1000
@@ -37,6 +43,7 @@ ARGV = {
     "locked_by": lambda a: ("UNIQUE.LOCKEDBY", a["key"]),
     "holders": lambda a: ("UNIQUE.LOCKEDBY", a["key"], "WITHMETA"),
     "waiters": lambda a: ("UNIQUE.WAITERS", a["key"]),
+    "rate": lambda a: ("UNIQUE.RATE", a["key"]),
 }
 
 
@@ -55,6 +62,7 @@ VALUE = {
     "lock": p.parse_token,
     "unlock": lambda r: bool(r),
     "holders": lambda r: [neutral_holder(h) for h in p.parse_holders(r)],
+    "rate": lambda r: None if p.parse_rate(r) is None else dataclasses.asdict(p.parse_rate(r)),
 }
 
 

@@ -6,7 +6,7 @@
 ``redis_unique.celery`` and ``redis_unique.rq`` give unique tasks and jobs.
 """
 
-from ._protocol import LOCK_TYPES, Holder
+from ._protocol import LOCK_TYPES, Holder, Rate, RateState
 from .client import Client, Pipeline
 from .errors import AlreadyAcquired, CommandError, DuplicateTask, LockLost, LockNotAcquired, ModuleNotLoaded, UniqueError
 from .lock import Lock, Semaphore
@@ -18,6 +18,8 @@ __all__ = [
     "Client",
     "Pipeline",
     "Holder",
+    "Rate",
+    "RateState",
     "Lock",
     "Semaphore",
     "LOCK_TYPES",

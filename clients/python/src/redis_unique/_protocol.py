@@ -33,6 +33,54 @@ class Holder:
     expires_at_ms: Optional[int] = None
 
 
+@dataclass(frozen=True)
+class Rate:
+    """A rate beside the lock's limit (``UNIQUE.LOCK ... RATE``): at most ``limit``
+    grants every ``per`` seconds, evenly spaced, plus ``burst`` at once. Only new
+    grants spend it; renewals never do."""
+
+    limit: int
+    per: float = 1.0
+    burst: int = 0
+
+
+RateT = Union[Rate, Tuple[int, float], Tuple[int, float, int]]
+
+
+@dataclass(frozen=True)
+class RateState:
+    """A key's rate state, as UNIQUE.RATE reports it."""
+
+    limit: int
+    per_ms: int
+    burst: int
+    remaining: int  # grants allowed now, one after the other
+    allowed_at_ms: int  # the first unix ms a grant is allowed (now when remaining > 0)
+    idle_at_ms: int  # the first unix ms nothing is spent any more
+
+    @property
+    def allowed_at(self) -> datetime:
+        return _aware(self.allowed_at_ms)
+
+
+def rate_args(rate: RateT) -> List[Any]:
+    """``RATE n PER ms [BURST b]`` of a :class:`Rate` or a ``(limit, per_seconds[, burst])``
+    tuple; the period is rounded up to whole ms."""
+    if not isinstance(rate, Rate):
+        if not isinstance(rate, tuple) or len(rate) not in (2, 3):
+            raise TypeError("rate must be a Rate or a (limit, per_seconds[, burst]) tuple, not %r" % (rate,))
+        rate = Rate(*rate)
+    for name in ("limit", "burst"):
+        value = getattr(rate, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "limit" else 0):
+            raise ValueError("rate %s must be an integer %s, not %r" % (name, ">= 1" if name == "limit" else ">= 0",
+                                                                       value))
+    args: List[Any] = ["RATE", rate.limit, "PER", seconds_to_ms(rate.per, "rate per")]
+    if rate.burst:
+        args += ["BURST", rate.burst]
+    return args
+
+
 def seconds_to_ms(seconds: float, what: str) -> int:
     """A positive number of seconds as whole ms, rounded up (never 0)."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
@@ -61,7 +109,7 @@ def pxat_to_ms(pxat: Union[datetime, int]) -> int:
 def lock_args(key: KeyT, jid: JidT, *, limit: Optional[int] = None, ttl: Optional[float] = None,
               pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
               owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
-              wait: Optional[float] = None) -> Tuple[Any, ...]:
+              rate: Optional[RateT] = None, wait: Optional[float] = None) -> Tuple[Any, ...]:
     args: List[Any] = ["UNIQUE.LOCK", key, jid]
     if limit is not None:  # sent when given, as by every client (the server's default is 1)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
@@ -80,9 +128,25 @@ def lock_args(key: KeyT, jid: JidT, *, limit: Optional[int] = None, ttl: Optiona
     if meta is not None:
         args += ["META", meta if isinstance(meta, (str, bytes)) else
                  json.dumps(meta, separators=(",", ":"), default=str)]
+    if rate is not None:
+        args += rate_args(rate)
     if wait is not None:
         args += ["WAIT", seconds_to_ms(wait, "wait")]
     return tuple(args)
+
+
+def parse_rate(raw: Any) -> Optional[RateState]:
+    """UNIQUE.RATE's reply: None, a dict (RESP3) or a flat field/value list (RESP2)."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        fields = {_text(k): int(v) for k, v in raw.items()}
+    else:
+        items = list(raw)
+        fields = {_text(items[i]): int(items[i + 1]) for i in range(0, len(items), 2)}
+    return RateState(limit=fields["limit"], per_ms=fields["per"], burst=fields["burst"],
+                     remaining=fields["remaining"], allowed_at_ms=fields["allowed_at"],
+                     idle_at_ms=fields["idle_at"])
 
 
 def _text(value: Any) -> Any:

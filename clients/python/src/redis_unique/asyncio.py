@@ -44,9 +44,13 @@ class Client:
     async def lock(self, key: KeyT, jid: JidT, *, limit: Optional[int] = None, ttl: Optional[float] = None,
                    pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
                    owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
-                   wait: Optional[float] = None) -> Optional[int]:
+                   rate: Optional[p.RateT] = None, wait: Optional[float] = None) -> Optional[int]:
         return p.parse_token(await self._call(*p.lock_args(
-            key, jid, limit=limit, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta, wait=wait)))
+            key, jid, limit=limit, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta, rate=rate,
+            wait=wait)))
+
+    async def rate(self, key: KeyT) -> Optional[p.RateState]:
+        return p.parse_rate(await self._call("UNIQUE.RATE", key))
 
     async def unlock(self, key: KeyT, jid: JidT) -> bool:
         return bool(await self._call("UNIQUE.UNLOCK", key, jid))
@@ -95,15 +99,15 @@ class Lock(LockState):
 
     def __init__(self, redis: Any, key: str, *, ttl: float, wait: Optional[float] = None, limit: int = 1,
                  owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None, renew: bool = True,
-                 jid: Optional[str] = None, type: Optional[str] = None) -> None:
+                 jid: Optional[str] = None, type: Optional[str] = None, rate: Optional[p.RateT] = None) -> None:
         super().__init__(Client(redis), key, ttl=ttl, wait=wait, limit=limit, owner=owner, meta=meta,
-                         renew=renew, jid=jid, type=type)
+                         renew=renew, jid=jid, type=type, rate=rate)
         self._task: Optional["_asyncio.Task[None]"] = None
 
     async def acquire(self) -> int:
         self._ensure_free()
         token = await self.client.lock(self.key, self.jid, limit=self.limit, ttl=self.ttl, type=self.type,
-                                       owner=self.owner, meta=self.meta, wait=self.wait)
+                                       owner=self.owner, meta=self.meta, rate=self.rate, wait=self.wait)
         if token is None:
             raise self._not_acquired()
         self.token = token

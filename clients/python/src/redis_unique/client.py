@@ -46,11 +46,18 @@ class Client:
     def lock(self, key: KeyT, jid: JidT, *, limit: Optional[int] = None, ttl: Optional[float] = None,
              pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
              owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
-             wait: Optional[float] = None) -> Optional[int]:
+             rate: Optional[p.RateT] = None, wait: Optional[float] = None) -> Optional[int]:
         """UNIQUE.LOCK: the fencing token on a grant or a renewal, None when denied
-        (after waiting up to ``wait`` seconds, when given)."""
+        (after waiting up to ``wait`` seconds, when given). ``rate``: a
+        :class:`Rate` (or ``(limit, per_seconds[, burst])``) a new grant also needs."""
         return p.parse_token(self._call(*p.lock_args(
-            key, jid, limit=limit, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta, wait=wait)))
+            key, jid, limit=limit, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta, rate=rate,
+            wait=wait)))
+
+    def rate(self, key: KeyT) -> Optional[p.RateState]:
+        """UNIQUE.RATE: the key's rate state (what ``lock(..., rate=...)`` spent),
+        None when it has none."""
+        return p.parse_rate(self._call("UNIQUE.RATE", key))
 
     def unlock(self, key: KeyT, jid: JidT) -> bool:
         """UNIQUE.UNLOCK: True when ``jid`` held the lock and was removed."""

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Optional
 
 from redis.exceptions import ConnectionError, TimeoutError
 
+from ._protocol import RateT
 from .client import Client
 from .errors import AlreadyAcquired, LockLost, LockNotAcquired, UniqueError
 
@@ -25,7 +26,7 @@ class LockState:
 
     def __init__(self, client: Any, key: str, *, ttl: float, wait: Optional[float], limit: int,
                  owner: Optional[str], meta: Optional[Mapping[str, Any]], renew: bool,
-                 jid: Optional[str], type: Optional[str]) -> None:
+                 jid: Optional[str], type: Optional[str], rate: Optional[RateT] = None) -> None:
         if not ttl or ttl <= 0:
             raise ValueError("ttl must be a positive number of seconds")
         self.client = client
@@ -37,6 +38,8 @@ class LockState:
         self.meta = meta
         self.renew = renew
         self.type = type
+        # Spent by the grant only (renewals never spend the rate).
+        self.rate = rate
         self.jid = jid if jid is not None else uuid.uuid4().hex
         self.token: Optional[int] = None
         self.renewals = 0
@@ -75,7 +78,9 @@ class Lock(LockState):
 
     ``ttl`` (seconds) is the lease: while held, a daemon thread renews it every
     ``ttl / 3``, so a process that dies frees the lock within ``ttl`` and one
-    that lives keeps it as long as it needs. Acquiring waits up to ``wait``
+    that lives keeps it as long as it needs. ``rate`` (a :class:`Rate`, or
+    ``(limit, per_seconds[, burst])``) is spent by the grant, never by a renewal:
+    with it a Semaphore is "at most 3 at once and 50 a second". Acquiring waits up to ``wait``
     seconds (natively, first come first served) and raises
     :class:`LockNotAcquired` when the lock is still taken. ``token`` is the
     fencing token of the grant. Leaving the block stops renewing and releases;
@@ -86,16 +91,16 @@ class Lock(LockState):
 
     def __init__(self, redis: Any, key: str, *, ttl: float, wait: Optional[float] = None, limit: int = 1,
                  owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None, renew: bool = True,
-                 jid: Optional[str] = None, type: Optional[str] = None) -> None:
+                 jid: Optional[str] = None, type: Optional[str] = None, rate: Optional[RateT] = None) -> None:
         super().__init__(Client(redis), key, ttl=ttl, wait=wait, limit=limit, owner=owner, meta=meta,
-                         renew=renew, jid=jid, type=type)
+                         renew=renew, jid=jid, type=type, rate=rate)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
     def acquire(self) -> int:
         self._ensure_free()
         token = self.client.lock(self.key, self.jid, limit=self.limit, ttl=self.ttl, type=self.type,
-                                 owner=self.owner, meta=self.meta, wait=self.wait)
+                                 owner=self.owner, meta=self.meta, rate=self.rate, wait=self.wait)
         if token is None:
             raise self._not_acquired()
         self.token = token

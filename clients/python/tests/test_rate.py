@@ -1,0 +1,124 @@
+"""RATE beside LIMIT: the client's ``rate=`` and ``rate()``, and real Celery worker
+processes calling one partner API at most 3 at once and 50 a second."""
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from redis_unique import Client, Rate, Semaphore
+from redis_unique.errors import CommandError
+
+from conftest import wait_for
+
+HERE = Path(__file__).resolve().parent
+DB = 3
+
+
+def test_a_grant_spends_the_rate_and_a_renewal_does_not(r):
+    c = Client(r)
+    key = "rate:" + uuid.uuid4().hex
+    first = c.lock(key, "a", limit=3, ttl=60, rate=Rate(2, per=1.0))
+    assert first is not None
+    assert c.lock(key, "b", limit=3, ttl=60, rate=Rate(2, per=1.0)) is None  # refused by the rate
+    assert c.lock(key, "a", limit=3, ttl=60, rate=Rate(2, per=1.0)) == first  # a renewal is free
+    state = c.rate(key)
+    assert (state.limit, state.per_ms, state.burst, state.remaining) == (2, 1000, 0, 0)
+    assert state.allowed_at_ms == state.idle_at_ms
+    assert state.allowed_at.timestamp() * 1000 == pytest.approx(state.allowed_at_ms, abs=1)
+    assert c.rate("rate:none") is None
+    assert c.metrics()["total"]["rate_denied"] >= 1
+    # A tuple is a Rate too; bad rates say what to give.
+    assert c.lock(key + ":t", "a", rate=(5, 0.5, 2)) is not None
+    assert c.rate(key + ":t").per_ms == 500
+    with pytest.raises(ValueError, match="rate limit must be an integer >= 1"):
+        c.lock(key, "c", rate=Rate(0))
+    with pytest.raises(TypeError, match="rate must be a Rate"):
+        c.lock(key, "c", rate=50)
+    with pytest.raises(CommandError, match="RATE n PER ms"):
+        c.lock(key, "c", rate=Rate(2_000_000, per=1.0))
+
+
+def test_a_semaphore_with_a_rate_waits_for_the_rate(r):
+    key = "rate:" + uuid.uuid4().hex
+    spaced = []
+    for _ in range(3):
+        with Semaphore(r, key, 3, ttl=10, wait=5, rate=Rate(5, per=1.0)) as s:
+            spaced.append(s.token)
+    # Tokens read as the server's unix µs: one grant per 200 ms.
+    gaps = [(b - a) / 1000 for a, b in zip(spaced, spaced[1:])]
+    assert all(195 <= g <= 300 for g in gaps), gaps
+
+
+@pytest.fixture()
+def rated_worker(server):
+    url = "redis://127.0.0.1:%d/%d" % (server.port, DB)
+    os.environ["CELERY_TEST_URL"] = url
+    sys.path.insert(0, str(HERE))
+    import celery_app
+
+    client = server.client(db=DB)
+    client.flushdb()
+    log = open(Path(server.dir, "celery-rated-worker.log"), "w")
+    # Six processes, twice the limit, so that the limit is what holds them back.
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork", "-c", "6",
+         "-Q", "rated", "-n", "rated@%h", "--without-gossip", "--without-mingle", "-l", "info"],
+        cwd=str(HERE), env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: celery_app.app.control.ping(destination=["rated@" + os.uname().nodename], timeout=0.5),
+                 timeout=60, interval=0.2, message="the rated Celery worker")
+        yield celery_app, client
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        log.close()
+
+
+def most_in_any_window(times, window):
+    times = sorted(times)
+    most, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] <= t - window:
+            j += 1
+        most = max(most, i - j + 1)
+    return most
+
+
+def test_300_calls_never_exceed_3_at_once_nor_50_a_second(rated_worker):
+    mod, client = rated_worker
+    for i in range(300):
+        mod.rated_call.apply_async((i,), queue="rated")
+    wait_for(lambda: client.llen("rated:runs") == 300, timeout=60, interval=0.1,
+             message="300 calls to finish")
+    runs = [json.loads(x) for x in client.lrange("rated:runs", 0, -1)]
+    assert sorted(run["i"] for run in runs) == list(range(300))
+    # At most 3 at once, from the jobs' own start and end times.
+    events = sorted([(run["start"], 1) for run in runs] + [(run["end"], -1) for run in runs])
+    inside = most_inside = 0
+    for _, step in events:
+        inside += step
+        most_inside = max(most_inside, inside)
+    assert most_inside <= 3, most_inside
+    assert most_inside == 3, "the limit was reached (so it was tested)"
+    # At most 50 in any second. On the server's clock, as the grants' tokens
+    # read (unix µs): exactly. From the jobs' own start times, each taken just
+    # after its grant: in any window one grant interval (20 ms) short of a
+    # second, since a start is later than its grant by a varying delay.
+    grants = [run["token"] / 1_000_000 for run in runs]
+    starts = [run["start"] for run in runs]
+    assert most_in_any_window(grants, 1.0) <= 50
+    assert most_in_any_window(grants, 1.0) >= 45, "the rate was reached (so it was tested)"
+    assert most_in_any_window(starts, 0.98) <= 50
+    elapsed = max(starts) - min(starts)
+    assert elapsed >= 299 / 50 - 0.05, "the rate held the pace: %.2f s" % elapsed
+    print("300 calls in %.2f s, at most %d at once, %d in any second (server clock)"
+          % (elapsed, most_inside, most_in_any_window(grants, 1.0)))
