@@ -27,6 +27,12 @@ export interface GroupLimitOptions<T = unknown> {
   group: (job: Job<T>) => string | null | undefined;
   /** How many jobs of one group may run at once, across every worker. */
   concurrency: number;
+  /**
+   * A rate per group beside the concurrency, as BullMQ's own `limiter`: at most `max` jobs of
+   * one group start every `duration` ms (evenly spaced), plus `burst` at once. Decided with
+   * the concurrency in one atomic grant; a job refused by either waits the same way.
+   */
+  limiter?: { max: number; duration: number; burst?: number };
   /** The lease of a running job's slot in ms, renewed every third of it. Default 30000. */
   lease?: number;
   /** How long a job over the limit waits for a slot, natively, in ms. Default 1000. */
@@ -49,7 +55,8 @@ export function uniqueWorkerName(base = "worker"): string {
 /**
  * Per-group concurrency for one Worker:
  *
- *     const limit = new GroupLimit({ redis, group: (job) => job.data.customerId, concurrency: 2 });
+ *     const limit = new GroupLimit({ redis, group: (job) => job.data.customerId, concurrency: 2,
+ *                                    limiter: { max: 100, duration: 60_000 } });   // optional
  *     const worker = new Worker("jobs", limit.wrap(process), { connection, name: limit.workerName });
  */
 export class GroupLimit<T = unknown> {
@@ -63,6 +70,7 @@ export class GroupLimit<T = unknown> {
   private readonly prefix: string;
   private readonly type: string;
   private readonly tries = new Map<string, number>();
+  private readonly rate: commands.RateLimit | undefined;
 
   constructor(private readonly options: GroupLimitOptions<T> & { workerName?: string }) {
     this.client = options.redis instanceof Client ? options.redis : new Client(options.redis);
@@ -76,6 +84,8 @@ export class GroupLimit<T = unknown> {
     this.prefix = options.prefix ?? "unique:group";
     this.type = commands.checkType(options.type ?? "group");
     this.workerName = options.workerName ?? uniqueWorkerName();
+    this.rate = options.limiter && { limit: options.limiter.max, per: options.limiter.duration, burst: options.limiter.burst };
+    if (this.rate) commands.rateArgv(this.rate);
     for (const [name, value] of Object.entries({ lease: this.lease, wait: this.wait, delay: this.delay, maxDelay: this.maxDelay })) {
       if (!Number.isInteger(value) || value < 1) throw new RangeError(`redis-unique: ${name} must be a whole number of ms of at least 1, got ${value}`);
     }
@@ -98,6 +108,7 @@ export class GroupLimit<T = unknown> {
         ttl: this.lease,
         owner: this.workerName,
         type: this.type,
+        rate: this.rate,
         wait: this.wait,
       });
       if (slot === null) {

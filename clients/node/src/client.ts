@@ -54,6 +54,11 @@ export class Client {
     return this.run(commands.holders(key));
   }
 
+  /** UNIQUE.RATE: the key's rate state (what `lock(..., { rate })` spent), or null. */
+  rate(key: string): Promise<commands.RateState | null> {
+    return this.run(commands.rate(key));
+  }
+
   /** How many clients wait for a slot of `key`. */
   waiters(key: string): Promise<number> {
     return this.run(commands.waiters(key));
@@ -149,6 +154,10 @@ export class Batch {
 
   holders(key: string): this {
     return this.add(commands.holders(key));
+  }
+
+  rate(key: string): this {
+    return this.add(commands.rate(key));
   }
 
   waiters(key: string): this {

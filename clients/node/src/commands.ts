@@ -24,8 +24,32 @@ export interface LockOptions {
   owner?: string;
   /** Metadata kept with the holder: an object (sent as JSON) or a JSON object's text. */
   meta?: Record<string, unknown> | string;
-  /** When denied, wait up to this many milliseconds for a slot, first come, first served. */
+  /** A rate a new grant also needs: at most `limit` grants per `per` ms, plus `burst` at once (renewals never spend it). */
+  rate?: RateLimit;
+  /** When denied, wait up to this many milliseconds for a slot (and the rate), first come, first served. */
   wait?: number;
+}
+
+/** `RATE limit PER per [BURST burst]`: at most `limit` grants every `per` milliseconds, evenly spaced, plus `burst` at once. */
+export interface RateLimit {
+  limit: number;
+  /** The period, in milliseconds. */
+  per: number;
+  /** Grants allowed at once beyond the steady pace. Default 0. */
+  burst?: number;
+}
+
+/** A key's rate state, as UNIQUE.RATE gives it; times are unix milliseconds. */
+export interface RateState {
+  limit: number;
+  per: number;
+  burst: number;
+  /** Grants allowed now, one after the other. */
+  remaining: number;
+  /** The first instant a grant is allowed (now when `remaining` is above 0). */
+  allowedAt: number;
+  /** The first instant nothing is spent any more. */
+  idleAt: number;
 }
 
 /** One holder of a lock, as UNIQUE.LOCKEDBY WITHMETA gives it; times are unix milliseconds. */
@@ -101,7 +125,7 @@ export function checkLimit(limit: unknown): number {
 /** The argv of UNIQUE.LOCK; every option checked. */
 export function lockArgv(key: string, jid: string, options: LockOptions = {}): string[] {
   const argv = ["UNIQUE.LOCK", checkKey(key), checkJid(jid)];
-  const { ttl, pxat, limit, type, owner, meta, wait } = options;
+  const { ttl, pxat, limit, type, owner, meta, rate, wait } = options;
   if (limit !== undefined) argv.push("LIMIT", String(checkLimit(limit)));
   if (ttl !== undefined && pxat !== undefined) throw new TypeError("redis-unique: give ttl or pxat, not both");
   if (ttl !== undefined) argv.push("TTL", String(wholeMs("ttl", ttl, 1)));
@@ -118,7 +142,25 @@ export function lockArgv(key: string, jid: string, options: LockOptions = {}): s
     else throw new TypeError("redis-unique: meta must be an object or a JSON object's text");
     argv.push("META", text);
   }
+  if (rate !== undefined) argv.push(...rateArgv(rate));
   if (wait !== undefined) argv.push("WAIT", String(wholeMs("wait", wait, 1)));
+  return argv;
+}
+
+/** `RATE n PER ms [BURST b]` (BURST only when above 0). */
+export function rateArgv(rate: RateLimit): string[] {
+  if (rate === null || typeof rate !== "object") {
+    throw new TypeError("redis-unique: rate must be { limit, per, burst? } (per in ms)");
+  }
+  const whole = (name: string, value: unknown, min: number) => {
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < min) {
+      throw new RangeError(`redis-unique: rate.${name} must be a whole number of at least ${min}, got ${String(value)}`);
+    }
+    return value;
+  };
+  const argv = ["RATE", String(whole("limit", rate.limit, 1)), "PER", String(whole("per", rate.per, 1))];
+  const burst = whole("burst", rate.burst ?? 0, 0);
+  if (burst > 0) argv.push("BURST", String(burst));
   return argv;
 }
 
@@ -192,6 +234,26 @@ export function holders(key: string): Command<Holder[]> {
   return {
     argv: ["UNIQUE.LOCKEDBY", checkKey(key), "WITHMETA"],
     parse: (r) => (Array.isArray(r) ? r.map(parseHolder) : []),
+  };
+}
+
+/** RATE: the key's rate state, or null when it has none. */
+export function rate(key: string): Command<RateState | null> {
+  return {
+    argv: ["UNIQUE.RATE", checkKey(key)],
+    parse: (r) => {
+      if (r === null) return null;
+      const f = fields(r);
+      const n = (name: string) => int(f.get(name) ?? 0);
+      return {
+        limit: n("limit"),
+        per: n("per"),
+        burst: n("burst"),
+        remaining: n("remaining"),
+        allowedAt: n("allowed_at"),
+        idleAt: n("idle_at"),
+      };
+    },
   };
 }
 

@@ -1,6 +1,6 @@
 export { Client, Batch } from "./client.js";
 export * as commands from "./commands.js";
-export type { Command, Holder, LockOptions, Metrics, ReapOptions } from "./commands.js";
+export type { Command, Holder, LockOptions, Metrics, RateLimit, RateState, ReapOptions } from "./commands.js";
 export {
   AlreadyAcquiredError,
   CommandError,

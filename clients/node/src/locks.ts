@@ -19,6 +19,8 @@ export interface LockObjectOptions {
   meta?: Record<string, unknown>;
   /** The lock type. Default `lock`. */
   type?: string;
+  /** A rate each acquire also needs (`{ limit, per, burst? }`, per in ms): "at most 3 at once and 50 a second". */
+  rate?: commands.RateLimit;
   /** Called when the lease could not be renewed: the lock is no longer held. Default: throws it unhandled. */
   onLockLost?: (error: LockLostError) => void;
 }
@@ -68,8 +70,8 @@ class LeasedLock {
   }
 
   private lockOptions(wait?: number) {
-    const { owner, meta, type } = this.options;
-    return { ttl: this.lockTimeout, limit: this.limit, owner, meta, type, wait };
+    const { owner, meta, type, rate } = this.options;
+    return { ttl: this.lockTimeout, limit: this.limit, owner, meta, type, rate, wait };
   }
 
   /** Takes the lock at once, or returns false. */

@@ -1,7 +1,10 @@
 // A BullMQ worker process for the tests: a real Worker whose processor runs under a
 // GroupLimit, recording how many jobs of its group run at once (INCR on start, DECR at
 // the end, both while the slot is held, so the counter is the group's holders exactly).
-//   node test/bullmq-worker.mjs   (env: PORT, QUEUE, CONCURRENCY, LIMIT, LEASE, JOB_MS, STALLED_MS)
+// With RATE_MAX and RATE_MS the group also has a rate (GroupLimit's `limiter`), and each
+// job records its start time.
+//   node test/bullmq-worker.mjs   (env: PORT, QUEUE, CONCURRENCY, LIMIT, LEASE, JOB_MS, STALLED_MS,
+//                                  RATE_MAX, RATE_MS)
 import { Worker } from "bullmq";
 import IORedis from "ioredis";
 import { GroupLimit, DeadWorkerReaper } from "../dist/esm/bullmq.js";
@@ -20,6 +23,7 @@ const limit = new GroupLimit({
   wait: env("WAIT_MS", 200),
   delay: env("DELAY_MS", 50),
   maxDelay: env("MAX_DELAY_MS", 500),
+  limiter: process.env.RATE_MAX ? { max: env("RATE_MAX"), duration: env("RATE_MS") } : undefined,
 });
 const queue = new Queue(queueName, { connection });
 const reaper = new DeadWorkerReaper(redis, queue);
@@ -29,6 +33,8 @@ reaper.start(env("REAP_MS", 1000));
 const worker = new Worker(
   queueName,
   limit.wrap(async (job) => {
+    const startedAt = Date.now();
+    if (process.env.RATE_MAX) await redis.rpush(`starts:${job.data.group}`, String(startedAt));
     const running = await redis.incr(`running:${job.data.group}`);
     await redis.rpush(`seen:${job.data.group}`, String(running));
     await redis.rpush("started", String(job.id));

@@ -72,6 +72,48 @@ test("1,000 jobs over 20 groups, limit 2, on 3 worker processes: never more than
   await queue.close();
 });
 
+/** The most times of `times` (ms) inside any window of `window` ms. */
+function mostInAnyWindow(times, window) {
+  const sorted = [...times].sort((a, b) => a - b);
+  let most = 0;
+  for (let i = 0, j = 0; i < sorted.length; i++) {
+    while (sorted[j] <= sorted[i] - window) j++;
+    most = Math.max(most, i - j + 1);
+  }
+  return most;
+}
+
+test("300 jobs of one group, concurrency 3 and 50 a second, on 3 worker processes: never over either limit", async () => {
+  const name = "rated";
+  const queue = new Queue(name, { connection: { host: "127.0.0.1", port: server.port } });
+  await redis.del("workers", "started", "seen:acme", "starts:acme");
+  for (let i = 0; i < 3; i++) {
+    startWorker(name, { CONCURRENCY: 4, LIMIT: 3, RATE_MAX: 50, RATE_MS: 1000, WAIT_MS: 5000 });
+  }
+  await workersReady(3);
+  // 20 to 60 ms each: 3 slots would allow 75 a second, so both limits bind in turn.
+  const jobs = Array.from({ length: 300 }, (_, i) => ({ name: "call", data: { group: "acme", ms: 20 + (i % 5) * 10 } }));
+  await queue.addBulk(jobs);
+  await waitFor(async () => (await queue.getJobCounts("completed")).completed === 300, {
+    timeout: 60_000, interval: 100, message: "300 completed jobs",
+  });
+  const seen = (await redis.lrange("seen:acme", 0, -1)).map(Number);
+  assert.equal(Math.max(...seen), 3, "at most 3 at once, and the limit was reached");
+  const starts = (await redis.lrange("starts:acme", 0, -1)).map(Number);
+  assert.equal(starts.length, 300, "every job ran once");
+  // From the jobs' own start times, each taken just after its grant: at most 50 in any
+  // window one grant interval (20 ms) short of a second, since a start follows its
+  // grant by a varying delay (the server's own guarantee is exact: tests/rate.rs).
+  assert.ok(mostInAnyWindow(starts, 980) <= 50, `${mostInAnyWindow(starts, 980)} starts in 980 ms`);
+  assert.ok(mostInAnyWindow(starts, 1000) >= 45, "the rate was reached, so it was tested");
+  const elapsed = Math.max(...starts) - Math.min(...starts);
+  assert.ok(elapsed >= 299 * 20 - 50, `the rate held the pace: ${elapsed} ms`);
+  console.log(`# 300 jobs in ${elapsed} ms, at most ${Math.max(...seen)} at once, ${mostInAnyWindow(starts, 1000)} starts in any second`);
+  for (const c of children.splice(0)) c.kill("SIGTERM");
+  await queue.obliterate({ force: true });
+  await queue.close();
+});
+
 test("kill -9 of a worker mid-job: its group slot frees and BullMQ's stalled check retries the job", async () => {
   const name = "stalled";
   const queue = new Queue(name, { connection: { host: "127.0.0.1", port: server.port } });

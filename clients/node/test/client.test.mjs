@@ -47,6 +47,19 @@ for (const [name, connect] of Object.entries(flavours)) {
       assert.deepEqual(await client.lockedBy(key("a")), []);
     });
 
+    test("a rate beside the limit: a grant spends it, a renewal does not, rate() tells the state", async () => {
+      const rate = { limit: 2, per: 1000 };
+      const t1 = await client.lock(key("r"), "a", { limit: 3, ttl: 60_000, rate });
+      assert.equal(await client.lock(key("r"), "b", { limit: 3, ttl: 60_000, rate }), null, "the rate refuses");
+      assert.equal(await client.lock(key("r"), "a", { limit: 3, ttl: 60_000, rate }), t1, "a renewal is free");
+      const state = await client.rate(key("r"));
+      assert.deepEqual([state.limit, state.per, state.burst, state.remaining], [2, 1000, 0, 0]);
+      assert.equal(state.allowedAt, state.idleAt);
+      assert.ok(state.allowedAt >= Math.floor(t1 / 1000) + 500, "500 ms after the grant");
+      assert.equal(await client.rate(key("none")), null);
+      await assert.rejects(client.lock(key("r"), "c", { rate: { limit: 0, per: 1000 } }), RangeError);
+    });
+
     test("holders carry token, lease, type, owner and meta in ms", async () => {
       const before = Date.now();
       const token = await client.lock(key("h"), "j1", {

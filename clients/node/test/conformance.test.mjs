@@ -10,8 +10,12 @@ const table = JSON.parse(readFileSync(new URL("../../conformance/table.json", im
 
 function nodeOptions(args) {
   const options = {};
+  if ("rate_limit" in args) {
+    options.rate = { limit: args.rate_limit, per: args.rate_per_ms };
+    if ("rate_burst" in args) options.rate.burst = args.rate_burst;
+  }
   for (const [name, value] of Object.entries(args)) {
-    if (name === "key" || name === "jid") continue;
+    if (name === "key" || name === "jid" || name.startsWith("rate_")) continue;
     if (name === "ttl_ms") options.ttl = value;
     else if (name === "wait_ms") options.wait = value;
     else if (name === "pxat_ms") options.pxat = value;
@@ -26,6 +30,7 @@ const build = {
   locked_by: (a) => commands.lockedBy(a.key),
   holders: (a) => commands.holders(a.key),
   waiters: (a) => commands.waiters(a.key),
+  rate: (a) => commands.rate(a.key),
 };
 
 for (const c of table.calls) {
@@ -43,6 +48,11 @@ const parse = {
   lock: (r) => commands.lock("k", "j").parse(r),
   unlock: (r) => commands.unlock("k", "j").parse(r),
   holders: (r) => commands.holders("k").parse(r).map(neutral),
+  rate: (r) => {
+    const s = commands.rate("k").parse(r);
+    return s && { limit: s.limit, per_ms: s.per, burst: s.burst, remaining: s.remaining,
+                  allowed_at_ms: s.allowedAt, idle_at_ms: s.idleAt };
+  },
 };
 
 for (const c of table.replies) {
