@@ -31,16 +31,25 @@ class ConformanceTest < Minitest::Test
     end
   end
 
-  # The neutral arguments as this client's keywords: seconds (`ttl:`) or ms (`ttl_ms:`).
+  # The neutral arguments as this client's keywords: seconds (`ttl:`) or ms (`ttl_ms:`),
+  # and the rate as one Hash (`rate: { limit:, per: or per_ms:, burst: }`).
   def ruby_keywords(args)
-    args.reject { |k, _| %w[key jid].include?(k) }.to_h do |name, value|
+    keywords = {}
+    if args.key?("rate_limit")
+      rate = { limit: args["rate_limit"] }
+      rate[:per_ms] = args["rate_per_ms"] if args.key?("rate_per_ms")
+      rate[:per] = args["rate_per_seconds"] if args.key?("rate_per_seconds")
+      rate[:burst] = args["rate_burst"] if args.key?("rate_burst")
+      keywords[:rate] = rate
+    end
+    args.reject { |k, _| %w[key jid].include?(k) || k.start_with?("rate_") }.to_h do |name, value|
       case name
       when "ttl_seconds" then [:ttl, value]
       when "wait_seconds" then [:wait, value]
       when "pxat_ms" then [:pxat, value]
       else [name.to_sym, value]
       end
-    end
+    end.merge(keywords)
   end
 
   def send_call(c, call, args)
@@ -50,6 +59,7 @@ class ConformanceTest < Minitest::Test
     when "locked_by" then c.locked_by(args["key"])
     when "holders" then c.holders(args["key"])
     when "waiters" then c.waiters(args["key"])
+    when "rate" then c.rate(args["key"])
     end
   end
 
@@ -73,6 +83,11 @@ class ConformanceTest < Minitest::Test
       "ttl_ms" => h.ttl && (h.ttl * 1000).round, "type" => h.type, "owner" => h.owner, "meta" => h.meta }
   end
 
+  def neutral_rate(r)
+    { "limit" => r.limit, "per_ms" => r.per_ms, "burst" => r.burst, "remaining" => r.remaining,
+      "allowed_at_ms" => (r.allowed_at.to_r * 1000).to_i, "idle_at_ms" => (r.idle_at.to_r * 1000).to_i }
+  end
+
   # A connection that answers with the table's raw reply: the client's own parsing reads it.
   class Canned
     def initialize(reply)
@@ -90,6 +105,7 @@ class ConformanceTest < Minitest::Test
       c.instance_variable_set(:@connection, Canned.new(reply["reply"]))
       value = send_call(c, reply["call"], "key" => "k", "jid" => "j")
       value = value.map { |h| neutral_holder(h) } if reply["call"] == "holders"
+      value = value && neutral_rate(value) if reply["call"] == "rate"
       if reply["value"].nil?
         assert_nil value
       else

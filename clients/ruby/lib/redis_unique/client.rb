@@ -9,6 +9,12 @@ module RedisUnique
   Holder = Struct.new(:jid, :token, :acquired_at, :expires_at, :ttl, :type, :owner, :meta,
                       keyword_init: true)
 
+  # A key's rate state, as UNIQUE.RATE reports it: the limit it was last spent under
+  # (limit grants per per_ms, plus burst), the grants it allows now (remaining), the
+  # first Time a grant is allowed (allowed_at) and the first Time nothing is spent any
+  # more (idle_at).
+  RateState = Struct.new(:limit, :per_ms, :burst, :remaining, :allowed_at, :idle_at, keyword_init: true)
+
   # The UNIQUE.* commands with Ruby types.
   #
   #   client = RedisUnique::Client.new(Redis.new)            # or a ConnectionPool, Sidekiq.redis_pool...
@@ -17,6 +23,8 @@ module RedisUnique
   #
   # Durations are seconds (Integer or Float) in `ttl:` and `wait:`, or milliseconds
   # (Integer) in `ttl_ms:` and `wait_ms:`. `pxat:` is a Time or unix milliseconds.
+  # `rate:` is { limit:, per: } (per in seconds, or :second, :minute, :hour, :day;
+  # per_ms: in ms), with an optional burst:.
   class Client
     attr_reader :connection
 
@@ -27,7 +35,7 @@ module RedisUnique
     # UNIQUE.LOCK. Returns the fencing token (Integer) on a grant or a renewal, nil when
     # denied (or when `wait` ran out). `meta` is a Hash (sent as JSON) or a JSON String.
     def lock(key, jid, limit: nil, ttl: nil, ttl_ms: nil, pxat: nil, type: nil, owner: nil,
-             meta: nil, wait: nil, wait_ms: nil)
+             meta: nil, rate: nil, wait: nil, wait_ms: nil)
       argv = ["UNIQUE.LOCK", key, jid]
       argv.push("LIMIT", Integer(limit)) unless limit.nil?
       lease = ms_option(:ttl, ttl, ttl_ms)
@@ -41,6 +49,7 @@ module RedisUnique
       argv.push("TYPE", type.to_s) if type
       argv.push("OWNER", owner.to_s) if owner
       argv.push("META", meta.is_a?(String) ? meta : JSON.generate(meta)) if meta
+      argv.concat(Client.rate_argv(rate)) if rate
       waiting = ms_option(:wait, wait, wait_ms)
       if waiting
         argv.push("WAIT", waiting)
@@ -63,6 +72,11 @@ module RedisUnique
     # UNIQUE.WAITERS: how many clients wait (lock with wait:) for a slot of the key.
     def waiters(key)
       @connection.call("UNIQUE.WAITERS", key)
+    end
+
+    # UNIQUE.RATE: the key's RateState (what lock(..., rate:) spent), or nil.
+    def rate(key)
+      Client.rate_state(@connection.call("UNIQUE.RATE", key))
     end
 
     # UNIQUE.LOCKEDBY WITHMETA as Holder structs.
@@ -105,6 +119,45 @@ module RedisUnique
       true
     rescue ModuleNotLoaded
       false
+    end
+
+    PERIODS = { second: 1_000, minute: 60_000, hour: 3_600_000, day: 86_400_000 }.freeze
+
+    # RATE n PER ms [BURST b] of a rate: option (BURST only when above 0).
+    def self.rate_argv(rate)
+      raise InvalidOption, "rate must be a Hash: { limit:, per: } (per in seconds), not #{rate.inspect}" unless rate.is_a?(Hash)
+
+      r = rate.transform_keys(&:to_sym)
+      limit = Integer(r.fetch(:limit) { raise InvalidOption, "rate needs limit: (grants per period)" })
+      raise InvalidOption, "rate limit must be 1 or more, not #{limit}" unless limit.positive?
+
+      per_ms = if r.key?(:per_ms)
+                 Integer(r[:per_ms])
+               elsif PERIODS.key?(r[:per].to_s.to_sym)
+                 PERIODS.fetch(r[:per].to_s.to_sym)
+               elsif r[:per].is_a?(Numeric)
+                 raise InvalidOption, "rate per must be positive (seconds)" unless r[:per].positive?
+
+                 [(r[:per] * 1_000_000).round.fdiv(1000).ceil, 1].max
+               else
+                 raise InvalidOption, "rate needs per: (seconds, or :second, :minute, :hour, :day) or per_ms:"
+               end
+      burst = Integer(r.fetch(:burst, 0))
+      raise InvalidOption, "rate burst must be 0 or more, not #{burst}" if burst.negative?
+
+      argv = ["RATE", limit, "PER", per_ms]
+      argv.push("BURST", burst) if burst.positive?
+      argv
+    end
+
+    def self.rate_state(raw)
+      return nil if raw.nil?
+
+      h = (raw.is_a?(Hash) ? raw : Hash[*raw]).transform_keys(&:to_s)
+      RateState.new(
+        limit: h["limit"].to_i, per_ms: h["per"].to_i, burst: h["burst"].to_i, remaining: h["remaining"].to_i,
+        allowed_at: Time.at(h["allowed_at"].to_i / 1000r), idle_at: Time.at(h["idle_at"].to_i / 1000r)
+      )
     end
 
     def self.holder(raw)

@@ -33,7 +33,7 @@ module RedisUnique
 
     # Global defaults; every one can be overridden per job in sidekiq_options.
     class Config
-      attr_accessor :lock_prefix, :lock_ttl, :lock_timeout, :lock_limit, :on_conflict, :lock_info,
+      attr_accessor :lock_prefix, :lock_ttl, :lock_timeout, :lock_limit, :lock_rate, :on_conflict, :lock_info,
                     :enabled, :reaper, :reaper_interval, :reaper_dead_after, :reaper_count,
                     :schedule_in, :logger
 
@@ -42,6 +42,7 @@ module RedisUnique
         @lock_ttl = nil
         @lock_timeout = nil
         @lock_limit = nil
+        @lock_rate = nil
         @on_conflict = nil
         @lock_info = false
         @enabled = true

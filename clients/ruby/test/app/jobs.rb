@@ -134,3 +134,20 @@ class LimitedJob
 
   def perform(token); end
 end
+
+# One partner API called at most 3 at once and 50 a second: while_executing under
+# lock_limit and lock_rate, keyed by the API key alone; a job over either limit waits
+# in Redis (lock_timeout). Each run records its start and end times.
+class RatedPartnerCallJob
+  include TestJobs::JOB
+  sidekiq_options lock: :while_executing, lock_limit: 3, lock_rate: { limit: 50, per: :second },
+                  lock_timeout: 60, lock_args_method: ->(args) { [args.first] }, on_conflict: :raise, retry: 3
+  sidekiq_retry_in { |_count, _ex| 1 }
+
+  def perform(api_key, token, i)
+    started = Time.now.to_f
+    sleep(0.02 + (i % 5) * 0.01) # the call: 20 to 60 ms, so that both limits bind in turn
+    TestJobs.conn.call("RPUSH", "rated:#{token}", JSON.generate("i" => i, "start" => started,
+                                                                 "end" => Time.now.to_f, "key" => api_key))
+  end
+end

@@ -132,9 +132,16 @@ module RedisUnique
         json
       end
 
+      # lock_rate: { limit:, per: } (per in seconds or :second, :minute, :hour, :day), spent
+      # by the job's grant beside lock_limit (the payload has string keys, as JSON).
+      def rate
+        value = option("lock_rate")
+        value.is_a?(Hash) ? value.transform_keys(&:to_sym) : value
+      end
+
       def take(key, owner: nil, wait: true)
         client.lock(key, jid, limit: limit, ttl: ttl_seconds, type: lock_type, owner: owner, meta: meta,
-                              wait: wait ? wait_seconds : nil)
+                              rate: rate, wait: wait ? wait_seconds : nil)
       end
     end
   end

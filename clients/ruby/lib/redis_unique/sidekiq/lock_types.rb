@@ -84,7 +84,7 @@ module RedisUnique
 
       def run_locked
         token = client.lock(run_key, jid, limit: limit, ttl: ttl_seconds, type: lock_type,
-                                          owner: Sidekiq.identity, meta: meta, wait: wait_seconds)
+                                          owner: Sidekiq.identity, meta: meta, rate: rate, wait: wait_seconds)
         return ConflictStrategy.new(self, :server, run_key).resolve unless token
 
         begin

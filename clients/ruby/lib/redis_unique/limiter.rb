@@ -1,0 +1,62 @@
+# frozen_string_literal: true
+
+require "securerandom"
+
+module RedisUnique
+  # "At most 3 at once and at most 50 a second" around any Ruby code, decided by the
+  # server in one atomic grant (UNIQUE.LOCK ... LIMIT ... RATE):
+  #
+  #   partner = RedisUnique::Limiter.new(Redis.new, "api:partner", concurrency: 3,
+  #                                      rate: { limit: 50, per: :second })
+  #   partner.within { |token| call_the_partner }   # waits up to wait: seconds for both
+  #
+  # A call waits natively on the server (first come, first served, woken at the next
+  # allowed instant when the rate is what refused it), then raises LimitReached. Its
+  # slot is a holder with a lease of ttl: seconds (give a ttl longer than the block: it
+  # is not renewed) and frees when the block ends, however it ends. concurrency: nil
+  # limits the rate only.
+  class Limiter
+    attr_reader :key, :client
+
+    def initialize(redis, key, concurrency: 1, rate: nil, ttl: 60, wait: 30, owner: nil, type: "limiter")
+      raise InvalidOption, "a Limiter needs concurrency: or rate:" if concurrency.nil? && rate.nil?
+
+      @client = redis.is_a?(Client) ? redis : Client.new(redis)
+      @key = key
+      @limit = concurrency.nil? ? 0 : Integer(concurrency)
+      raise InvalidOption, "concurrency must be 1 or more, not #{@limit}" if concurrency && @limit < 1
+
+      Client.rate_argv(rate) if rate # a bad rate fails here, not at the first call
+      @rate = rate
+      @ttl = ttl
+      @wait = wait
+      @owner = owner
+      @type = type
+    end
+
+    # Runs the block holding a slot; yields the grant's fencing token.
+    def within(jid = SecureRandom.uuid)
+      token = @client.lock(@key, jid, limit: @limit, ttl: @ttl, rate: @rate, wait: @wait,
+                                      owner: @owner, type: @type)
+      raise LimitReached.new(@key, @client.rate(@key)) unless token
+
+      begin
+        yield token
+      ensure
+        @client.unlock(@key, jid)
+      end
+    end
+  end
+
+  # A Limiter found no slot (its concurrency or its rate) within its wait.
+  class LimitReached < Error
+    attr_reader :key, :rate
+
+    def initialize(key, rate = nil)
+      @key = key
+      @rate = rate
+      next_at = rate && rate.remaining.zero? ? ", the rate allows the next at #{rate.allowed_at.utc.iso8601(3)}" : ""
+      super("no slot of #{key} within the wait#{next_at}: raise wait:, or let the caller retry later")
+    end
+  end
+end
