@@ -64,8 +64,10 @@ soak: deps build
 build:
 	cargo build --release
 
-## bench: throughput, latency and memory against SET NX PX and the Lua design, also with a
-## replica and AOF (bench/results/latest.json; BENCH_ROUNDS, default 5; BENCH_REQUESTS)
+## bench: throughput, latency and memory against SET NX PX and the Lua design (and RATE against
+## GCRA in Lua), also with a replica and AOF (bench/results/latest.json; BENCH_ROUNDS, default 5;
+## BENCH_REQUESTS); BENCH_SERVERS=all (or a list) compares on every test-compat server too
+## (bench/results/servers.json)
 bench: deps build loadgen
 	python3 bench/bench.py
 	$(MAKE) bench-ruby

@@ -8,7 +8,8 @@ fresh key and every release finds its lock), alternating contenders round by
 round and reporting medians (these machines are shared and noisy: ratios
 matter more than absolute figures). Every contender starts from the same
 keyspace (FLUSHALL, then the same number of keys when it releases or reads),
-so keyspace growth and rehashing fall on all alike. Then the same LOCK/UNLOCK
+so keyspace growth and rehashing fall on all alike. A rate-limited LOCK runs against
+redis-cell's GCRA in Lua (bench/lua/gcra.lua). Then the same LOCK/UNLOCK
 vs SET NX PX/DEL comparison on a primary with one replica and AOF (appendfsync
 everysec), memory per lock, scaling, the reaper and the blocking handoff; it
 prints a table and writes bench/results/latest.json.
