@@ -16,7 +16,9 @@ from redis_unique.errors import CommandError
 from conftest import wait_for
 
 HERE = Path(__file__).resolve().parent
-DB = 3
+# The database of test_celery.py's app: the tests import one celery_app module, whose app
+# is bound to the URL of the first test that imports it.
+DB = 2
 
 
 def test_a_grant_spends_the_rate_and_a_renewal_does_not(r):
@@ -62,7 +64,7 @@ def rated_worker(server):
     import celery_app
 
     client = server.client(db=DB)
-    client.flushdb()
+    client.delete("rated:runs", celery_app.RATED_KEY)
     log = open(Path(server.dir, "celery-rated-worker.log"), "w")
     # Six processes, twice the limit, so that the limit is what holds them back.
     worker = subprocess.Popen(
