@@ -65,6 +65,14 @@ class WebBrowserTest < Minitest::Test
     browser.find_elements(css: selector)
   end
 
+  # Clicks `element` as a user would: scrolled to the middle of the window first, so that a
+  # long page (many owners, from other tests' Sidekiq processes) cannot leave it under
+  # Sidekiq 8's fixed navigation bar.
+  def click(element)
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    element.click
+  end
+
   def wait_for(message = "the page", &block)
     wait_until(timeout: 15, interval: 0.05, message: message) do
       block.call
@@ -87,7 +95,7 @@ class WebBrowserTest < Minitest::Test
       end
       following = csses("#redis-unique-next").first
       flunk "no step of the list shows #{key}" unless following
-      following.click
+      click(following)
       wait_for("the next step") { browser.current_url != step }
     end
     flunk "200 steps and no #{key}"
@@ -115,7 +123,7 @@ class WebBrowserTest < Minitest::Test
     wait_for("the filtered list") { browser.current_url.include?("pattern=") }
     link = lock_link(key)
     shot("locks")
-    link.click
+    click(link)
 
     wait_for("the lock page") { css("#redis-unique-holders") }
     assert_equal key, css("h3 code.key").text
@@ -125,13 +133,13 @@ class WebBrowserTest < Minitest::Test
     assert_equal "host:1:abc", css("tr.holder td.owner").text
     shot("lock")
 
-    css("tr.holder input.unlock").click
+    click(css("tr.holder input.unlock"))
     dialog = alert
     assert_includes dialog.text, "Remove jid-#{token} from this lock?"
     dialog.dismiss
     assert_equal ["jid-#{token}"], client.locked_by(key), "dismissed: nothing sent"
 
-    css("tr.holder input.unlock").click
+    click(css("tr.holder input.unlock"))
     alert.accept
     wait_for("the holder gone") { css("#redis-unique-free") }
     assert_equal "The holder was removed.", css("#redis-unique-notice").text
@@ -149,7 +157,7 @@ class WebBrowserTest < Minitest::Test
 
     visit("/locks?pattern=#{CGI.escape("xss:#{token}:*")}")
     link = lock_link(key)
-    link.click
+    click(link)
     wait_for("its page") { css("#redis-unique-holders") }
     assert_equal key, css("h3 code.key").text
     assert_equal jid, css("tr.holder code.jid").text
@@ -169,7 +177,7 @@ class WebBrowserTest < Minitest::Test
     end
     assert_includes row.text, "dead"
     shot("owners")
-    row.find_element(css: "input[type=submit]").click
+    click(row.find_element(css: "input[type=submit]"))
     assert_includes alert.text, "Free every lock held by #{dead}?"
     alert.accept
     wait_for("the notice") { css("#redis-unique-notice").text.include?("freed") }
