@@ -16,24 +16,7 @@ pub(crate) fn emit_aof_hold(
     key: *mut raw::RedisModuleString,
     h: &Holder,
 ) {
-    let mut argv = Argv::holder(h);
-    // SAFETY: `io` and `key` are what Redis passed to aof_rewrite; every
-    // argument matches the format (s = a module string, l = long long, c = C
-    // string, v = an array of module strings and its length).
-    unsafe {
-        if let Some(emit) = raw::RedisModule_EmitAOF {
-            emit(
-                io,
-                APPLY_COMMAND.as_ptr(),
-                c"slcv".as_ptr(),
-                key,
-                0 as c_longlong,
-                ApplyOp::Hold.word().as_ptr(),
-                argv.strings.as_mut_ptr(),
-                argv.len,
-            );
-        }
-    }
+    emit_aof_apply(io, key, ApplyOp::Hold, Argv::holder(h));
 }
 
 /// Emits the command that recreates the rate state of `key` into a rewritten
@@ -45,7 +28,20 @@ pub(crate) fn emit_aof_rate(
 ) {
     let mut argv = Argv::new();
     write_rate(rate, &mut argv);
-    // SAFETY: as in `emit_aof_hold`.
+    emit_aof_apply(io, key, ApplyOp::Rate, argv);
+}
+
+/// Emits `UNIQUE.APPLY key 0 OP <argv>` into a rewritten AOF.
+fn emit_aof_apply(
+    io: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    op: ApplyOp,
+    mut argv: Argv,
+) {
+    // SAFETY: `io` and `key` are what Redis passed to aof_rewrite; every
+    // argument matches the format (s = a module string, l = long long, c = C
+    // string, v = an array of module strings and its length); `argv`
+    // outlives the call.
     unsafe {
         if let Some(emit) = raw::RedisModule_EmitAOF {
             emit(
@@ -54,7 +50,7 @@ pub(crate) fn emit_aof_rate(
                 c"slcv".as_ptr(),
                 key,
                 0 as c_longlong,
-                ApplyOp::Rate.word().as_ptr(),
+                op.word().as_ptr(),
                 argv.strings.as_mut_ptr(),
                 argv.len,
             );
