@@ -55,11 +55,17 @@ fn on_step(ctx: &Context, step: MigrationStep, ranges: &[SlotRange]) {
     if step == MigrationStep::ExportCompleted {
         let mut moved = SlotSet::default();
         moved.set(ranges, true);
-        let owners = slot_owners(ctx);
+        // The owners are looked up once, and only if a waiter has to move.
+        let mut owners = None;
         waiting::redirect(
             ctx,
             |key| moved.contains(ffi::key_slot(key)),
-            |key| redirect_to(&owners, ffi::key_slot(key)),
+            |key| {
+                redirect_to(
+                    owners.get_or_insert_with(|| slot_owners(ctx)),
+                    ffi::key_slot(key),
+                )
+            },
         );
     }
 }
