@@ -254,11 +254,10 @@ fn attempt(
         _ => {
             let lease_end =
                 lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at()).min());
-            let rate_limited = false;
             (
                 Attempt::Denied {
                     lease_end,
-                    rate_limited,
+                    rate_limited: false,
                 },
                 Change::PruneOnly,
             )
