@@ -8,19 +8,8 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value, token, wait_until};
+use common::{Connection, Server, Value, text, token, wait_until};
 use redis::cluster::ClusterClient;
-
-fn text(con: &mut Connection, args: &[&str]) -> String {
-    let mut cmd = redis::cmd(args[0]);
-    cmd.arg(&args[1..]);
-    match common::run(&cmd, con) {
-        Ok(Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
-        Ok(Value::SimpleString(s)) => s,
-        Ok(Value::VerbatimString { text, .. }) => text,
-        other => panic!("{args:?}: {other:?}"),
-    }
-}
 
 fn cluster_ok(node: &Server) -> bool {
     text(&mut node.con(), &["CLUSTER", "INFO"]).contains("cluster_state:ok")

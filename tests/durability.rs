@@ -103,23 +103,13 @@ fn an_rdb_restart_gives_back_the_same_locks() {
     assert_next_token_above(con, max);
 }
 
-fn wait_for_rewrite(con: &mut Connection) {
-    wait_until(Duration::from_secs(20), "the AOF rewrite", || {
-        let info: String = redis::cmd("INFO")
-            .arg("persistence")
-            .query(con)
-            .unwrap_or_default();
-        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
-    });
-}
-
 fn aof_restart(preamble: &str) {
     let mut server =
         Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", preamble]);
     let con = &mut server.con();
     let mut max = populate(con);
     call!(con, "BGREWRITEAOF").expect("BGREWRITEAOF");
-    wait_for_rewrite(con);
+    common::wait_for_rewrite(con);
     // More after the rewrite: a grant, a renewal, a release, a short lease.
     max = max.max(token(call!(
         con,

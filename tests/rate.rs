@@ -312,38 +312,22 @@ fn the_rate_state_is_kept_by_every_persistence_and_replication_path() {
     let primary = Server::start_with(&["--appendonly", "yes"]);
     let replica = primary.start_replica(&[]);
     let p = &mut primary.con();
-    token(call!(
-        p,
-        "UNIQUE.LOCK",
-        "both",
-        "a",
-        "LIMIT",
-        2,
-        "TTL",
-        600_000,
-        "RATE",
-        3,
-        "PER",
-        600_000,
-        "BURST",
-        1
-    ));
-    token(call!(
-        p,
-        "UNIQUE.LOCK",
-        "both",
-        "b",
-        "LIMIT",
-        2,
-        "TTL",
-        600_000,
-        "RATE",
-        3,
-        "PER",
-        600_000,
-        "BURST",
-        1
-    ));
+    // Two holders under LIMIT 2, spending a rate of 3 per 10 minutes with a
+    // burst of 1: the burst is then spent.
+    let rate = ["RATE", "3", "PER", "600000", "BURST", "1"];
+    for jid in ["a", "b"] {
+        token(call!(
+            p,
+            "UNIQUE.LOCK",
+            "both",
+            jid,
+            "LIMIT",
+            2,
+            "TTL",
+            600_000,
+            &rate[..]
+        ));
+    }
     token(call!(
         p,
         "UNIQUE.LOCK",
@@ -374,13 +358,7 @@ fn the_rate_state_is_kept_by_every_persistence_and_replication_path() {
 
     // The AOF, rewritten then replayed.
     call!(p, "BGREWRITEAOF").expect("BGREWRITEAOF");
-    wait_until(Duration::from_secs(20), "the AOF rewrite", || {
-        let info: String = redis::cmd("INFO")
-            .arg("persistence")
-            .query(&mut primary.con())
-            .unwrap_or_default();
-        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
-    });
+    common::wait_for_rewrite(p);
     let digest_before = digest(p);
     let mut primary = primary;
     primary.restart("NOSAVE");
@@ -394,20 +372,7 @@ fn the_rate_state_is_kept_by_every_persistence_and_replication_path() {
     assert_eq!(state(p), before);
     // And the next grant is refused as before the restarts: the burst is spent.
     assert_eq!(
-        call!(
-            p,
-            "UNIQUE.LOCK",
-            "both",
-            "c",
-            "LIMIT",
-            3,
-            "RATE",
-            3,
-            "PER",
-            600_000,
-            "BURST",
-            1
-        ),
+        call!(p, "UNIQUE.LOCK", "both", "c", "LIMIT", 3, &rate[..]),
         Ok(Value::Nil)
     );
 }

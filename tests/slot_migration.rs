@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value, info_field, token, wait_until};
+use common::{Connection, Server, Value, info_field, text, token, wait_until};
 use redis::cluster::ClusterClient;
 
 /// The hash slot of a key (CRC16/XMODEM of its hash tag or whole name).
@@ -53,17 +53,6 @@ fn keys_in(start: u16, end: u16, n: usize, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn text(con: &mut Connection, args: &[&str]) -> String {
-    let mut cmd = redis::cmd(args[0]);
-    cmd.arg(&args[1..]);
-    match common::run(&cmd, con) {
-        Ok(Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
-        Ok(Value::SimpleString(s)) => s,
-        Ok(Value::VerbatimString { text, .. }) => text,
-        other => panic!("{args:?}: {other:?}"),
-    }
-}
-
 /// Two primaries: `a` serves slots 0-8191, `b` 8192-16383. `None` when the
 /// server has no atomic slot migration.
 struct Cluster {
@@ -98,6 +87,15 @@ impl Cluster {
 
     fn client(&self) -> ClusterClient {
         ClusterClient::new(vec![self.a.url(), self.b.url()]).expect("cluster client")
+    }
+
+    /// `a` starts moving slots `start..=end` to `b` and the migration is held
+    /// before its final pause (streaming), until `prevent_pause(false)`.
+    fn migrate_and_hold(&self, start: u16, end: u16) -> String {
+        prevent_pause(self, true);
+        let job = start_migration(&self.a, start, end, &self.b_id);
+        wait_for_state(&self.a, &job, "waiting-to-pause");
+        job
     }
 
     /// `from` moves slots `start..=end` to the node `to_id`; returns once
@@ -374,9 +372,7 @@ fn grants_made_while_slots_move_arrive_and_the_target_leaves_importing_keys_alon
         info_field(&mut a.con(), "unique", "unique_waiting") == 1
     });
 
-    prevent_pause(&cluster, true);
-    let job = start_migration(a, 0, 100, &cluster.b_id);
-    wait_for_state(a, &job, "waiting-to-pause");
+    let job = cluster.migrate_and_hold(0, 100);
 
     // The target holds the keys but does not own them: clients go to the
     // source, and its reaper and REAP leave them alone while the leases end
@@ -464,9 +460,7 @@ fn a_cancelled_migration_drops_the_imported_keys_and_their_counts() {
     let before: Vec<_> = keys.iter().map(|k| holders_of(&mut a.con(), k)).collect();
     let a_info = text(&mut a.con(), &["INFO", "unique"]);
 
-    prevent_pause(&cluster, true);
-    let job = start_migration(a, 0, 100, &cluster.b_id);
-    wait_for_state(a, &job, "waiting-to-pause");
+    let job = cluster.migrate_and_hold(0, 100);
     wait_until(
         Duration::from_secs(10),
         "the snapshot on the target",

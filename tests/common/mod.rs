@@ -357,6 +357,30 @@ macro_rules! call {
     }};
 }
 
+/// A command's reply as text (a bulk, simple or verbatim string), or a panic
+/// with what came back.
+pub fn text(con: &mut Connection, args: &[&str]) -> String {
+    let mut cmd = redis::cmd(args[0]);
+    cmd.arg(&args[1..]);
+    match run(&cmd, con) {
+        Ok(Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
+        Ok(Value::SimpleString(s)) => s,
+        Ok(Value::VerbatimString { text, .. }) => text,
+        other => panic!("{args:?}: {other:?}"),
+    }
+}
+
+/// Waits until an AOF rewrite (BGREWRITEAOF) is neither running nor scheduled.
+pub fn wait_for_rewrite(con: &mut Connection) {
+    wait_until(Duration::from_secs(20), "the AOF rewrite", || {
+        let info: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query(con)
+            .unwrap_or_default();
+        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
+    });
+}
+
 /// The token of a granted LOCK, or a panic with what came back.
 pub fn token(reply: Result<Value, String>) -> i64 {
     match reply {
