@@ -6,14 +6,16 @@ REDIS_UNIQUE_MODULE: the module (default: <repo>/target/release/libredis_unique.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import pytest
 import redis
@@ -91,3 +93,39 @@ def r(server: Server) -> Iterator[redis.Redis]:
     conn.execute_command("UNIQUE.METRICS", "RESET")
     yield conn
     conn.close()
+
+
+# The database of the Celery tests' app (tests/celery_app.py). Every test imports the one
+# celery_app module, whose app is bound to the URL of the first import: all use this one.
+CELERY_DB = 2
+HERE = Path(__file__).resolve().parent
+
+
+@contextlib.contextmanager
+def celery_worker(server: Server, name: str, queue: str, concurrency: int) -> Iterator[Tuple[Any, subprocess.Popen]]:
+    """A real Celery worker process (prefork) of tests/celery_app.py on ``queue``, named
+    ``name@<host>``, logging to the server's directory: the app module and the process,
+    once the worker answers a ping; stopped at the end."""
+    os.environ["CELERY_TEST_URL"] = "redis://127.0.0.1:%d/%d" % (server.port, CELERY_DB)
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import celery_app
+
+    log = open(Path(server.dir, "celery-%s.log" % name), "w")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork", "-c", str(concurrency),
+         "-Q", queue, "-n", name + "@%h", "-E", "--without-gossip", "--without-mingle", "-l", "info"],
+        cwd=str(HERE), env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        node = "%s@%s" % (name, os.uname().nodename)
+        wait_for(lambda: celery_app.app.control.ping(destination=[node], timeout=0.5),
+                 timeout=60, interval=0.2, message="the Celery worker %s" % node)
+        yield celery_app, worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        log.close()

@@ -10,36 +10,14 @@ import pytest
 
 from redis_unique import Client, DuplicateTask
 
-from conftest import wait_for
+from conftest import CELERY_DB as DB, HERE, celery_worker, wait_for
 
-HERE = Path(__file__).resolve().parent
-DB = 2
 
 
 @pytest.fixture(scope="module")
 def celery_env(server):
-    url = "redis://127.0.0.1:%d/%d" % (server.port, DB)
-    os.environ["CELERY_TEST_URL"] = url
-    sys.path.insert(0, str(HERE))
-    import celery_app
-
-    log = open(Path(server.dir, "celery-worker.log"), "w")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork", "-c", "2",
-         "-Q", "celery", "-n", "w1@%h", "-E", "--without-gossip", "--without-mingle", "-l", "info"],
-        cwd=str(HERE), env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
-    app = celery_app.app
-    try:
-        wait_for(lambda: app.control.ping(timeout=0.5), timeout=60, interval=0.2, message="the Celery worker")
-        yield celery_app, worker
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        log.close()
+    with celery_worker(server, "w1", "celery", 2) as env:
+        yield env
 
 
 @pytest.fixture()

@@ -1,24 +1,14 @@
 """RATE beside LIMIT: the client's ``rate=`` and ``rate()``, and real Celery worker
 processes calling one partner API at most 3 at once and 50 a second."""
 import json
-import os
-import subprocess
-import sys
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from redis_unique import Client, Rate, Semaphore
 from redis_unique.errors import CommandError
 
-from conftest import wait_for
-
-HERE = Path(__file__).resolve().parent
-# The database of test_celery.py's app: the tests import one celery_app module, whose app
-# is bound to the URL of the first test that imports it.
-DB = 2
+from conftest import CELERY_DB, celery_worker, wait_for
 
 
 def test_a_grant_spends_the_rate_and_a_renewal_does_not(r):
@@ -58,31 +48,11 @@ def test_a_semaphore_with_a_rate_waits_for_the_rate(r):
 
 @pytest.fixture()
 def rated_worker(server):
-    url = "redis://127.0.0.1:%d/%d" % (server.port, DB)
-    os.environ["CELERY_TEST_URL"] = url
-    sys.path.insert(0, str(HERE))
-    import celery_app
-
-    client = server.client(db=DB)
-    client.delete("rated:runs", celery_app.RATED_KEY)
-    log = open(Path(server.dir, "celery-rated-worker.log"), "w")
     # Six processes, twice the limit, so that the limit is what holds them back.
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork", "-c", "6",
-         "-Q", "rated", "-n", "rated@%h", "--without-gossip", "--without-mingle", "-l", "info"],
-        cwd=str(HERE), env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_for(lambda: celery_app.app.control.ping(destination=["rated@" + os.uname().nodename], timeout=0.5),
-                 timeout=60, interval=0.2, message="the rated Celery worker")
+    with celery_worker(server, "rated", "rated", 6) as (celery_app, _):
+        client = server.client(db=CELERY_DB)
+        client.delete("rated:runs", celery_app.RATED_KEY)
         yield celery_app, client
-    finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        log.close()
 
 
 def most_in_any_window(times, window):
