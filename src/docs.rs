@@ -19,6 +19,10 @@ pub struct CommandDoc {
     pub arity: i32,
     /// The command flags it is registered with (`write deny-oom fast`...).
     pub flags: &'static str,
+    /// The ACL categories it is in (space separated, without `@`), where
+    /// the server has categories for module commands; the module's own
+    /// `unique` is added where the server lets a module add one.
+    pub acl_categories: &'static str,
     /// Space-separated hints for clients and proxies, "" for none.
     pub tips: &'static str,
     pub key_specs: &'static [KeySpec],
@@ -352,6 +356,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         complexity: "O(N) where N is the number of holders of the key.",
         arity: -3,
         flags: "write deny-oom fast",
+        acl_categories: "write fast blocking",
         tips: "nondeterministic_output",
         key_specs: &[KeySpec {
             index: 1,
@@ -366,6 +371,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         complexity: "O(N) where N is the number of holders of the key.",
         arity: 3,
         flags: "write fast",
+        acl_categories: "write fast",
         tips: "",
         key_specs: &[KeySpec {
             index: 1,
@@ -383,6 +389,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         complexity: "O(N) where N is the number of holders of the key.",
         arity: -2,
         flags: "readonly fast",
+        acl_categories: "read fast",
         tips: "",
         key_specs: &[KeySpec {
             index: 1,
@@ -400,6 +407,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         complexity: "O(1)",
         arity: 2,
         flags: "readonly fast",
+        acl_categories: "read fast",
         tips: "",
         key_specs: &[KeySpec {
             index: 1,
@@ -414,6 +422,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         complexity: "O(1)",
         arity: 2,
         flags: "readonly fast",
+        acl_categories: "read fast",
         tips: "nondeterministic_output",
         key_specs: &[KeySpec {
             index: 1,
@@ -428,6 +437,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         complexity: "O(1) for every call, O(N) for a complete iteration, with N the number of keys in the database.",
         arity: -2,
         flags: "write",
+        acl_categories: "write slow keyspace",
         tips: "nondeterministic_output",
         key_specs: &[],
         args: &[
@@ -458,7 +468,8 @@ pub static COMMANDS: &[CommandDoc] = &[
         since: VERSION,
         complexity: "O(T) where T is the number of lock types counted (times n with MINUTES n).",
         arity: -1,
-        flags: "readonly fast",
+        flags: "readonly",
+        acl_categories: "slow dangerous",
         tips: "nondeterministic_output",
         key_specs: &[],
         args: METRICS_ARGS,
@@ -483,6 +494,15 @@ pub fn markdown() -> String {
         out.push_str(&format!(
             "- since: {}\n- complexity: {}\n- arity: {}\n- flags: {}\n",
             cmd.since, cmd.complexity, cmd.arity, cmd.flags
+        ));
+        let categories: Vec<String> = cmd
+            .acl_categories
+            .split_whitespace()
+            .map(|c| format!("@{c}"))
+            .collect();
+        out.push_str(&format!(
+            "- ACL categories: {} @unique\n",
+            categories.join(" ")
         ));
         let keys: Vec<String> = cmd
             .key_specs

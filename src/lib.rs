@@ -57,6 +57,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     }
     ffi::describe_commands(ctx);
+    commands::set_acl_categories(ctx);
     // I/O errors handled, and Valkey's atomic slot migration where the
     // server has it (it refuses CLUSTER MIGRATESLOTS until every module
     // says it handles it).
@@ -149,7 +150,8 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         .field("reaper_last_tick_usec", last)?
         .field("reaper_max_tick_usec", max)?
         .field("reaper_ticks", ticks)?
-        .field("reaper_keys_scanned", keys)?;
+        .field("reaper_keys_scanned", keys)?
+        .field("reap_keys_denied", commands::reap::keys_denied())?;
     section.build_section()?.build_info()?;
     Ok(())
 }

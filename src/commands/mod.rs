@@ -265,6 +265,49 @@ impl Registration {
     }
 }
 
+/// The module's own ACL category, `@unique`: every public command, where the
+/// server lets a module add a category (Redis 8+, Valkey 8+).
+pub const ACL_CATEGORY: &CStr = c"unique";
+
+/// Puts every public command in the ACL categories of its `docs::COMMANDS`
+/// entry, and in `@unique` where the server has it. Logs what the server
+/// could not do (Redis 7.0 has no categories for module commands, 7.2 no
+/// categories of a module's own): the module still loads, and its commands
+/// are granted by name there. Only during the load.
+pub fn set_acl_categories(ctx: &Context) {
+    let own = ffi::add_acl_category(ctx, ACL_CATEGORY);
+    if !own {
+        ctx.log_notice("no @unique ACL category on this server (Redis 8+ and Valkey 8+ have one)");
+    }
+    for command in &REGISTRY {
+        let Some(doc) = command.doc() else {
+            continue; // the internal UNIQUE.APPLY: in no category
+        };
+        let categories = if own {
+            format!("{} unique", doc.acl_categories)
+        } else {
+            doc.acl_categories.to_string()
+        };
+        let Ok(categories) = std::ffi::CString::new(categories) else {
+            continue;
+        };
+        match ffi::set_acl_categories(ctx, command.name, &categories) {
+            ffi::Categories::Set => {}
+            ffi::Categories::Unsupported => {
+                ctx.log_notice(
+                    "no ACL categories for module commands on this server (Redis 7.2+ and \
+                     Valkey 8+ have them): grant the unique.* commands by name",
+                );
+                return;
+            }
+            ffi::Categories::Refused => ctx.log_warning(&format!(
+                "the server refused the ACL categories {categories:?} of {:?}",
+                command.name
+            )),
+        }
+    }
+}
+
 /// Every command of the module. A new command adds its file (with its
 /// `Command` type, the entry point's handler), its facts to
 /// `docs::COMMANDS`, and its line here. LOCK, UNLOCK and LOCKEDBY, the hot

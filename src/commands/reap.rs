@@ -3,18 +3,40 @@
 //! Cleans up a bounded step at a time, like SCAN, whose cursor it uses: a full
 //! iteration reaches every lock that existed for its whole duration, and a
 //! call examines at most COUNT lock keys (see `batches`).
+//!
+//! REAP names no key, so Redis checks no key permission for it: it acts only
+//! on the locks the calling user may write (`~pattern` or `%W~pattern`), and
+//! skips the others, which it counts as examined but never as removed
+//! (`INFO unique`'s `unique_reap_keys_denied` counts them). The background
+//! reaper and the replicated effects act on the module's own authority and
+//! check nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::{ArgError, Change, finish, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
-use crate::ffi::now_ms;
+use crate::ffi::{AclUser, NoCaller, now_ms};
 use crate::lock::validate_owner;
 use crate::metrics::{self, Event};
 
 super::command!(with_args run);
 
 const DEFAULT_COUNT: usize = 100;
+
+/// Lock keys that REAP skipped because its caller may not write them.
+static KEYS_DENIED: AtomicU64 = AtomicU64::new(0);
+
+/// How many lock keys REAP skipped, since the start, because its caller may
+/// not write them (`INFO unique`'s `unique_reap_keys_denied`).
+pub fn keys_denied() -> u64 {
+    KEYS_DENIED.load(Ordering::Relaxed)
+}
+
+/// REAP's answer when it cannot learn the caller's ACL user.
+const NO_CALLER: &str = "ERR UNIQUE.REAP checks the key permissions of the connection that \
+     calls it, which a script or a module's call does not say: call it directly";
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let [_, cursor, options @ ..] = args.as_slice() else {
@@ -25,15 +47,28 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .filter(|c| c.parse::<u64>().is_ok())
         .ok_or(RedisError::Str("ERR invalid cursor"))?;
     let (count, owner) = parse_options(options)?;
+    // `None`: the caller's user went meanwhile, and may write nothing.
+    let caller = AclUser::caller(ctx).map_err(|e| match e {
+        NoCaller::NotAConnection => RedisError::Str(NO_CALLER),
+        NoCaller::Unsupported => RedisError::Str(
+            "ERR UNIQUE.REAP needs a server that tells modules their caller's ACL user (Redis 7.0.3+)",
+        ),
+    })?;
     let now = now_ms();
 
     let mut cursor = cursor.to_string();
-    let mut removed = 0;
+    let (mut removed, mut denied) = (0, 0);
     for keys in batches(ctx, &mut cursor, count)? {
         for name in &keys {
-            removed += reap_key(ctx, &ctx.create_string(name.as_slice()), now, owner);
+            let name = ctx.create_string(name.as_slice());
+            if caller.as_ref().is_some_and(|user| user.may_write(&name)) {
+                removed += reap_key(ctx, &name, now, owner);
+            } else {
+                denied += 1;
+            }
         }
     }
+    KEYS_DENIED.fetch_add(denied, Ordering::Relaxed);
     Ok(RedisValue::Array(vec![
         RedisValue::BulkString(cursor),
         RedisValue::Integer(removed as i64),

@@ -2,13 +2,14 @@
 //! wrap the way this module needs: typed access to a key of a module type
 //! (its `WRONGTYPE` check, absolute expiry), the clock, RDB and digest I/O,
 //! replication and AOF emission, blocked clients, key scans, cluster slots
-//! and their migration. Every `unsafe` block of the crate lives here or in
+//! and their migration, ACL users and categories. Every `unsafe` block of the crate lives here or in
 //! the type callbacks of `datatype.rs`.
 //!
 //! The bottom of the Redis glue: it imports only the pure `codec` and
 //! `lock`, and calls up into nothing (the callbacks of a blocked client are
 //! a [`BlockHandler`] given by the caller).
 
+mod acl;
 mod argv;
 mod blocking;
 mod cluster;
@@ -21,6 +22,7 @@ mod replication;
 mod scan;
 mod timers;
 
+pub use acl::{AclUser, Categories, NoCaller, add_acl_category, caller_name, set_acl_categories};
 pub use blocking::{BlockHandler, Blocked, WaiterReply, block_client, unblock};
 pub use cluster::{
     MigrationHandler, MigrationStep, SlotRange, key_slot, set_module_options,
