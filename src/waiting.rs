@@ -16,6 +16,11 @@
 //! (Redis 7.0 only serves clients blocked *on keys* while the key exists,
 //! and a lock's key goes with its last holder: hence this queue of our own.)
 //!
+//! A waiter is served on its own user's authority: its key permissions are
+//! checked again before each retry, so a user whose access to the key was
+//! revoked while it waited gets `NOPERM` instead of a grant (as Redis 7.2+
+//! does for its own blocked commands).
+//!
 //! The module also keeps each waiter's deadline, with a timer of its own:
 //! given a timeout, Redis could time a client out after the module granted
 //! it a slot in the same event-loop iteration, and then drop the grant's
@@ -37,7 +42,8 @@ use std::time::Duration;
 use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::ffi::{
-    self, BlockHandler, Blocked, TimerHandler, TimerId, WaiterReply, now_ms, select_db, selected_db,
+    self, AclUser, BlockHandler, Blocked, TimerHandler, TimerId, WaiterReply, now_ms, select_db,
+    selected_db,
 };
 use crate::metrics::{self, Event};
 
@@ -62,6 +68,11 @@ pub enum Served {
 pub const INTERNAL_ERROR: &str =
     "ERR internal error in the unique module (a bug: see the server log)";
 
+/// What a waiter is told when its user may no longer lock its key: Redis's
+/// text for a key its ACL does not allow.
+pub const NO_KEY_PERMISSION: &str =
+    "NOPERM this user has no permissions to access one of the keys used as arguments";
+
 /// Runs a blocked call (its arguments: command, key, ...) again, as the
 /// longest waiter in its key's queue.
 pub type Retry = fn(&Context, &[Vec<u8>]) -> Served;
@@ -77,6 +88,9 @@ struct Waiter<C> {
     seq: usize,
     /// The timer that ends its wait, if one could be armed.
     deadline: Option<TimerId>,
+    /// Its client's ACL user, whose key permissions each retry checks
+    /// again (`None` where the server cannot say).
+    user: Option<Box<[u8]>>,
 }
 
 /// A key: its database and name.
@@ -341,6 +355,7 @@ pub fn block<A: Deref<Target = [u8]>>(
         lock_type: lock_type.into(),
         seq,
         deadline,
+        user: ffi::caller_name(ctx).ok().map(Vec::into_boxed_slice),
     };
     with(|w| w.push((selected_db(ctx), key.to_vec()), waiter));
     if let Some(at) = lease_end {
@@ -367,11 +382,20 @@ fn serve(ctx: &Context, key: &[u8]) {
     };
     let mut still = VecDeque::with_capacity(queue.len());
     let mut next_lease_end: Option<i64> = None;
+    let mut permissions = Permissions::default();
     for waiter in queue {
-        // A bug in one retry ends that wait with an error; the queue, and
-        // the serving state, must survive it.
-        let served = catch_unwind(AssertUnwindSafe(|| (waiter.retry)(ctx, &waiter.args)))
-            .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()));
+        let served = if waiter
+            .user
+            .as_deref()
+            .is_some_and(|u| !permissions.may_lock(ctx, u, key))
+        {
+            Served::Failed(NO_KEY_PERMISSION.to_owned())
+        } else {
+            // A bug in one retry ends that wait with an error; the queue,
+            // and the serving state, must survive it.
+            catch_unwind(AssertUnwindSafe(|| (waiter.retry)(ctx, &waiter.args)))
+                .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()))
+        };
         let reply = match served {
             Served::Granted(token) => WaiterReply::Token(token),
             Served::Failed(e) => WaiterReply::Error(e),
@@ -392,6 +416,26 @@ fn serve(ctx: &Context, key: &[u8]) {
     with(|w| w.stop_serving(id, still));
     if let Some(at) = next_lease_end.filter(|_| waits) {
         wake_at(ctx, key, at);
+    }
+}
+
+/// Whether each waiter's user may still lock the key being served, looked
+/// up once per user for the whole queue.
+#[derive(Default)]
+struct Permissions {
+    verdicts: Vec<(Box<[u8]>, bool)>,
+}
+
+impl Permissions {
+    fn may_lock(&mut self, ctx: &Context, user: &[u8], key: &[u8]) -> bool {
+        if let Some((_, verdict)) = self.verdicts.iter().find(|(u, _)| **u == *user) {
+            return *verdict;
+        }
+        // A user deleted meanwhile may do nothing (its clients are gone too).
+        let verdict =
+            AclUser::by_name(ctx, user).is_some_and(|acl| acl.may_lock(&ctx.create_string(key)));
+        self.verdicts.push((user.into(), verdict));
+        verdict
     }
 }
 
@@ -537,6 +581,7 @@ mod tests {
             lock_type: "until_executed".into(),
             seq: client as usize,
             deadline: None,
+            user: None,
         }
     }
 

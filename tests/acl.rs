@@ -588,3 +588,37 @@ fn the_recipes_of_operations_md_give_each_role_what_it_needs() {
         }
     }
 }
+
+#[test]
+fn a_waiter_whose_access_was_revoked_gets_noperm_and_the_next_gets_the_slot() {
+    let server = Server::start();
+    let admin = &mut server.con();
+    setuser(admin, "ACL SETUSER waiter on >pw ~jobs:* +@all");
+    token(run(
+        admin,
+        &["UNIQUE.LOCK", "jobs:w", "holder", "TTL", "60000"],
+    ));
+    let wait = |con: Connection, jid: &'static str| {
+        std::thread::spawn(move || {
+            let mut con = con;
+            run(&mut con, &["UNIQUE.LOCK", "jobs:w", jid, "WAIT", "30000"])
+        })
+    };
+    let revoked = wait(con_as(&server, "waiter", "pw"), "revoked");
+    wait_until(Duration::from_secs(10), "the first waiter", || {
+        run(admin, &["UNIQUE.WAITERS", "jobs:w"]) == Ok(Value::Int(1))
+    });
+    let next = wait(server.con(), "next");
+    wait_until(Duration::from_secs(10), "the second waiter", || {
+        run(admin, &["UNIQUE.WAITERS", "jobs:w"]) == Ok(Value::Int(2))
+    });
+    setuser(admin, "ACL SETUSER waiter resetkeys ~other:*");
+    assert_eq!(
+        run(admin, &["UNIQUE.UNLOCK", "jobs:w", "holder"]),
+        Ok(Value::Int(1))
+    );
+    let revoked = revoked.join().expect("the first waiter's thread");
+    assert!(refused(&revoked), "{revoked:?}");
+    token(next.join().expect("the second waiter's thread"));
+    assert_eq!(common::holders(admin, "jobs:w"), ["next"]);
+}

@@ -72,7 +72,23 @@ impl AclUser {
     /// as a command whose key spec says so would be checked. False when the
     /// server cannot tell (no API): nothing is done on the user's behalf.
     pub fn may_write(&self, key: &RedisString) -> bool {
-        let flags = (raw::REDISMODULE_CMD_KEY_UPDATE | raw::REDISMODULE_CMD_KEY_DELETE) as c_int;
+        self.may(
+            key,
+            raw::REDISMODULE_CMD_KEY_UPDATE | raw::REDISMODULE_CMD_KEY_DELETE,
+        )
+    }
+
+    /// Whether this user may read and update `key`, as UNIQUE.LOCK's key
+    /// spec (RW update) asks.
+    pub fn may_lock(&self, key: &RedisString) -> bool {
+        self.may(
+            key,
+            raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+        )
+    }
+
+    fn may(&self, key: &RedisString, flags: u32) -> bool {
+        let flags = flags as c_int;
         // SAFETY: the user is live (looked up in this command or callback,
         // freed only in Drop); `key` is a live string. The call only reads.
         let status = unsafe {
