@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_helper"
+require "securerandom"
 
 # What sidekiq-unique-jobs v9 users rely on, on real Sidekiq processes: the
 # while_executing_reject lock, after_unlock, until_and_while_executing refusing a job whose
@@ -176,6 +177,18 @@ class V9CompatTest < Minitest::Test
       assert_includes error.message, use
     end
     assert_equal 0, Sidekiq::Queue.new(parked).size, "nothing pushed"
+  end
+
+  # A job that an older version pushed (or the scheduler or a retry pushes) is not lost in a
+  # server process: it runs, and the option is named in the log.
+  def test_an_older_option_in_a_server_process_is_logged_and_the_job_runs
+    jid = SecureRandom.hex(12)
+    payload = { "class" => "LegacyUniqueJob", "queue" => "default", "args" => [token], "jid" => jid,
+                "unique" => "until_executed", "retry" => true, "created_at" => Time.now.to_f,
+                "enqueued_at" => Time.now.to_f }
+    conn.call("LPUSH", "queue:default", JSON.generate(payload))
+    assert_equal [jid], wait_events("done").map { |e| e["jid"] }
+    wait_until(message: "the warning") { worker_logs.include?("LegacyUniqueJob: sidekiq_options unique: is an option of older") }
   end
 
   def test_unique_args_and_lock_expiration_are_read

@@ -53,15 +53,28 @@ module RedisUnique
       end
 
       # Option names that older sidekiq-unique-jobs versions read and v9 ignores (so that
-      # such a job would silently take no lock): an error that names the option to use.
+      # such a job would silently take no lock): an error that names the option to use. In
+      # a Sidekiq server process it is logged instead (once per class and option): there the
+      # push may be the scheduler's or a retry's, and raising would lose the job.
       def refuse_legacy_options!
         class_opts = klass.respond_to?(:get_sidekiq_options) ? klass.get_sidekiq_options : {}
         LEGACY_OPTIONS.each do |name, use|
           next unless class_opts.key?(name) || class_opts.key?(name.to_sym) || (name != "lock_args" && item.key?(name))
 
-          raise InvalidOption, "#{item["class"]}: sidekiq_options #{name}: is an option of older " \
-                               "sidekiq-unique-jobs versions; use #{use} instead"
+          message = "#{item["class"]}: sidekiq_options #{name}: is an option of older " \
+                    "sidekiq-unique-jobs versions; use #{use} instead"
+          raise InvalidOption, message unless ::Sidekiq.respond_to?(:server?) && ::Sidekiq.server?
+
+          Job.warn_once("#{item["class"]}/#{name}", "redis-unique: #{message} (not read here)")
         end
+      end
+
+      def self.warn_once(id, message)
+        @warned ||= {}
+        return if @warned[id]
+
+        @warned[id] = true
+        Sidekiq.logger.warn(message)
       end
 
       def client
