@@ -139,7 +139,6 @@ function clientFor(redis: Client | RedisClient | Transport): Client {
  * (Mutex: 1). Each acquire gets a fencing token; `await using` releases it.
  */
 class LeasedLock {
-  readonly client: Client;
   readonly identifier: string;
   readonly lockTimeout: number;
   readonly acquireTimeout: number;
@@ -152,7 +151,7 @@ class LeasedLock {
   private readonly onLockLost: LockLostCallback;
 
   constructor(
-    redis: Client | RedisClient | Transport,
+    private readonly redis: Client | RedisClient | Transport,
     readonly key: string,
     readonly limit: number,
     private readonly options: LockObjectOptions = {},
@@ -178,7 +177,15 @@ class LeasedLock {
         `redis-unique: refreshInterval must be a whole number of ms (0: no renewals), got ${this.refreshInterval}`,
       );
     }
-    this.client = clientFor(redis);
+    clientFor(redis); // a wrong kind of client fails here, not at the first acquire
+  }
+
+  /**
+   * The Client this lock object runs on: the one it was given, or the one shared by every
+   * lock object over the same Redis client (made again if it was closed).
+   */
+  get client(): Client {
+    return clientFor(this.redis);
   }
 
   /** The fencing token of the current hold (null when not held). */

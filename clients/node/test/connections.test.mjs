@@ -178,3 +178,16 @@ for (const flavour of ["ioredis", "node-redis"]) {
     await waitFor(async () => (await clientCount(admin)) === start, { message: "the count back to where it started" });
   });
 }
+
+test("closing the Client that lock objects over one Redis client share leaves the others usable", async () => {
+  const start = await clientCount(admin);
+  const redis = new IORedis({ port: server.port });
+  const a = new Mutex(redis, "conn:shared");
+  const b = new Mutex(redis, "conn:shared");
+  assert.equal(a.client, b.client, "one Client, so one pool of wait connections");
+  await waitedRound(redis, "conn:shared", a);
+  await a.client.close();
+  await waitedRound(redis, "conn:shared", b);
+  await redis.quit();
+  await waitFor(async () => (await clientCount(admin)) === start, { message: "the count back to where it started" });
+});
