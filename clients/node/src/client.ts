@@ -1,6 +1,6 @@
 import * as commands from "./commands.js";
 import type { Command, Holder, LockOptions, Metrics, ReapOptions } from "./commands.js";
-import { fromReply } from "./errors.js";
+import { fromReply, UniqueError } from "./errors.js";
 import { type RedisClient, type Reply, type Transport, transportFor } from "./transport.js";
 
 /** How a Client keeps the connections its waits block on. */
@@ -199,6 +199,8 @@ export class Client {
       healthy = !signal?.aborted;
       return result;
     } catch (err) {
+      // An error reply (WRONGTYPE...) leaves the connection as good as it was.
+      healthy = err instanceof UniqueError && !signal?.aborted;
       // Dropped by close() or by the end of your connection: say so, not "Connection is closed".
       if (!this.busy.has(connection) && this.drainedBy && !signal?.aborted) {
         throw new Error(this.drainedBy.message, { cause: err });

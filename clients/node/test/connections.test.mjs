@@ -191,3 +191,18 @@ test("closing the Client that lock objects over one Redis client share leaves th
   await redis.quit();
   await waitFor(async () => (await clientCount(admin)) === start, { message: "the count back to where it started" });
 });
+
+test("an error reply to a wait keeps its connection for the next wait", async () => {
+  const redis = new IORedis({ port: server.port });
+  const client = new Client(redis);
+  await redis.set("conn:string", "not a lock");
+  await assert.rejects(client.lock("conn:string", "j", { wait: 1000 }), { name: "CommandError", code: "WRONGTYPE" });
+  assert.equal(client.waitConnections, 1, "kept, idle");
+  assert.equal(typeof (await client.lock("conn:free", "j", { wait: 1000 })), "number");
+  assert.equal(client.waitConnections, 1, "and reused");
+  await client.unlock("conn:free", "j");
+  await redis.del("conn:string");
+  await client.close();
+  assert.equal(client.waitConnections, 0);
+  await redis.quit();
+});
