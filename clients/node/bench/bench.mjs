@@ -103,6 +103,7 @@ async function contended(library, workers, limit) {
 const ROUNDS = Number(process.env.BENCH_CONTENDED_ROUNDS ?? 3);
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const contendedResults = [];
+const clientsBefore = await clientCount(admin);
 for (const [workers, limit] of [[2, 1], [8, 1], [32, 1], [32, 4]]) {
   const runs = { "redis-unique": [], "redis-semaphore": [] };
   for (let round = 0; round < ROUNDS; round++) {
@@ -121,6 +122,7 @@ for (const [workers, limit] of [[2, 1], [8, 1], [32, 1], [32, 4]]) {
     });
   }
 }
+const clientsAfter = await clientCount(admin);
 await admin.quit();
 
 async function jobsPerSecond(limited) {
@@ -152,7 +154,8 @@ if (!ONLY) {
 server.stop();
 if (!ONLY) console.table(results);
 console.table(contendedResults);
+console.log(`server clients (CLIENT LIST, the asking one included) before the contended runs: ${clientsBefore}, after: ${clientsAfter}`);
 const meta = { date: new Date().toISOString(), node: process.version, seconds: SECONDS };
 if (!ONLY) writeFileSync(new URL("./results.json", import.meta.url), JSON.stringify({ ...meta, results }, null, 2) + "\n");
-writeFileSync(new URL("./results-contended.json", import.meta.url), JSON.stringify({ ...meta, rounds: ROUNDS, contended: contendedResults }, null, 2) + "\n");
+writeFileSync(new URL("./results-contended.json", import.meta.url), JSON.stringify({ ...meta, rounds: ROUNDS, clientsBefore, clientsAfter, contended: contendedResults }, null, 2) + "\n");
 process.exit(0);
