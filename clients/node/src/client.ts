@@ -73,6 +73,11 @@ export class Client {
     return this.closed;
   }
 
+  /** How many wait connections are open and unused now. */
+  get idleWaitConnections(): number {
+    return this.idle.length;
+  }
+
   /** How many connections this client holds open for waits now (busy and idle). */
   get waitConnections(): number {
     return this.busy.size + this.idle.length + this.opening;
