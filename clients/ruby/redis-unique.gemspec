@@ -19,5 +19,5 @@ Gem::Specification.new do |spec|
   spec.add_dependency "connection_pool", ">= 2.2"
   # Either client library works (redis-rb 4.x/5.x, or redis-client through Sidekiq 7);
   # the gem requires neither itself.
-  spec.metadata["sidekiq_versions"] = "6.4, 7.x (8.x untested)"
+  spec.metadata["sidekiq_versions"] = "6.4, 7.3, 8.1 (tested; Sidekiq 8 needs Ruby 3.2+)"
 end
