@@ -1,7 +1,12 @@
 import * as commands from "./commands.js";
 import type { Command, Holder, LockOptions, Metrics, ReapOptions } from "./commands.js";
-import { fromReply } from "./errors.js";
+import { fromReply, ModuleVersionMismatchError } from "./errors.js";
 import { type RedisClient, type Reply, type Transport, transportFor } from "./transport.js";
+import { decodeModuleVersion, loadedModuleVersion, moduleVersionCheck } from "./version.js";
+
+// The Redis clients whose module passed the version check (or cannot be checked), so that
+// the many Client objects (one per Mutex) made over one Redis client ask once.
+const checked = new WeakSet<object>();
 
 /**
  * The UNIQUE.* commands over an ioredis or node-redis client. Times are milliseconds;
@@ -13,12 +18,41 @@ export class Client {
   readonly transport: Transport;
   private readonly idle: Transport[] = [];
 
+  private readonly redis: object;
+
   constructor(redis: RedisClient | Transport) {
     this.transport = transportFor(redis);
+    this.redis = redis;
+  }
+
+  /**
+   * Throws ModuleVersionMismatchError, before the first command on this Redis client, when
+   * its module is of another major.minor than this package (see version.ts).
+   */
+  async checkModuleVersion(): Promise<void> {
+    if (checked.has(this.redis)) return;
+    let reply: Reply;
+    try {
+      reply = await this.transport.send(["MODULE", "LIST"]);
+    } catch (err) {
+      const code = err instanceof Error ? /^[A-Z][A-Z_]+(?=\s|$)/.exec(err.message)?.[0] : undefined;
+      if (code === undefined) throw err; // a connection error: the client's own
+      checked.add(this.redis); // MODULE LIST refused (an ACL): nothing to compare
+      return;
+    }
+    const ver = loadedModuleVersion(reply);
+    if (ver !== null) {
+      const [major, minor] = moduleVersionCheck.builtFor.split(".").map(Number);
+      if (Math.floor(ver / 10000) !== major || Math.floor(ver / 100) % 100 !== minor) {
+        throw new ModuleVersionMismatchError(decodeModuleVersion(ver), moduleVersionCheck.builtFor);
+      }
+    }
+    checked.add(this.redis);
   }
 
   /** Runs one command of `commands`. */
   async run<T>(command: Command<T>): Promise<T> {
+    await this.checkModuleVersion();
     let reply: Reply;
     try {
       reply = await this.transport.send(command.argv);
@@ -87,12 +121,12 @@ export class Client {
 
   /** Several calls in one round trip: `client.pipeline().lock(...).unlock(...).exec()`. */
   pipeline(): Batch {
-    return new Batch(this.transport, false);
+    return new Batch(this.transport, false, () => this.checkModuleVersion());
   }
 
   /** Several calls in one MULTI/EXEC transaction. */
   multi(): Batch {
-    return new Batch(this.transport, true);
+    return new Batch(this.transport, true, () => this.checkModuleVersion());
   }
 
   /**
@@ -102,6 +136,7 @@ export class Client {
    */
   async blocking<T>(command: Command<T>, signal?: AbortSignal): Promise<T> {
     signal?.throwIfAborted();
+    await this.checkModuleVersion();
     const connection = this.idle.pop() ?? (await this.transport.duplicate());
     const onAbort = () => connection.destroy();
     signal?.addEventListener("abort", onAbort, { once: true });
@@ -130,7 +165,11 @@ export class Client {
 export class Batch {
   private readonly queued: Command<unknown>[] = [];
 
-  constructor(private readonly transport: Transport, private readonly atomic: boolean) {}
+  constructor(
+    private readonly transport: Transport,
+    private readonly atomic: boolean,
+    private readonly before: () => Promise<void> = async () => {},
+  ) {}
 
   private add(command: Command<unknown>): this {
     this.queued.push(command);
@@ -171,6 +210,7 @@ export class Batch {
 
   /** Sends every call; each result in order, or the error of its call (not thrown). */
   async exec(): Promise<unknown[]> {
+    await this.before();
     let replies: Array<Reply | Error>;
     try {
       replies = await this.transport.batch(

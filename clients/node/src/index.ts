@@ -7,8 +7,10 @@ export {
   LockLostError,
   LockNotAcquiredError,
   ModuleNotLoadedError,
+  ModuleVersionMismatchError,
   UniqueError,
 } from "./errors.js";
 export { Mutex, Semaphore } from "./locks.js";
+export { VERSION } from "./version.js";
 export type { LockObjectOptions } from "./locks.js";
 export type { IoRedisLike, NodeRedisLike, RedisClient, Transport } from "./transport.js";
