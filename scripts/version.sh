@@ -4,7 +4,7 @@
 #   scripts/version.sh              prints the version (0.1.0)
 #   scripts/version.sh module       prints it as MODULE LIST's ver (0.1.0 -> 100, see src/version.rs)
 #   scripts/version.sh check        fails, naming each file, when a client's copy differs
-#   scripts/version.sh set 0.2.0    writes the version into Cargo.toml and every copy
+#   scripts/version.sh set 0.2.0    writes the version into Cargo.toml, every copy and docs/install.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +42,10 @@ set)
     new=${2:?usage: scripts/version.sh set MAJOR.MINOR.PATCH}
     [[ $new =~ ^[0-9]+\.[0-9]{1,2}\.[0-9]{1,2}$ ]] || { echo "not MAJOR.MINOR.PATCH with minor and patch below 100: $new" >&2; exit 1; }
     sed -i '/^\[package\]/,/^\[/{s/^version = ".*"/version = "'"$new"'"/}' Cargo.toml
+    # docs/install.md names the release's files and MODULE LIST's ver (tests/install_doc.rs checks).
+    old_ver=$(IFS=. read -r a b c <<<"$version"; echo $((10#$a * 10000 + 10#$b * 100 + 10#$c)))
+    new_ver=$(IFS=. read -r a b c <<<"$new"; echo $((10#$a * 10000 + 10#$b * 100 + 10#$c)))
+    sed -i "s/${version//./\\.}/$new/g; s/\`ver $old_ver\`/\`ver $new_ver\`/g" docs/install.md
     while IFS='|' read -r file _ put; do
         sed -i "${put//@V@/$new}" "$file"
     done < <(copies)
