@@ -4,8 +4,8 @@
 #  2. The dist .so on Debian's redis-server (7.0) and on every server of COMPAT_SERVERS
 #     (built once by ../shared/servers/build.sh, as make test-compat does): MODULE LIST
 #     reports the release's version, and a subset of the Rust suite that sends every
-#     command (the redis-cli transcripts, commands, waiting, reaping, rate, persistence
-#     and replication) runs against it.
+#     command (docs/install.md's loadmodule and MODULE LOADEX, the redis-cli transcripts,
+#     commands, waiting, reaping, rate, persistence and replication) runs against it.
 #  3. Each client installed from its artifact into a clean place, nothing from the
 #     repository on its path, running one real job against a server with the dist .so:
 #     the gem into a fresh GEM_HOME (Debian's Ruby and Sidekiq 6.4), a Sidekiq job;
@@ -19,7 +19,7 @@ version=$(scripts/version.sh)
 so=$root/$dist/redis-unique-$version-x86_64-linux-gnu.so
 SERVERS_DIR=${SERVERS_DIR:-../shared/servers}
 COMPAT_SERVERS=${COMPAT_SERVERS:-redis-7.2.6 redis-8.0.6 valkey-8.0.1 valkey-9.1.2}
-RUST_SUBSET="--test cli --test commands --test waiting --test reaping --test rate --test durability --test replication"
+RUST_SUBSET="--test install_doc --test cli --test commands --test waiting --test reaping --test rate --test durability --test replication"
 work=$(mktemp -d /tmp/redis-unique-test-dist.XXXXXX)
 pids=()
 cleanup() {
