@@ -178,3 +178,19 @@ bench-node: deps node-deps build
 
 test: test-node
 bench: bench-node
+
+## ---- Release artifacts: one version (Cargo.toml's; scripts/version.sh keeps the clients'
+## equal) for the module, the gem, the wheel and sdist and the npm package (docs/install.md)
+.PHONY: dist test-dist
+## dist: every artifact into dist/ with SHA256SUMS: the x86_64 module for glibc 2.17 or later
+## (cargo-zigbuild and ziglang, pinned, in a venv made when missing), the .gem, the wheel,
+## the sdist and the npm tarball
+dist: deps
+	./scripts/dist.sh
+
+## test-dist: the artifacts as a user gets them: checksums, glibc symbol versions, the
+## dist .so on Redis 7.0 and every COMPAT_SERVERS server (a subset of the Rust suite that
+## sends every command), and each client installed from its artifact into a clean place
+## running one real Sidekiq, RQ and BullMQ job
+test-dist: dist
+	SERVERS_DIR=$(SERVERS_DIR) COMPAT_SERVERS="$(COMPAT_SERVERS)" ./scripts/test-dist.sh

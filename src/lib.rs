@@ -16,6 +16,7 @@ pub mod migration;
 pub mod moving_slots;
 pub mod reaper;
 pub mod role;
+pub mod version;
 pub mod waiting;
 
 use redis_module::server_events::{FlushSubevent, ServerRole};
@@ -158,7 +159,7 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
 
 redis_module! {
     name: "unique",
-    version: 1,
+    version: version::MODULE_VERSION,
     allocator: (Allocator, ALLOCATOR),
     data_types: [LOCK_TYPE],
     init: init,

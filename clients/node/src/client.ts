@@ -1,7 +1,12 @@
 import * as commands from "./commands.js";
 import type { Command, Holder, LockOptions, Metrics, ReapOptions } from "./commands.js";
-import { fromReply, UniqueError } from "./errors.js";
+import { fromReply, ModuleVersionMismatchError, UniqueError } from "./errors.js";
 import { type RedisClient, type Reply, type Transport, transportFor } from "./transport.js";
+import { decodeModuleVersion, loadedModuleVersion, moduleVersionCheck } from "./version.js";
+
+// The Redis clients whose module passed the version check (or cannot be checked), so that
+// the many Client objects (one per Mutex) made over one Redis client ask once.
+const checked = new WeakSet<object>();
 
 /** How a Client keeps the connections its waits block on. */
 export interface ClientOptions {
@@ -47,9 +52,11 @@ export class Client {
   private closed = false;
   private drainedBy: Error | undefined;
   private readonly unsubscribe: () => void;
+  private readonly redis: object;
 
   constructor(redis: RedisClient | Transport, options: ClientOptions = {}) {
     this.transport = transportFor(redis);
+    this.redis = redis;
     const { maxWaitConnections = 16, idleTimeout = 5_000, ...unknown } = options;
     const extra = Object.keys(unknown);
     if (extra.length) {
@@ -83,8 +90,34 @@ export class Client {
     return this.busy.size + this.idle.length + this.opening;
   }
 
+  /**
+   * Throws ModuleVersionMismatchError, before the first command on this Redis client, when
+   * its module is of another major.minor than this package (see version.ts).
+   */
+  async checkModuleVersion(): Promise<void> {
+    if (checked.has(this.redis)) return;
+    let reply: Reply;
+    try {
+      reply = await this.transport.send(["MODULE", "LIST"]);
+    } catch (err) {
+      const code = err instanceof Error ? /^[A-Z][A-Z_]+(?=\s|$)/.exec(err.message)?.[0] : undefined;
+      if (code === undefined) throw err; // a connection error: the client's own
+      checked.add(this.redis); // MODULE LIST refused (an ACL): nothing to compare
+      return;
+    }
+    const ver = loadedModuleVersion(reply);
+    if (ver !== null) {
+      const [major, minor] = moduleVersionCheck.builtFor.split(".").map(Number);
+      if (Math.floor(ver / 10000) !== major || Math.floor(ver / 100) % 100 !== minor) {
+        throw new ModuleVersionMismatchError(decodeModuleVersion(ver), moduleVersionCheck.builtFor);
+      }
+    }
+    checked.add(this.redis);
+  }
+
   /** Runs one command of `commands`. */
   async run<T>(command: Command<T>): Promise<T> {
+    await this.checkModuleVersion();
     let reply: Reply;
     try {
       reply = await this.transport.send(command.argv);
@@ -111,6 +144,7 @@ export class Client {
    */
   async waitLock(key: string, jid: string, options: LockOptions, signal?: AbortSignal): Promise<number | null> {
     commands.lock(key, jid, options); // every option checked before waiting for anything
+    await this.checkModuleVersion();
     const deadline = Date.now() + (options.wait ?? 0);
     return this.withConnection(signal, deadline, (connection) => {
       if (connection === null) return this.run(commands.lock(key, jid, { ...options, wait: undefined }));
@@ -167,12 +201,12 @@ export class Client {
 
   /** Several calls in one round trip: `client.pipeline().lock(...).unlock(...).exec()`. */
   pipeline(): Batch {
-    return new Batch(this.transport, false);
+    return new Batch(this.transport, false, () => this.checkModuleVersion());
   }
 
   /** Several calls in one MULTI/EXEC transaction. */
   multi(): Batch {
-    return new Batch(this.transport, true);
+    return new Batch(this.transport, true, () => this.checkModuleVersion());
   }
 
   /**
@@ -180,6 +214,7 @@ export class Client {
    * server forgets a waiter that disconnects) and rejects with the signal's reason.
    */
   async blocking<T>(command: Command<T>, signal?: AbortSignal): Promise<T> {
+    await this.checkModuleVersion();
     return this.withConnection(signal, Infinity, (connection) => this.send(connection!, command, signal));
   }
 
@@ -335,7 +370,11 @@ export class Client {
 export class Batch {
   private readonly queued: Command<unknown>[] = [];
 
-  constructor(private readonly transport: Transport, private readonly atomic: boolean) {}
+  constructor(
+    private readonly transport: Transport,
+    private readonly atomic: boolean,
+    private readonly before: () => Promise<void> = async () => {},
+  ) {}
 
   private add(command: Command<unknown>): this {
     this.queued.push(command);
@@ -376,6 +415,7 @@ export class Batch {
 
   /** Sends every call; each result in order, or the error of its call (not thrown). */
   async exec(): Promise<unknown[]> {
+    await this.before();
     let replies: Array<Reply | Error>;
     try {
       replies = await this.transport.batch(

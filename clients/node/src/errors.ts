@@ -27,6 +27,23 @@ export class ModuleNotLoadedError extends UniqueError {
   }
 }
 
+/**
+ * The module loaded in the server is of another major.minor version than this package was
+ * made for: `moduleVersion` and `clientVersion` say which.
+ */
+export class ModuleVersionMismatchError extends UniqueError {
+  constructor(readonly moduleVersion: string, readonly clientVersion: string) {
+    const mine = clientVersion.split(".").slice(0, 2).join(".");
+    const theirs = moduleVersion.split(".").slice(0, 2).join(".");
+    super(
+      `the redis-unique module loaded in this Redis server is version ${moduleVersion}, but this redis-unique ` +
+        `npm package (${clientVersion}) was made for module ${mine}.x: install the package of the server's ` +
+        `module (npm install redis-unique@~${theirs}.0), or load module ${mine}.x into the server ` +
+        "(docs/install.md, Upgrades)",
+    );
+  }
+}
+
 /** acquire() gave up: the lock stayed held by others for the whole wait. */
 export class LockNotAcquiredError extends UniqueError {
   constructor(readonly key: string, readonly holders: string[] = []) {

@@ -11,5 +11,6 @@ export {
   UniqueError,
 } from "./errors.js";
 export { Mutex, Semaphore, defaultOnLockLost } from "./locks.js";
+export { VERSION } from "./version.js";
 export type { LockLostCallback, LockObjectOptions } from "./locks.js";
 export type { IoRedisLike, NodeRedisLike, RedisClient, Transport } from "./transport.js";

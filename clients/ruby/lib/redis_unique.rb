@@ -2,6 +2,7 @@
 
 require_relative "redis_unique/version"
 require_relative "redis_unique/errors"
+require_relative "redis_unique/module_version"
 require_relative "redis_unique/connection"
 require_relative "redis_unique/client"
 require_relative "redis_unique/limiter"

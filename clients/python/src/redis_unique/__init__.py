@@ -8,7 +8,8 @@
 
 from ._protocol import LOCK_TYPES, Holder, Rate, RateState
 from .client import Client, Pipeline
-from .errors import AlreadyAcquired, CommandError, DuplicateTask, LockLost, LockNotAcquired, ModuleNotLoaded, UniqueError
+from .errors import (AlreadyAcquired, CommandError, DuplicateTask, LockLost, LockNotAcquired, ModuleNotLoaded,
+                     ModuleVersionMismatch, UniqueError)
 from .lock import Lock, Semaphore
 
 __version__ = "0.1.0"
@@ -26,6 +27,7 @@ __all__ = [
     "UniqueError",
     "CommandError",
     "ModuleNotLoaded",
+    "ModuleVersionMismatch",
     "LockNotAcquired",
     "LockLost",
     "DuplicateTask",

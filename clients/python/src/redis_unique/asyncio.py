@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 from . import _protocol as p
+from . import _version
 from ._protocol import Holder, JidT, KeyT
 from .client import PipelineCalls
 from .errors import LockLost, UniqueError, translate
@@ -36,6 +37,7 @@ class Client:
         return cls(aioredis.Redis.from_url(url, **kwargs))
 
     async def _call(self, *args: Any) -> Any:
+        await _version.check_async(self.redis)
         try:
             return await self.redis.execute_command(*args)
         except ResponseError as exc:
@@ -80,11 +82,17 @@ class Client:
         await self._call("UNIQUE.METRICS", "RESET")
 
     def pipeline(self, transaction: bool = False) -> "Pipeline":
-        return Pipeline(self.redis.pipeline(transaction=transaction))
+        pipe = Pipeline(self.redis.pipeline(transaction=transaction))
+        pipe._redis = self.redis
+        return pipe
 
 
 class Pipeline(PipelineCalls):
+    _redis: Any = None
+
     async def execute(self) -> List[Any]:
+        if self._redis is not None:
+            await _version.check_async(self._redis)
         parsers, self._parsers = self._parsers, []
         try:
             replies = await self._pipe.execute()

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar, Union
 from redis.exceptions import ResponseError
 
 from . import _protocol as p
+from . import _version
 from ._protocol import Holder, JidT, KeyT
 from .errors import translate
 
@@ -38,6 +39,7 @@ class Client:
         return cls(redis_py.Redis.from_url(url, **kwargs))
 
     def _call(self, *args: Any) -> Any:
+        _version.check(self.redis)
         try:
             return self.redis.execute_command(*args)
         except ResponseError as exc:
@@ -97,6 +99,7 @@ class Client:
 
     def pipeline(self, transaction: bool = False) -> "Pipeline":
         """Queues lock/unlock calls and sends them in one round trip."""
+        _version.check(self.redis)
         return Pipeline(self.redis.pipeline(transaction=transaction))
 
 

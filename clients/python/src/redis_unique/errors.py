@@ -10,6 +10,7 @@ __all__ = [
     "UniqueError",
     "CommandError",
     "ModuleNotLoaded",
+    "ModuleVersionMismatch",
     "LockNotAcquired",
     "LockLost",
     "DuplicateTask",
@@ -38,6 +39,23 @@ class CommandError(UniqueError, ResponseError):
 
 class ModuleNotLoaded(CommandError):
     """The server does not know the UNIQUE.* commands."""
+
+
+class ModuleVersionMismatch(UniqueError):
+    """The module loaded on the server is of another major.minor version than
+    this package was made for: ``module_version`` and ``client_version`` say which."""
+
+    def __init__(self, module_version: str, client_version: str) -> None:
+        major_minor = ".".join(client_version.split(".")[:2])
+        module_major_minor = ".".join(module_version.split(".")[:2])
+        super().__init__(
+            "the redis-unique module loaded on this server is version %s, but this redis-unique "
+            "Python package (%s) was made for module %s.x: install the package of the server's "
+            "module (pip install 'redis-unique==%s.*'), or load module %s.x into the server "
+            "(docs/install.md, Upgrades)"
+            % (module_version, client_version, major_minor, module_major_minor, major_minor))
+        self.module_version = module_version
+        self.client_version = client_version
 
 
 class LockNotAcquired(UniqueError):

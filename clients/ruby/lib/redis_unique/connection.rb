@@ -27,12 +27,32 @@ module RedisUnique
 
     # Runs one command; returns its reply.
     def call(*argv)
+      check_module_version
       with { |conn| Connection.invoke(conn, argv, nil) }
     end
 
     # Runs one command that may block the server side up to `seconds`.
     def blocking_call(seconds, *argv)
+      check_module_version
       with { |conn| Connection.invoke(conn, argv, seconds) }
+    end
+
+    # Raises ModuleVersionMismatch, before the first command, when the server's module is
+    # of another major.minor than the gem (see ModuleVersion); checked once per Connection.
+    def check_module_version
+      return if @module_checked
+
+      begin
+        reply = with { |conn| Connection.invoke(conn, %w[MODULE LIST], nil) }
+      rescue CommandError
+        @module_checked = true # MODULE LIST refused (an ACL): nothing to compare
+        return
+      end
+      ver = ModuleVersion.loaded(reply)
+      error = ver && ModuleVersion.mismatch(ver)
+      raise error if error
+
+      @module_checked = true
     end
 
     # Yields a raw connection (checked out of the pool when it is one).

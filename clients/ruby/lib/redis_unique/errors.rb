@@ -15,6 +15,23 @@ module RedisUnique
     end
   end
 
+  # The module loaded in the server is of another major.minor version than the gem was
+  # made for: `module_version` and `client_version` say which.
+  class ModuleVersionMismatch < Error
+    attr_reader :module_version, :client_version
+
+    def initialize(module_version, client_version)
+      @module_version = module_version
+      @client_version = client_version
+      mine = client_version.split(".").first(2).join(".")
+      theirs = module_version.split(".").first(2).join(".")
+      super("the redis-unique module loaded in this Redis server is version #{module_version}, " \
+            "but this redis-unique gem (#{client_version}) was made for module #{mine}.x: install the gem " \
+            "of the server's module (gem \"redis-unique\", \"~> #{theirs}.0\"), or load module #{mine}.x " \
+            "into the server (docs/install.md, Upgrades)")
+    end
+  end
+
   # An error reply of the server (syntax, out of range, invalid expire time...).
   class CommandError < Error; end
 
