@@ -8,6 +8,7 @@ export {
   LockLostError,
   LockNotAcquiredError,
   ModuleNotLoadedError,
+  ModuleVersionMismatchError,
   UniqueError,
 } from "./errors.js";
 export { Mutex, Semaphore, defaultOnLockLost } from "./locks.js";
