@@ -18,7 +18,16 @@ module RedisUnique
   #   end
   module Sidekiq
     LOCK_TYPES = %w[until_executing until_executed until_expired while_executing
-                    until_and_while_executing].freeze
+                    while_executing_reject until_and_while_executing].freeze
+    # The lock types that take the runtime lock (<digest>:RUN) around perform.
+    RUNTIME_TYPES = %w[while_executing while_executing_reject until_and_while_executing].freeze
+    # Option names of older sidekiq-unique-jobs versions that v9 no longer reads (it would
+    # silently take no lock): refused at push with the name to use instead.
+    LEGACY_OPTIONS = {
+      "unique" => "lock: (e.g. `lock: :until_executed`)",
+      "unique_prefix" => "lock_prefix:",
+      "lock_args" => "lock_args_method: (a Proc or a class method name)"
+    }.freeze
     STRATEGIES = %w[log raise reject replace reschedule].freeze
     # Payload flag of a job pushed by `on_conflict: :reschedule`: its pushes take no lock
     # (the lock is taken, or the conflict met again, when it runs).
@@ -163,3 +172,4 @@ require_relative "sidekiq/dependencies"
 require_relative "sidekiq/middleware"
 require_relative "sidekiq/reaper"
 require_relative "sidekiq/reliable_fetch"
+require_relative "sidekiq/api"

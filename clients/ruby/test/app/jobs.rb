@@ -151,3 +151,5 @@ class RatedPartnerCallJob
                                                                  "end" => Time.now.to_f, "key" => api_key))
   end
 end
+
+require_relative "v9_jobs"

@@ -8,10 +8,12 @@ module RedisUnique
   module Sidekiq
     # What happens to a job whose lock is held by another: on_conflict.
     class ConflictStrategy
-      def initialize(job, side, key)
+      # `strategy` forces one (while_executing_reject's server side is always reject).
+      def initialize(job, side, key, strategy: nil)
         @job = job
         @side = side
         @key = key
+        @forced = strategy
       end
 
       def item
@@ -19,6 +21,8 @@ module RedisUnique
       end
 
       def strategy
+        return @forced if @forced
+
         conf = @job.option("on_#{@side}_conflict") || @job.option("on_conflict")
         conf = conf[@side.to_s] || conf[@side] if conf.is_a?(Hash)
         conf = conf&.to_s

@@ -9,6 +9,8 @@ module RedisUnique
     # One job's lock, for one middleware call.
     class Job
       attr_reader :item, :klass
+      # The job instance performing (server side), for its after_unlock.
+      attr_accessor :worker
 
       def initialize(klass, item, pool)
         @item = item
@@ -40,6 +42,7 @@ module RedisUnique
       def lock_type
         return @lock_type if defined?(@lock_type)
 
+        refuse_legacy_options!
         type = option("lock")
         type = nil if type == false || !Sidekiq.config.enabled
         if type && !LOCK_TYPES.include?(type.to_s)
@@ -47,6 +50,31 @@ module RedisUnique
                                "(one of #{LOCK_TYPES.join(", ")})"
         end
         @lock_type = type&.to_s
+      end
+
+      # Option names that older sidekiq-unique-jobs versions read and v9 ignores (so that
+      # such a job would silently take no lock): an error that names the option to use. In
+      # a Sidekiq server process it is logged instead (once per class and option): there the
+      # push may be the scheduler's or a retry's, and raising would lose the job.
+      def refuse_legacy_options!
+        class_opts = klass.respond_to?(:get_sidekiq_options) ? klass.get_sidekiq_options : {}
+        LEGACY_OPTIONS.each do |name, use|
+          next unless class_opts.key?(name) || class_opts.key?(name.to_sym) || (name != "lock_args" && item.key?(name))
+
+          message = "#{item["class"]}: sidekiq_options #{name}: is an option of older " \
+                    "sidekiq-unique-jobs versions; use #{use} instead"
+          raise InvalidOption, message unless ::Sidekiq.respond_to?(:server?) && ::Sidekiq.server?
+
+          Job.warn_once("#{item["class"]}/#{name}", "redis-unique: #{message} (not read here)")
+        end
+      end
+
+      def self.warn_once(id, message)
+        @warned ||= {}
+        return if @warned[id]
+
+        @warned[id] = true
+        Sidekiq.logger.warn(message)
       end
 
       def client
@@ -62,8 +90,10 @@ module RedisUnique
       def lock_args
         @lock_args ||= begin
           args = item["args"] || []
-          method = option("lock_args_method", class_first: true) || option("unique_args_method", class_first: true)
+          method = option("lock_args_method", class_first: true) || option("unique_args_method", class_first: true) ||
+                   option("unique_args", class_first: true)
           method ||= :lock_args if klass.respond_to?(:lock_args)
+          method ||= :unique_args if klass.respond_to?(:unique_args)
           case method
           when Proc then method.call(JSON.parse(JSON.generate(args)))
           when Symbol, String
@@ -92,18 +122,49 @@ module RedisUnique
 
       # --- lock options ---
 
+      # lock_ttl as v9 reads it: the job's own first (`.set(lock_ttl: 10)`, or "lock_ttl" in a
+      # pushed hash, 10 or "10"), then the class's, then lock_expiration (the older name) the
+      # same way, then the global default. A Proc or method Symbol is called with the args;
+      # any other object is read with to_i (an ActiveSupport::Duration, say).
       def ttl_seconds
-        ttl = option("lock_ttl", class_first: true) || option("lock_expiration", class_first: true)
+        ttl = %w[lock_ttl lock_expiration].lazy.map { |name| ttl_option(name) }.find { |v| !v.nil? }
+        ttl = Sidekiq.config.lock_ttl if ttl.nil?
         ttl = ttl.call(item["args"]) if ttl.is_a?(Proc)
         ttl = klass.public_send(ttl, item["args"]) if ttl.is_a?(Symbol) && klass.respond_to?(ttl)
         return nil if ttl.nil?
 
-        ttl = Float(ttl)
+        ttl = seconds(ttl, "lock_ttl")
         return nil unless ttl.positive?
 
         at = item["at"]
         ttl += [0, at.to_f - Time.now.to_f].max if at
         ttl
+      end
+
+      # The job's value of `name` when it is a number or, before it went through JSON, any
+      # object; else the class's. (Sidekiq copies the class's options into the job at push,
+      # so a Proc or Symbol arrives at the server as a String: then the class's is meant.)
+      def ttl_option(name)
+        class_opts = klass.respond_to?(:get_sidekiq_options) ? klass.get_sidekiq_options : {}
+        class_value = class_opts.key?(name) ? class_opts[name] : class_opts[name.to_sym]
+        item_value = item[name]
+        return item_value if numeric?(item_value) || !(item_value.nil? || item_value.is_a?(String))
+
+        class_value
+      end
+
+      def numeric?(value)
+        value.is_a?(Numeric) || (value.is_a?(String) && value.strip.match?(/\A\d+(\.\d+)?\z/))
+      end
+
+      def seconds(value, name)
+        return Float(value) if value.is_a?(Numeric) || value.is_a?(String)
+        return Float(value.to_i) if value.respond_to?(:to_i)
+
+        raise InvalidOption, "#{item["class"]}: #{name} must be seconds (a number, a Proc, a method name " \
+                             "or an object with #to_i), not #{value.inspect}"
+      rescue ArgumentError
+        raise InvalidOption, "#{item["class"]}: #{name} must be seconds, not #{value.inspect}"
       end
 
       def wait_seconds

@@ -11,7 +11,7 @@ module RedisUnique
       def client_lock
         return yield if item[RESCHEDULED]
 
-        if lock_type == "while_executing"
+        if lock_type == "while_executing" || lock_type == "while_executing_reject"
           digest
           return yield
         end
@@ -38,7 +38,7 @@ module RedisUnique
       def execute(&block)
         case lock_type
         when "until_executing"
-          client.unlock(digest, jid)
+          unlocked(digest) if client.unlock(digest, jid)
           begin
             yield
           rescue StandardError
@@ -48,8 +48,15 @@ module RedisUnique
         when "until_executed" then execute_until_executed(&block)
         when "until_expired" then yield
         when "while_executing" then run_locked(&block)
+        when "while_executing_reject" then run_locked(strategy: "reject", &block)
         when "until_and_while_executing"
-          client.unlock(digest, jid)
+          # The until-lock passes to the runtime lock. Not held by this jid (a lapsed lease, or a
+          # rescheduled copy that took no lock at push), the job runs only if it could take it
+          # now: when another jid holds it, this job is a duplicate of one still queued.
+          unless client.unlock(digest, jid) || room?(digest)
+            return ConflictStrategy.new(self, :server, digest).resolve
+          end
+
           begin
             run_locked(&block)
           rescue StandardError
@@ -58,6 +65,14 @@ module RedisUnique
           end
         else yield
         end
+      end
+
+      # true when `key` would grant this jid a slot now (taken and freed at once).
+      def room?(key)
+        return false unless client.lock(key, jid, limit: limit, ttl: 60, type: lock_type)
+
+        client.unlock(key, jid)
+        true
       end
 
       def execute_until_executed
@@ -82,10 +97,10 @@ module RedisUnique
         end
       end
 
-      def run_locked
+      def run_locked(strategy: nil)
         token = client.lock(run_key, jid, limit: limit, ttl: ttl_seconds, type: lock_type,
                                           owner: Sidekiq.identity, meta: meta, rate: rate, wait: wait_seconds)
-        return ConflictStrategy.new(self, :server, run_key).resolve unless token
+        return ConflictStrategy.new(self, :server, run_key, strategy: strategy).resolve unless token
 
         begin
           yield
@@ -94,11 +109,27 @@ module RedisUnique
         end
       end
 
+      # after_unlock, as v9 calls it after a successful unlock: the job instance's method if it
+      # has one, else the class's; given the job hash when it takes an argument. Its errors are
+      # logged, not raised (the lock is already free: a retry would run the job twice).
+      def unlocked(_key)
+        target = [worker, klass].find { |t| t.respond_to?(:after_unlock) }
+        return unless target
+
+        target.method(:after_unlock).arity.positive? ? target.after_unlock(item) : target.after_unlock
+      rescue StandardError => e
+        Sidekiq.logger.warn("redis-unique: after_unlock of #{item["class"]} #{jid} failed: #{e.class}: #{e.message}")
+      end
+
       # The end-of-job unlock: with ReliableFetch, sent with the job's acknowledgement in one
       # MULTI (ReliableFetch::UnitOfWork#defer_unlock); otherwise now.
       def release(key)
         unit = ReliableFetch.current(jid)
-        unit ? unit.defer_unlock(key, client) : client.unlock(key, jid)
+        if unit
+          unit.defer_unlock(key, client) { unlocked(key) }
+        elsif client.unlock(key, jid)
+          unlocked(key)
+        end
       end
 
       # The job died (retries exhausted or retry: false): free what it holds.
@@ -106,7 +137,7 @@ module RedisUnique
         return unless lock_type
 
         client.unlock(digest, jid) unless lock_type == "until_expired"
-        client.unlock(run_key, jid) if %w[while_executing until_and_while_executing].include?(lock_type)
+        client.unlock(run_key, jid) if RUNTIME_TYPES.include?(lock_type)
       end
 
       def truthy?(value)

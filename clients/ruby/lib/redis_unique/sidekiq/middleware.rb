@@ -43,6 +43,7 @@ module RedisUnique
 
       def call(worker, item, _queue, &block)
         job = Job.new(worker.class, item, default_pool)
+        job.worker = worker
         blockers = Dependencies.keys(job, "depends_on")
         unless blockers.empty? || (held = Dependencies.held(job.client, blockers)).empty?
           raise DependencyLocked, "#{item["class"]} #{item["jid"]} waits for #{held.join(", ")} " \

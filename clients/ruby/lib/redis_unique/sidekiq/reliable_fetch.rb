@@ -68,6 +68,7 @@ module RedisUnique
             {}
           end
           @unlocks = []
+          @after = {}
           @mutex = Mutex.new
           @state = nil # :acknowledged or :requeued
         end
@@ -88,22 +89,33 @@ module RedisUnique
         # in one MULTI. When the unit is already finished (requeued by a hard shutdown before
         # its thread was killed), or the job is being killed (Sidekiq::Shutdown: Sidekiq will
         # not acknowledge it), the unlock is sent now.
-        def defer_unlock(key, client)
+        # `after` (the job's after_unlock) is called once the unlock removed this jid.
+        def defer_unlock(key, client, &after)
           shutdown = defined?(::Sidekiq::Shutdown) && $!.is_a?(::Sidekiq::Shutdown)
-          deferred = !shutdown && @mutex.synchronize { @state.nil? && @unlocks << key }
-          client.unlock(key, jid) unless deferred
+          deferred = !shutdown && @mutex.synchronize do
+            next false unless @state.nil?
+
+            @unlocks << key
+            @after[key] = after
+            true
+          end
+          after&.call if !deferred && client.unlock(key, jid)
         end
 
         def acknowledge
+          afters = nil
           commands = @mutex.synchronize do
             @state = :acknowledged
             keys = @unlocks
+            afters = keys.map { |k| @after[k] }
             @unlocks = []
+            @after = {}
             keys.map { |k| ["UNIQUE.UNLOCK", k, jid] }
           end
           commands << ["LREM", working_key, 1, job]
-          @fetch.transaction(commands)
-          nil # as Sidekiq's own unit of work: the replies are nobody's business
+          replies = @fetch.transaction(commands)
+          afters.each_with_index { |after, i| after&.call if replies.is_a?(Array) && replies[i].to_i == 1 }
+          nil # as Sidekiq's own unit of work: the other replies are nobody's business
         ensure
           Thread.current[CURRENT] = nil if Thread.current[CURRENT].equal?(self)
         end

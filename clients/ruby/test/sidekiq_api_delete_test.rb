@@ -1,0 +1,162 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# Sidekiq's API frees the locks of the jobs it deletes (what the web UI's Delete, Delete
+# All, Clear and Kill buttons call), for the deleted jid only, and only when this call
+# removed the job. Moving a job (Add to Queue, Retry Now) keeps its lock for it.
+class SidekiqApiDeleteTest < Minitest::Test
+  include TestHelpers
+
+  def parked
+    "parked-#{token}"
+  end
+
+  def teardown
+    Sidekiq::Queue.new(parked).clear
+    [Sidekiq::ScheduledSet, Sidekiq::RetrySet, Sidekiq::DeadSet].each do |set|
+      set.new.select { |e| e.args.first.to_s.start_with?(token) }.each(&:delete)
+    end
+  end
+
+  # Pushes an until_executed job for `arg` to the parked queue (or the schedule with
+  # `in:`); returns [jid, digest] with the lock held.
+  def push(arg = token, klass: UntilExecutedDefaultJob, in: nil, queue: parked)
+    delay = binding.local_variable_get(:in)
+    setter = klass.set(queue: queue)
+    jid = delay ? setter.perform_in(delay, arg) : setter.perform_async(arg)
+    digest = digest_of(klass, arg, queue: queue)
+    assert_equal [jid], client.locked_by(digest), "pushed with its lock"
+    [jid, digest]
+  end
+
+  def scheduled(jid)
+    Sidekiq::ScheduledSet.new.find_job(jid) or flunk("#{jid} not scheduled")
+  end
+
+  # Puts the payload of a pushed job into `set` as Sidekiq's retry or death does (the
+  # lock stays with the job).
+  def move_to(set, jid, queue: parked)
+    payload = conn.call("LRANGE", "queue:#{queue}", 0, -1).find { |p| JSON.parse(p)["jid"] == jid }
+    conn.call("LREM", "queue:#{queue}", 1, payload)
+    job = JSON.parse(payload).merge("retry_count" => 0, "failed_at" => Time.now.to_f, "error_class" => "RuntimeError",
+                                    "error_message" => "failed on purpose")
+    conn.call("ZADD", set, (Time.now.to_f + 3600).to_s, JSON.generate(job))
+  end
+
+  def test_job_record_delete_frees_its_lock_and_the_job_can_be_pushed_again
+    jid, digest = push
+    record = Sidekiq::Queue.new(parked).find_job(jid)
+    assert record.delete
+    assert_empty client.locked_by(digest)
+    again = UntilExecutedDefaultJob.set(queue: parked).perform_async(token)
+    assert again, "pushable again"
+    assert_equal [again], client.locked_by(digest)
+  end
+
+  def test_a_job_another_process_removed_first_keeps_its_lock
+    jid, digest = push
+    record = Sidekiq::Queue.new(parked).find_job(jid)
+    conn.call("LREM", "queue:#{parked}", 1, record.value) # fetched meanwhile
+    refute record.delete
+    assert_equal [jid], client.locked_by(digest), "not removed by this call: its lock is not touched"
+  end
+
+  def test_a_deleted_job_frees_only_its_own_jid
+    jid, digest = push
+    client.unlock(digest, jid)
+    client.lock(digest, "another-job", ttl: 600)
+    assert Sidekiq::Queue.new(parked).find_job(jid).delete
+    assert_equal ["another-job"], client.locked_by(digest)
+  ensure
+    client.unlock(digest, "another-job") if digest
+  end
+
+  def test_queue_clear_frees_every_lock_and_keeps_other_queues
+    held = Array.new(3) { |i| push("#{token}-#{i}") }
+    other_jid, other = push("#{token}-other", queue: "#{parked}-other")
+    Sidekiq::Queue.new(parked).clear
+    assert_equal 0, Sidekiq::Queue.new(parked).size
+    held.each { |_jid, digest| assert_empty client.locked_by(digest) }
+    assert_equal [other_jid], client.locked_by(other)
+  ensure
+    Sidekiq::Queue.new("#{parked}-other").clear
+  end
+
+  def test_scheduled_entry_delete_and_scheduled_set_delete_by_jid
+    jid, digest = push(in: 3600)
+    assert scheduled(jid).delete
+    assert_empty client.locked_by(digest)
+
+    jid, digest = push("#{token}-2", in: 3600)
+    entry = scheduled(jid)
+    Sidekiq::ScheduledSet.new.delete(entry.score, jid)
+    assert_empty client.locked_by(digest), "ScheduledSet#delete(score, jid)"
+
+    jid, digest = push("#{token}-3", in: 3600)
+    entry = scheduled(jid)
+    Sidekiq::ScheduledSet.new.delete_by_jid(entry.score, jid)
+    assert_empty client.locked_by(digest), "JobSet#delete_by_jid"
+
+    jid, digest = push("#{token}-4", in: 3600)
+    Sidekiq::ScheduledSet.new.fetch(scheduled(jid).score, jid).each(&:delete)
+    assert_empty client.locked_by(digest), "SortedEntry#delete of a fetched entry (the web UI's)"
+  end
+
+  def test_job_set_clear_frees_the_locks_of_the_set
+    # a set of this test's own: JobSet#clear is the same code for schedule, retry and dead
+    jid, digest = push
+    move_to("schedule-#{token}", jid)
+    set = Sidekiq::JobSet.new("schedule-#{token}")
+    assert_equal 1, set.size
+    set.clear
+    assert_equal 0, set.size
+    assert_empty client.locked_by(digest)
+  end
+
+  def test_retry_entry_delete_and_kill_free_the_lock
+    jid, digest = push
+    move_to("retry", jid)
+    assert_equal [jid], client.locked_by(digest)
+    entry = Sidekiq::RetrySet.new.find_job(jid)
+    assert entry.delete
+    assert_empty client.locked_by(digest)
+
+    jid, digest = push("#{token}-kill")
+    move_to("retry", jid)
+    Sidekiq::RetrySet.new.find_job(jid).kill
+    assert Sidekiq::DeadSet.new.find_job(jid), "killed: in the dead set"
+    assert_empty client.locked_by(digest), "a killed job's lock is freed"
+  end
+
+  def test_moving_a_job_keeps_its_lock_for_it
+    jid, digest = push(in: 3600)
+    scheduled(jid).add_to_queue
+    assert_equal [jid], queue_jids(parked), "Add to Queue"
+    assert_equal [jid], client.locked_by(digest), "the same jid still holds the lock"
+
+    jid2, digest2 = push("#{token}-retry")
+    move_to("retry", jid2)
+    Sidekiq::RetrySet.new.find_job(jid2).retry
+    assert_includes queue_jids(parked), jid2
+    assert_equal [jid2], client.locked_by(digest2), "Retry Now"
+  end
+
+  def test_until_expired_and_dependency_locks_are_freed_too
+    jid, digest = push(klass: UntilExpiredDefaultJob)
+    assert Sidekiq::Queue.new(parked).find_job(jid).delete
+    assert_empty client.locked_by(digest), "until_expired (as v9)"
+
+    jid = DependentDeleteJob.set(queue: parked).perform_async(token)
+    assert_equal [jid], client.locked_by("dep:#{token}")
+    assert Sidekiq::Queue.new(parked).find_job(jid).delete
+    assert_empty client.locked_by("dep:#{token}")
+    assert_empty client.locked_by(digest_of(DependentDeleteJob, token, queue: parked))
+  end
+
+  def test_jobs_without_a_lock_are_deleted_as_before
+    jid = Sidekiq::Client.push("class" => "NoSuchJobClass", "queue" => parked, "args" => [token])
+    assert Sidekiq::Queue.new(parked).find_job(jid).delete
+    assert_equal 0, Sidekiq::Queue.new(parked).size
+  end
+end
