@@ -1,20 +1,86 @@
 import * as commands from "./commands.js";
 import type { Command, Holder, LockOptions, Metrics, ReapOptions } from "./commands.js";
-import { fromReply } from "./errors.js";
+import { fromReply, UniqueError } from "./errors.js";
 import { type RedisClient, type Reply, type Transport, transportFor } from "./transport.js";
+
+/** How a Client keeps the connections its waits block on. */
+export interface ClientOptions {
+  /**
+   * At most this many connections of its own for waits at once (default 16): a wait blocks
+   * a connection on the server, so each one in progress needs its own. Waits beyond it
+   * queue here, first come first served, for the next connection given back.
+   */
+  maxWaitConnections?: number;
+  /** A wait connection unused for this many ms is closed (default 5000). */
+  idleTimeout?: number;
+}
+
+interface Idle {
+  connection: Transport;
+  timer: NodeJS.Timeout;
+}
+
+interface Queued {
+  deadline: number;
+  resolve(connection: Transport | null): void;
+  reject(error: unknown): void;
+}
 
 /**
  * The UNIQUE.* commands over an ioredis or node-redis client. Times are milliseconds;
  * every argument is checked before anything is sent (TypeError, RangeError); a refused
  * command is a CommandError with the server's code, and a server without the module a
  * ModuleNotLoadedError.
+ *
+ * Waits (`wait`, a Mutex's acquire) run on a small pool of connections duplicated from
+ * yours, at most `maxWaitConnections`, each closed after `idleTimeout` unused, and all of
+ * them when your connection ends (quit, close) or on close(): nothing is left open behind.
  */
 export class Client {
   readonly transport: Transport;
-  private readonly idle: Transport[] = [];
+  readonly maxWaitConnections: number;
+  readonly idleTimeout: number;
+  private readonly idle: Idle[] = [];
+  private readonly busy = new Set<Transport>();
+  private readonly queue: Queued[] = [];
+  private opening = 0;
+  private closed = false;
+  private drainedBy: Error | undefined;
+  private readonly unsubscribe: () => void;
 
-  constructor(redis: RedisClient | Transport) {
+  constructor(redis: RedisClient | Transport, options: ClientOptions = {}) {
     this.transport = transportFor(redis);
+    const { maxWaitConnections = 16, idleTimeout = 5_000, ...unknown } = options;
+    const extra = Object.keys(unknown);
+    if (extra.length) {
+      throw new TypeError(`redis-unique: unknown Client option ${extra.join(", ")} (known: maxWaitConnections, idleTimeout)`);
+    }
+    if (!Number.isInteger(maxWaitConnections) || maxWaitConnections < 1) {
+      throw new RangeError(`redis-unique: maxWaitConnections must be a whole number of at least 1, got ${maxWaitConnections}`);
+    }
+    if (!Number.isInteger(idleTimeout) || idleTimeout < 0) {
+      throw new RangeError(`redis-unique: idleTimeout must be a whole number of ms of at least 0, got ${idleTimeout}`);
+    }
+    this.maxWaitConnections = maxWaitConnections;
+    this.idleTimeout = idleTimeout;
+    // When your connection ends, so do the ones duplicated from it (a process that quits
+    // its client then exits by itself); the Client stays usable if you connect again.
+    this.unsubscribe = this.transport.onEnd?.(() => this.drain(new Error("redis-unique: the Redis connection ended during the wait"))) ?? (() => {});
+  }
+
+  /** True after close(). */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** How many wait connections are open and unused now. */
+  get idleWaitConnections(): number {
+    return this.idle.length;
+  }
+
+  /** How many connections this client holds open for waits now (busy and idle). */
+  get waitConnections(): number {
+    return this.busy.size + this.idle.length + this.opening;
   }
 
   /** Runs one command of `commands`. */
@@ -36,7 +102,21 @@ export class Client {
   async lock(key: string, jid: string, options: LockOptions = {}): Promise<number | null> {
     const command = commands.lock(key, jid, options);
     if (options.wait === undefined) return this.run(command);
-    return this.blocking(command);
+    return this.waitLock(key, jid, options);
+  }
+
+  /**
+   * UNIQUE.LOCK ... WAIT on a wait connection: `options.wait` counts from now, the time
+   * queued here for a connection included. With `signal`, an abort ends the wait at once.
+   */
+  async waitLock(key: string, jid: string, options: LockOptions, signal?: AbortSignal): Promise<number | null> {
+    commands.lock(key, jid, options); // every option checked before waiting for anything
+    const deadline = Date.now() + (options.wait ?? 0);
+    return this.withConnection(signal, deadline, (connection) => {
+      if (connection === null) return this.run(commands.lock(key, jid, { ...options, wait: undefined }));
+      const wait = Math.max(1, deadline - Date.now());
+      return this.send(connection, commands.lock(key, jid, { ...options, wait }), signal);
+    });
   }
 
   /** Releases `jid`'s hold: true if it held the lock. */
@@ -96,23 +176,54 @@ export class Client {
   }
 
   /**
-   * Runs a blocking command on a connection of its own, kept for the next one. An abort
-   * drops that connection (the server forgets a waiter that disconnects) and rejects
-   * with the signal's reason.
+   * Runs a blocking command on a wait connection. An abort drops that connection (the
+   * server forgets a waiter that disconnects) and rejects with the signal's reason.
    */
   async blocking<T>(command: Command<T>, signal?: AbortSignal): Promise<T> {
+    return this.withConnection(signal, Infinity, (connection) => this.send(connection!, command, signal));
+  }
+
+  /** Closes the connections this client opened for waits (not the one it was given); a wait in progress rejects. */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.unsubscribe();
+    await this.drain(new Error("redis-unique: the Client was closed during the wait"));
+  }
+
+  private async withConnection<T>(
+    signal: AbortSignal | undefined,
+    deadline: number,
+    use: (connection: Transport | null) => Promise<T>,
+  ): Promise<T> {
     signal?.throwIfAborted();
-    const connection = this.idle.pop() ?? (await this.transport.duplicate());
+    const connection = await this.take(signal, deadline);
+    if (connection === null) return use(null);
+    let healthy = false;
+    try {
+      const result = await use(connection);
+      healthy = !signal?.aborted;
+      return result;
+    } catch (err) {
+      // An error reply (WRONGTYPE...) leaves the connection as good as it was.
+      healthy = err instanceof UniqueError && !signal?.aborted;
+      // Dropped by close() or by the end of your connection: say so, not "Connection is closed".
+      if (!this.busy.has(connection) && this.drainedBy && !signal?.aborted) {
+        throw new Error(this.drainedBy.message, { cause: err });
+      }
+      throw err;
+    } finally {
+      this.giveBack(connection, healthy);
+    }
+  }
+
+  private async send<T>(connection: Transport, command: Command<T>, signal?: AbortSignal): Promise<T> {
     const onAbort = () => connection.destroy();
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
+      signal?.throwIfAborted();
       const reply = await connection.send(command.argv);
-      signal?.removeEventListener("abort", onAbort);
-      if (signal?.aborted) connection.destroy();
-      else this.idle.push(connection);
       return command.parse(reply);
     } catch (err) {
-      connection.destroy();
       if (signal?.aborted) throw signal.reason;
       throw fromReply(err);
     } finally {
@@ -120,9 +231,103 @@ export class Client {
     }
   }
 
-  /** Closes the connections this client opened for waits (not the one it was given). */
-  async close(): Promise<void> {
-    await Promise.all(this.idle.splice(0).map((c) => c.close().catch(() => {})));
+  /** A wait connection: an idle one, a new one under the bound, or the next given back (null at `deadline`). */
+  private async take(signal: AbortSignal | undefined, deadline: number): Promise<Transport | null> {
+    if (this.closed) throw new Error("redis-unique: this Client is closed");
+    const idle = this.idle.pop();
+    if (idle) {
+      clearTimeout(idle.timer);
+      this.busy.add(idle.connection);
+      return idle.connection;
+    }
+    if (this.waitConnections < this.maxWaitConnections) return this.open();
+    return new Promise<Transport | null>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const entry: Queued = {
+        deadline,
+        resolve: (c) => {
+          settle();
+          resolve(c);
+        },
+        reject: (e) => {
+          settle();
+          reject(e);
+        },
+      };
+      const onAbort = () => entry.reject(signal!.reason);
+      const settle = () => {
+        const i = this.queue.indexOf(entry);
+        if (i >= 0) this.queue.splice(i, 1);
+        if (timer) clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (Number.isFinite(deadline)) timer = setTimeout(() => entry.resolve(null), Math.max(0, deadline - Date.now()));
+      this.queue.push(entry);
+    });
+  }
+
+  private async open(): Promise<Transport> {
+    this.opening++;
+    let connection: Transport;
+    try {
+      connection = await this.transport.duplicate();
+    } catch (err) {
+      throw fromReply(err);
+    } finally {
+      this.opening--;
+    }
+    if (this.closed) {
+      connection.destroy();
+      throw new Error("redis-unique: this Client is closed");
+    }
+    this.busy.add(connection);
+    return connection;
+  }
+
+  private giveBack(connection: Transport, healthy: boolean): void {
+    if (!this.busy.delete(connection)) return; // drained meanwhile
+    if (!healthy || this.closed) {
+      connection.destroy();
+      this.serveQueue();
+      return;
+    }
+    const next = this.queue.shift();
+    if (next) {
+      this.busy.add(connection);
+      next.resolve(connection);
+      return;
+    }
+    const timer = setTimeout(() => {
+      const i = this.idle.findIndex((e) => e.connection === connection);
+      if (i >= 0) this.idle.splice(i, 1);
+      connection.close().catch(() => connection.destroy());
+    }, this.idleTimeout);
+    timer.unref(); // an idle wait connection never keeps the process alive by its timer
+    this.idle.push({ connection, timer });
+  }
+
+  /** A queued wait gets a new connection when one was dropped. */
+  private serveQueue(): void {
+    while (this.queue.length && this.waitConnections < this.maxWaitConnections) {
+      const next = this.queue.shift()!;
+      this.open().then(next.resolve, next.reject);
+    }
+  }
+
+  /** Closes every wait connection: the idle ones now, the busy ones at once (their waits reject). */
+  private async drain(reason: Error): Promise<void> {
+    this.drainedBy = reason;
+    for (const q of this.queue.splice(0)) q.reject(reason);
+    for (const c of this.busy) c.destroy();
+    this.busy.clear();
+    const idle = this.idle.splice(0);
+    await Promise.all(
+      idle.map(({ connection, timer }) => {
+        clearTimeout(timer);
+        return connection.close().catch(() => connection.destroy());
+      }),
+    );
   }
 }
 

@@ -1,4 +1,5 @@
 export { Client, Batch } from "./client.js";
+export type { ClientOptions } from "./client.js";
 export * as commands from "./commands.js";
 export type { Command, Holder, LockOptions, Metrics, RateLimit, RateState, ReapOptions } from "./commands.js";
 export {
@@ -9,6 +10,6 @@ export {
   ModuleNotLoadedError,
   UniqueError,
 } from "./errors.js";
-export { Mutex, Semaphore } from "./locks.js";
-export type { LockObjectOptions } from "./locks.js";
+export { Mutex, Semaphore, defaultOnLockLost } from "./locks.js";
+export type { LockLostCallback, LockObjectOptions } from "./locks.js";
 export type { IoRedisLike, NodeRedisLike, RedisClient, Transport } from "./transport.js";

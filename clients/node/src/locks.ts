@@ -4,15 +4,37 @@ import * as commands from "./commands.js";
 import { AlreadyAcquiredError, LockLostError, LockNotAcquiredError } from "./errors.js";
 import type { RedisClient, Transport } from "./transport.js";
 
+/** What `onLockLost` is called with: `this` is the lock object, as in redis-semaphore. */
+export type LockLostCallback = (this: Mutex | Semaphore, error: LockLostError) => void;
+
 export interface LockObjectOptions {
   /** The lease in ms, renewed every third of it while held (redis-semaphore's name). Default 10000. */
   lockTimeout?: number;
-  /** How long acquire() waits for the lock, natively on the server, in ms. Default 10000. */
+  /**
+   * How long acquire() and tryAcquire() wait for the lock, natively on the server, in ms.
+   * Default 10000; 0: a single attempt, no wait.
+   */
   acquireTimeout?: number;
-  /** How often the lease is renewed, in ms. Default a third of `lockTimeout`. */
+  /** How often the lease is renewed, in ms. Default a third of `lockTimeout`; 0: never (as redis-semaphore). */
   refreshInterval?: number;
   /** This holder's id (the jid). Default a random UUID. */
   identifier?: string;
+  /** A random UUID followed by `-` and this, as the identifier (redis-semaphore's, deprecated there). */
+  identifierSuffix?: string;
+  /**
+   * The lock is already held under `identifier` (taken by another process, e.g. a scheduler
+   * that hands the job over): acquire() and tryAcquire() take over that hold, with its
+   * fencing token, instead of taking a new one, and fail when it is not held.
+   */
+  acquiredExternally?: true;
+  /** redis-semaphore's deprecated form of `{ identifier, acquiredExternally: true }`. */
+  externallyAcquiredIdentifier?: string;
+  /**
+   * 1: a single attempt, no wait (as redis-semaphore's `acquireAttemptsLimit: 1`). Any other
+   * finite count is refused: nothing polls here, so there are no attempts to count; bound
+   * the wait with `acquireTimeout`.
+   */
+  acquireAttemptsLimit?: number;
   /** The worker process holding it, for reaping by owner. */
   owner?: string;
   /** Metadata kept with the holder. */
@@ -21,8 +43,95 @@ export interface LockObjectOptions {
   type?: string;
   /** A rate each acquire also needs (`{ limit, per, burst? }`, per in ms): "at most 3 at once and 50 a second". */
   rate?: commands.RateLimit;
-  /** Called when the lease could not be renewed: the lock is no longer held. Default: throws it unhandled. */
-  onLockLost?: (error: LockLostError) => void;
+  /**
+   * Called, with `this` the lock object, when a renewal finds the hold gone. Default (as
+   * redis-semaphore's): throws the LockLostError, which, as whatever this callback throws,
+   * surfaces as an unhandled promise rejection.
+   */
+  onLockLost?: LockLostCallback;
+}
+
+const KNOWN_OPTIONS = new Set([
+  "lockTimeout", "acquireTimeout", "refreshInterval", "identifier", "identifierSuffix", "acquiredExternally",
+  "externallyAcquiredIdentifier", "acquireAttemptsLimit", "owner", "meta", "type", "rate", "onLockLost",
+]);
+
+/** redis-semaphore's default: the error is thrown where nothing catches it. */
+export function defaultOnLockLost(error: LockLostError): never {
+  throw error;
+}
+
+function isAbortSignal(value: unknown): value is AbortSignal {
+  return (
+    typeof value === "object" && value !== null &&
+    typeof (value as AbortSignal).aborted === "boolean" &&
+    typeof (value as AbortSignal).addEventListener === "function"
+  );
+}
+
+/** `acquire(signal)` as redis-semaphore, or `acquire({ signal })`. */
+function signalOf(arg: AbortSignal | { signal?: AbortSignal } | undefined): AbortSignal | undefined {
+  if (arg === undefined || arg === null) return undefined;
+  if (isAbortSignal(arg)) return arg;
+  if (typeof arg === "object" && (arg.signal === undefined || isAbortSignal(arg.signal))) return arg.signal;
+  throw new TypeError("redis-unique: acquire() takes an AbortSignal, or { signal }");
+}
+
+function checkOptions(options: LockObjectOptions): void {
+  if (typeof options !== "object" || options === null) throw new TypeError("redis-unique: lock options must be an object");
+  for (const name of Object.keys(options)) {
+    if ((options as Record<string, unknown>)[name] === undefined) continue;
+    if (name === "retryInterval") {
+      throw new TypeError(
+        "redis-unique: retryInterval is not supported: nothing polls here, a waiting acquire is woken by the " +
+          "release itself on the server. Remove it (acquireTimeout still bounds the wait)",
+      );
+    }
+    if (!KNOWN_OPTIONS.has(name)) {
+      throw new TypeError(`redis-unique: unknown lock option ${name} (known: ${[...KNOWN_OPTIONS].join(", ")})`);
+    }
+  }
+  const limit = options.acquireAttemptsLimit;
+  if (limit !== undefined && limit !== 1 && limit !== Number.POSITIVE_INFINITY) {
+    throw new RangeError(
+      `redis-unique: acquireAttemptsLimit ${String(limit)} is not supported: nothing polls here, so there are no ` +
+        "attempts to count. Bound the wait with acquireTimeout (ms), or use acquireAttemptsLimit: 1 (or " +
+        "acquireTimeout: 0) for a single attempt",
+    );
+  }
+  const { identifier, identifierSuffix, acquiredExternally, externallyAcquiredIdentifier } = options;
+  if (identifier !== undefined && identifierSuffix !== undefined) {
+    throw new TypeError("redis-unique: give identifier or identifierSuffix, not both (the suffix follows a random UUID)");
+  }
+  if (identifierSuffix !== undefined && (typeof identifierSuffix !== "string" || identifierSuffix === "")) {
+    throw new TypeError("redis-unique: identifierSuffix must be a non-empty string");
+  }
+  if (acquiredExternally !== undefined && acquiredExternally !== true) {
+    throw new TypeError("redis-unique: acquiredExternally must be true (or left out)");
+  }
+  if (acquiredExternally && identifier === undefined) {
+    throw new TypeError("redis-unique: acquiredExternally needs the identifier of the hold to take over");
+  }
+  if (externallyAcquiredIdentifier !== undefined && (identifier !== undefined || acquiredExternally)) {
+    throw new TypeError("redis-unique: use identifier with acquiredExternally: true, or externallyAcquiredIdentifier alone");
+  }
+  if (options.onLockLost !== undefined && typeof options.onLockLost !== "function") {
+    throw new TypeError("redis-unique: onLockLost must be a function");
+  }
+}
+
+// Lock objects over the same Redis client share one Client, and so its few wait
+// connections: a Client per lock object would leave a connection behind each.
+const shared = new WeakMap<object, Client>();
+
+function clientFor(redis: Client | RedisClient | Transport): Client {
+  if (redis instanceof Client) return redis;
+  let client = shared.get(redis);
+  if (!client || client.isClosed) {
+    client = new Client(redis);
+    shared.set(redis, client);
+  }
+  return client;
 }
 
 /**
@@ -30,7 +139,6 @@ export interface LockObjectOptions {
  * (Mutex: 1). Each acquire gets a fencing token; `await using` releases it.
  */
 class LeasedLock {
-  readonly client: Client;
   readonly identifier: string;
   readonly lockTimeout: number;
   readonly acquireTimeout: number;
@@ -39,25 +147,45 @@ class LeasedLock {
   private _token: number | null = null;
   private expiresAt = 0;
   private refreshing = false;
+  private external: boolean;
+  private readonly onLockLost: LockLostCallback;
 
   constructor(
-    redis: Client | RedisClient | Transport,
+    private readonly redis: Client | RedisClient | Transport,
     readonly key: string,
     readonly limit: number,
     private readonly options: LockObjectOptions = {},
   ) {
-    this.client = redis instanceof Client ? redis : new Client(redis);
+    checkOptions(options);
     commands.checkKey(key);
     commands.checkLimit(limit);
-    this.identifier = commands.checkJid(options.identifier ?? randomUUID());
+    const { identifier, identifierSuffix, externallyAcquiredIdentifier } = options;
+    const id = identifier ?? externallyAcquiredIdentifier ?? (identifierSuffix ? `${randomUUID()}-${identifierSuffix}` : randomUUID());
+    this.identifier = commands.checkJid(id);
+    this.external = options.acquiredExternally === true || externallyAcquiredIdentifier !== undefined;
     this.lockTimeout = options.lockTimeout ?? 10_000;
-    this.acquireTimeout = options.acquireTimeout ?? 10_000;
+    this.acquireTimeout = options.acquireAttemptsLimit === 1 ? 0 : (options.acquireTimeout ?? 10_000);
     this.refreshInterval = options.refreshInterval ?? Math.max(1, Math.floor(this.lockTimeout / 3));
+    this.onLockLost = options.onLockLost ?? defaultOnLockLost;
     // Checked now, so that a bad option fails at construction, not at the first acquire.
     commands.lockArgv(key, this.identifier, this.lockOptions());
-    if (!Number.isInteger(this.refreshInterval) || this.refreshInterval < 1) {
-      throw new RangeError(`redis-unique: refreshInterval must be a whole number of ms of at least 1, got ${this.refreshInterval}`);
+    if (!Number.isSafeInteger(this.acquireTimeout) || this.acquireTimeout < 0) {
+      throw new RangeError(`redis-unique: acquireTimeout must be a whole number of ms of at least 0, got ${this.acquireTimeout}`);
     }
+    if (!Number.isSafeInteger(this.refreshInterval) || this.refreshInterval < 0) {
+      throw new RangeError(
+        `redis-unique: refreshInterval must be a whole number of ms (0: no renewals), got ${this.refreshInterval}`,
+      );
+    }
+    clientFor(redis); // a wrong kind of client fails here, not at the first acquire
+  }
+
+  /**
+   * The Client this lock object runs on: the one it was given, or the one shared by every
+   * lock object over the same Redis client (made again if it was closed).
+   */
+  get client(): Client {
+    return clientFor(this.redis);
   }
 
   /** The fencing token of the current hold (null when not held). */
@@ -74,39 +202,47 @@ class LeasedLock {
     return { ttl: this.lockTimeout, limit: this.limit, owner, meta, type, rate, wait };
   }
 
-  /** Takes the lock at once, or returns false. */
-  async tryAcquire(): Promise<boolean> {
+  /**
+   * Waits natively (first come, first served) up to `acquireTimeout` ms for the lock, as
+   * redis-semaphore's tryAcquire: true when taken, false when it stayed held. An abort of
+   * the signal (`tryAcquire(signal)` or `tryAcquire({ signal })`) rejects with its reason.
+   */
+  async tryAcquire(signal?: AbortSignal | { signal?: AbortSignal }): Promise<boolean> {
+    const abort = signalOf(signal);
     this.ensureFree();
-    return this.took(await this.client.lock(this.key, this.identifier, this.lockOptions()));
+    abort?.throwIfAborted();
+    if (this.external) return this.takeOver();
+    // With a wait connection idle, WAIT at once: the server grants a free lock as fast, and
+    // a contended one costs a round trip less. Without one, a free lock needs none.
+    if (this.acquireTimeout === 0 || this.client.idleWaitConnections === 0) {
+      const now = await this.client.lock(this.key, this.identifier, this.lockOptions());
+      if (this.took(now)) return true;
+      if (this.acquireTimeout === 0) return false;
+    }
+    const waited = await this.client.waitLock(this.key, this.identifier, this.lockOptions(this.acquireTimeout), abort);
+    if (abort?.aborted) {
+      // Granted in the instant of the abort: nobody wants that hold now.
+      if (waited !== null) await this.client.unlock(this.key, this.identifier).catch(() => {});
+      throw abort.reason;
+    }
+    return this.took(waited);
   }
 
   /**
-   * Waits natively (first come, first served) up to `acquireTimeout` ms; throws
-   * LockNotAcquiredError when it stays held, or the signal's reason when aborted.
+   * tryAcquire() that throws LockNotAcquiredError (with the holders) when the lock stays
+   * held for `acquireTimeout` ms, or the signal's reason when aborted.
    */
-  async acquire(options: { signal?: AbortSignal } = {}): Promise<void> {
-    this.ensureFree();
-    options.signal?.throwIfAborted();
-    const now = await this.client.lock(this.key, this.identifier, this.lockOptions());
-    if (this.took(now)) return;
-    const waited = await this.client.blocking(
-      commands.lock(this.key, this.identifier, this.lockOptions(this.acquireTimeout)),
-      options.signal,
-    );
-    if (options.signal?.aborted) {
-      // Granted in the instant of the abort: nobody wants that hold now.
-      if (waited !== null) await this.client.unlock(this.key, this.identifier).catch(() => {});
-      throw options.signal.reason;
-    }
-    if (this.took(waited)) return;
+  async acquire(signal?: AbortSignal | { signal?: AbortSignal }): Promise<void> {
+    if (await this.tryAcquire(signal)) return;
     throw new LockNotAcquiredError(this.key, await this.client.lockedBy(this.key).catch(() => []));
   }
 
-  /** Releases the hold (a no-op when not held). */
+  /** Releases the hold (a no-op when not held; a hold taken elsewhere under `acquiredExternally` too). */
   async release(): Promise<void> {
     this.stopRefresh();
-    if (this._token === null) return;
+    if (this._token === null && !this.external) return;
     this._token = null;
+    this.external = false;
     await this.client.unlock(this.key, this.identifier);
   }
 
@@ -114,27 +250,47 @@ class LeasedLock {
     await this.release();
   }
 
+  /** Stops renewing the lease (the hold then ends with it, unless released first), as redis-semaphore's. */
+  stopRefresh(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
   private ensureFree(): void {
     if (this._token !== null) throw new AlreadyAcquiredError(this.key);
+  }
+
+  /** acquiredExternally: renews the hold `identifier` has, and keeps its token; false when it has none. */
+  private async takeOver(): Promise<boolean> {
+    const held = (await this.client.holders(this.key)).find((h) => h.jid === this.identifier);
+    if (!held) return false;
+    const token = await this.client.lock(this.key, this.identifier, this.lockOptions());
+    if (token !== held.token) {
+      // Its lease ended between the two calls: this is a new grant, not that hold.
+      if (token !== null) await this.client.unlock(this.key, this.identifier).catch(() => {});
+      return false;
+    }
+    this.external = false;
+    return this.took(token);
   }
 
   private took(token: number | null): boolean {
     if (token === null) return false;
     this._token = token;
     this.expiresAt = Date.now() + this.lockTimeout;
-    this.timer = setInterval(() => void this.refresh(), this.refreshInterval);
-    this.timer.unref(); // a held lock never keeps the process alive
+    if (this.refreshInterval > 0) {
+      // A rejection here (onLockLost threw: by default it does) is left unhandled on
+      // purpose, as redis-semaphore's.
+      this.timer = setInterval(() => this.refresh(), this.refreshInterval);
+      this.timer.unref(); // a held lock never keeps the process alive
+    }
     return true;
-  }
-
-  private stopRefresh(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
   }
 
   private async refresh(): Promise<void> {
     if (this.refreshing || this._token === null) return;
     this.refreshing = true;
+    let lost = false;
     try {
       const token = await this.client.lock(this.key, this.identifier, this.lockOptions());
       if (this._token === null) return; // released meanwhile
@@ -147,24 +303,20 @@ class LeasedLock {
         // have had the lock in between. The old token fenced that time; give it up.
         await this.client.unlock(this.key, this.identifier).catch(() => {});
       }
-      this.lost();
+      lost = true;
     } catch {
       // A connection problem: try again at the next tick, while the lease lasts.
-      if (this._token !== null && Date.now() >= this.expiresAt) this.lost();
+      lost = this._token !== null && Date.now() >= this.expiresAt;
     } finally {
       this.refreshing = false;
     }
+    if (lost) this.lost();
   }
 
   private lost(): void {
     this.stopRefresh();
     this._token = null;
-    const error = new LockLostError(this.key, this.identifier);
-    if (this.options.onLockLost) this.options.onLockLost(error);
-    else
-      queueMicrotask(() => {
-        throw error;
-      });
+    this.onLockLost.call(this as unknown as Mutex, new LockLostError(this.key, this.identifier));
   }
 }
 

@@ -15,6 +15,46 @@ export interface Transport {
   close(): Promise<void>;
   /** Drops the connection at once, a command in flight too (a blocked WAIT: the server forgets that waiter). */
   destroy(): void;
+  /**
+   * Calls `listener` once this connection has ended for good (quit, close, disconnect), so
+   * that what was duplicated from it can be closed with it. Optional: a Client over a
+   * transport without it closes its wait connections on close() and when idle.
+   */
+  onEnd?(listener: () => void): () => void;
+}
+
+type Emitter = {
+  on?(event: string, listener: (...args: unknown[]) => void): unknown;
+  once?(event: string, listener: (...args: unknown[]) => void): unknown;
+  off?(event: string, listener: (...args: unknown[]) => void): unknown;
+  removeListener?(event: string, listener: (...args: unknown[]) => void): unknown;
+};
+
+// One "end" listener per Redis client, however many Clients and locks use it (a listener
+// per lock object would trip Node's MaxListenersExceededWarning).
+const endListeners = new WeakMap<object, Set<() => void>>();
+
+function onEndOf(client: object): (listener: () => void) => () => void {
+  return (listener) => {
+    let set = endListeners.get(client);
+    if (!set) {
+      const emitter = client as Emitter;
+      if (typeof emitter.on !== "function") return () => {};
+      const listeners = new Set<() => void>();
+      set = listeners;
+      endListeners.set(client, listeners);
+      emitter.on("end", () => {
+        for (const l of [...listeners]) l();
+      });
+    }
+    set.add(listener);
+    return () => void set!.delete(listener);
+  };
+}
+
+/** Errors of a wait connection reach the waiting call as its rejection; this keeps them off the 'error' event. */
+function quiet(client: object): void {
+  (client as Emitter).on?.("error", () => {});
 }
 
 /** An ioredis client (Redis or Cluster): what this package uses of it. */
@@ -25,6 +65,9 @@ export interface IoRedisLike {
   duplicate(): IoRedisLike;
   quit(): Promise<unknown>;
   disconnect(): void;
+  /** `wait` (lazyConnect), `connecting`, `ready`, `end`... */
+  status?: string;
+  connect?(): Promise<unknown>;
 }
 
 /** A node-redis client (v4 and later): what this package uses of it. */
@@ -66,7 +109,16 @@ class IoRedisTransport implements Transport {
   }
 
   async duplicate(): Promise<Transport> {
-    return new IoRedisTransport(this.client.duplicate());
+    const copy = this.client.duplicate();
+    quiet(copy);
+    // Ready before the first command: with enableOfflineQueue: false, ioredis refuses a
+    // command sent while the new connection still connects; with lazyConnect it never starts.
+    await ioRedisReady(copy);
+    return new IoRedisTransport(copy);
+  }
+
+  onEnd(listener: () => void): () => void {
+    return onEndOf(this.client)(listener);
   }
 
   async close(): Promise<void> {
@@ -106,6 +158,7 @@ class NodeRedisTransport implements Transport {
 
   async duplicate(): Promise<Transport> {
     const copy = this.client.duplicate();
+    quiet(copy); // node-redis throws an 'error' event that has no listener
     await copy.connect();
     return new NodeRedisTransport(copy);
   }
@@ -115,11 +168,44 @@ class NodeRedisTransport implements Transport {
     else await this.client.quit?.();
   }
 
+  onEnd(listener: () => void): () => void {
+    return onEndOf(this.client)(listener);
+  }
+
   destroy(): void {
     // node-redis 5 and later: destroy(); 4: disconnect().
     if (typeof this.client.destroy === "function") this.client.destroy();
     else void this.client.disconnect?.();
   }
+}
+
+async function ioRedisReady(client: IoRedisLike): Promise<void> {
+  if (client.status === "ready" || client.status === undefined) return;
+  if (client.status === "wait" && typeof client.connect === "function") {
+    await client.connect();
+    return;
+  }
+  if (client.status === "end" || client.status === "close") {
+    throw new Error("redis-unique: the connection for a wait closed before it was ready");
+  }
+  const emitter = client as unknown as Emitter;
+  await new Promise<void>((resolve, reject) => {
+    const done = (error?: Error) => {
+      emitter.removeListener?.("ready", onReady);
+      emitter.removeListener?.("end", onEnd);
+      emitter.removeListener?.("error", onError);
+      if (error) {
+        client.disconnect(); // no reconnecting in the background for a wait that failed
+        reject(error);
+      } else resolve();
+    };
+    const onReady = () => done();
+    const onEnd = () => done(new Error("redis-unique: the connection for a wait closed before it was ready"));
+    const onError = (error: unknown) => done(error instanceof Error ? error : new Error(String(error)));
+    emitter.once?.("ready", onReady);
+    emitter.once?.("end", onEnd);
+    emitter.once?.("error", onError);
+  });
 }
 
 export function transportFor(client: RedisClient | Transport): Transport {

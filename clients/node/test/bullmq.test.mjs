@@ -6,7 +6,7 @@ import IORedis from "ioredis";
 import { Queue, QueueEvents, Worker } from "bullmq";
 import { Client } from "../dist/esm/index.js";
 import { GroupLimit, UniqueJobs } from "../dist/esm/bullmq.js";
-import { startServer, waitFor, calls, totalCommands } from "./helpers.mjs";
+import { startServer, waitFor, calls, totalCommands, assertNoClientsLeft } from "./helpers.mjs";
 
 const WORKER = fileURLToPath(new URL("./bullmq-worker.mjs", import.meta.url));
 let server, redis, client;
@@ -22,6 +22,7 @@ after(async () => {
     ? undefined : new Promise((r) => { c.once("exit", r); c.kill("SIGKILL"); })));
   await client.close();
   await redis.quit();
+  await assertNoClientsLeft(server.port);
   server?.stop();
 });
 

@@ -5,11 +5,11 @@ import { createClient } from "redis";
 import {
   Client, CommandError, ModuleNotLoadedError, UniqueError,
 } from "../dist/esm/index.js";
-import { startServer, calls } from "./helpers.mjs";
+import { startServer, calls, assertNoClientsLeft } from "./helpers.mjs";
 
 let server;
 before(async () => { server = await startServer(); });
-after(() => server?.stop());
+after(async () => { await assertNoClientsLeft(server.port); server?.stop(); });
 
 // Both Redis clients behind the one seam, each through every call.
 const flavours = {

@@ -76,3 +76,23 @@ export async function totalCommands(redis) {
   const info = await redis.info("stats");
   return Number(/total_commands_processed:(\d+)/.exec(info)[1]);
 }
+
+/** The server's connected clients (CLIENT LIST), the asking connection included. */
+export async function clientCount(redis) {
+  return String(await redis.call("CLIENT", "LIST")).trim().split("\n").filter(Boolean).length;
+}
+
+/**
+ * Polls until the server on `port` has no client but the one asking: every connection the
+ * tests opened there (theirs and the library's) is closed. Fails with the ones left.
+ */
+export async function assertNoClientsLeft(port, { timeout = 10_000 } = {}) {
+  const admin = new IORedis({ port, maxRetriesPerRequest: 1 });
+  try {
+    await waitFor(async () => (await clientCount(admin)) === 1, { timeout, interval: 20, message: "no client left" }).catch(async (err) => {
+      throw new Error(`${err.message}: ${await admin.call("CLIENT", "LIST")}`);
+    });
+  } finally {
+    admin.disconnect();
+  }
+}

@@ -5,7 +5,7 @@ import { createClient } from "redis";
 import {
   Client, Mutex, Semaphore, AlreadyAcquiredError, LockLostError, LockNotAcquiredError,
 } from "../dist/esm/index.js";
-import { startServer, waitFor } from "./helpers.mjs";
+import { startServer, waitFor, assertNoClientsLeft } from "./helpers.mjs";
 
 let server, redis, client;
 before(async () => {
@@ -13,7 +13,7 @@ before(async () => {
   redis = new IORedis({ port: server.port });
   client = new Client(redis);
 });
-after(async () => { await client.close(); await redis.quit(); server?.stop(); });
+after(async () => { await client.close(); await redis.quit(); await assertNoClientsLeft(server.port); server?.stop(); });
 
 test("a Mutex holds alone, with a fencing token, and renews its lease", async () => {
   const a = new Mutex(client, "m:1", { lockTimeout: 300 });

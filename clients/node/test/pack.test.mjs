@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync, symlinkSync, existsSync, rmSync, mkdirSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { startServer } from "./helpers.mjs";
+import { startServer, assertNoClientsLeft } from "./helpers.mjs";
 
 const PACKAGE = fileURLToPath(new URL("..", import.meta.url));
 let server, dir;
@@ -15,7 +15,8 @@ before(async () => {
   server = await startServer();
   dir = mkdtempSync(join(tmpdir(), "redis-unique-pack-"));
 });
-after(() => {
+after(async () => {
+  if (server) await assertNoClientsLeft(server.port);
   server?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
