@@ -16,6 +16,8 @@ import { randomBytes } from "node:crypto";
 import { DelayedError, type Job, type Queue } from "bullmq";
 import { Client } from "./client.js";
 import * as commands from "./commands.js";
+import type { LockLostError } from "./errors.js";
+import { Refresher } from "./refresh.js";
 import type { RedisClient } from "./transport.js";
 
 type Processor<T, R> = (job: Job<T, R>, token?: string, signal?: AbortSignal) => Promise<R>;
@@ -45,6 +47,23 @@ export interface GroupLimitOptions<T = unknown> {
   prefix?: string;
   /** The lock type shown in metrics and the Locks tab. Default `group`. */
   type?: string;
+  /**
+   * Called once, at once, when a running job's slot is lost (a renewal refused, or none
+   * answered within the lease); the signal handed to the processor is aborted with the same
+   * LockLostError. Default: a process warning (`process.emitWarning`).
+   */
+  onLockLost?: (error: LockLostError, job: Job<T>) => void;
+}
+
+/** A signal aborted when either is (BullMQ's own signal, or the slot's loss). */
+function anyAbort(signal: AbortSignal | undefined, lost: AbortSignal): AbortSignal {
+  if (!signal) return lost;
+  const both = new AbortController(); // AbortSignal.any needs Node 20.3; engines says 18
+  for (const s of [signal, lost]) {
+    if (s.aborted) both.abort(s.reason);
+    else s.addEventListener("abort", () => both.abort(s.reason), { once: true });
+  }
+  return both.signal;
 }
 
 /** A name unique to this worker, for BullMQ's Worker option `name` and the locks' OWNER. */
@@ -103,6 +122,7 @@ export class GroupLimit<T = unknown> {
       if (group === null || group === undefined) return processor(job, token, signal);
       const key = this.key(job.queueName, String(group));
       const jid = String(job.id);
+      const sentAt = Date.now();
       const slot = await this.client.lock(key, jid, {
         limit: this.options.concurrency,
         ttl: this.lease,
@@ -116,21 +136,33 @@ export class GroupLimit<T = unknown> {
         throw new DelayedError();
       }
       this.tries.delete(jid);
-      return this.holding(key, jid, () => processor(job, token, signal));
+      // A wait is spent before the grant: the lease starts at the reply, at the latest.
+      const granted = this.wait ? Date.now() : sentAt;
+      return this.holding(key, jid, slot, granted, (lost) => processor(job, token, anyAbort(signal, lost)), (error) =>
+        (this.options.onLockLost ?? ((e: LockLostError) => process.emitWarning(e)))(error, job));
     };
   }
 
-  /** Runs `work` while renewing `jid`'s hold of `key`, then releases it. */
-  async holding<R>(key: string, jid: string, work: () => Promise<R>): Promise<R> {
-    const renew = setInterval(() => {
-      void this.client.lock(key, jid, { ttl: this.lease, owner: this.workerName, type: this.type }).catch(() => {});
-    }, Math.max(1, Math.floor(this.lease / 3)));
-    renew.unref();
+  /**
+   * Runs `work` while the one renewal loop of this package keeps `jid`'s hold of `key`
+   * (fencing token `token`, granted by a LOCK sent at `sentAt`), then releases it. A loss
+   * aborts the signal given to `work` and calls `onLost`.
+   */
+  async holding<R>(key: string, jid: string, token: number, sentAt: number,
+                   work: (lost: AbortSignal) => Promise<R>, onLost: (error: LockLostError) => void): Promise<R> {
+    const lost = new AbortController();
+    const refresher = new Refresher(this.client, {
+      key, jid, token, leaseMs: this.lease, sentAt,
+      onLost: (error) => {
+        lost.abort(error);
+        onLost(error);
+      },
+    }).start();
     try {
-      return await work();
+      return await work(lost.signal);
     } finally {
-      clearInterval(renew);
-      await this.client.unlock(key, jid).catch(() => {});
+      refresher.stop();
+      if (!refresher.lost) await this.client.unlock(key, jid).catch(() => {});
     }
   }
 

@@ -53,8 +53,8 @@ export class LockNotAcquiredError extends UniqueError {
 
 /** A lock this process held is gone: its lease ran out, or another client removed it. */
 export class LockLostError extends UniqueError {
-  constructor(readonly key: string, readonly identifier: string) {
-    super(`the lock ${key} is no longer held by ${identifier}: its lease ran out or it was removed`);
+  constructor(readonly key: string, readonly identifier: string, readonly reason?: string) {
+    super(`the lock ${key} is no longer held by ${identifier}: ${reason ?? "its lease ran out or it was removed"}`);
   }
 }
 

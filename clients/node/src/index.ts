@@ -15,3 +15,5 @@ export { Mutex, Semaphore, defaultOnLockLost } from "./locks.js";
 export { VERSION } from "./version.js";
 export type { LockLostCallback, LockObjectOptions } from "./locks.js";
 export type { IoRedisLike, NodeRedisLike, RedisClient, Transport } from "./transport.js";
+export { Refresher, RENEW_RETRY_CODES, renewIntervalMs, renewRetryMs, renewalArgv, renewalOutcome } from "./refresh.js";
+export type { RefresherOptions, RenewalChanges, RenewalOutcome } from "./refresh.js";

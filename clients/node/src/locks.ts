@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { Client } from "./client.js";
 import * as commands from "./commands.js";
 import { AlreadyAcquiredError, LockLostError, LockNotAcquiredError } from "./errors.js";
+import { Refresher, renewIntervalMs } from "./refresh.js";
 import type { RedisClient, Transport } from "./transport.js";
 
 /** What `onLockLost` is called with: `this` is the lock object, as in redis-semaphore. */
@@ -143,10 +144,9 @@ class LeasedLock {
   readonly lockTimeout: number;
   readonly acquireTimeout: number;
   readonly refreshInterval: number;
-  private timer: NodeJS.Timeout | undefined;
+  private refresher: Refresher | undefined;
   private _token: number | null = null;
-  private expiresAt = 0;
-  private refreshing = false;
+  private sentAt = 0;
   private external: boolean;
   private readonly onLockLost: LockLostCallback;
 
@@ -165,7 +165,7 @@ class LeasedLock {
     this.external = options.acquiredExternally === true || externallyAcquiredIdentifier !== undefined;
     this.lockTimeout = options.lockTimeout ?? 10_000;
     this.acquireTimeout = options.acquireAttemptsLimit === 1 ? 0 : (options.acquireTimeout ?? 10_000);
-    this.refreshInterval = options.refreshInterval ?? Math.max(1, Math.floor(this.lockTimeout / 3));
+    this.refreshInterval = options.refreshInterval ?? renewIntervalMs(this.lockTimeout);
     this.onLockLost = options.onLockLost ?? defaultOnLockLost;
     // Checked now, so that a bad option fails at construction, not at the first acquire.
     commands.lockArgv(key, this.identifier, this.lockOptions());
@@ -215,11 +215,13 @@ class LeasedLock {
     // With a wait connection idle, WAIT at once: the server grants a free lock as fast, and
     // a contended one costs a round trip less. Without one, a free lock needs none.
     if (this.acquireTimeout === 0 || this.client.idleWaitConnections === 0) {
+      this.sentAt = Date.now();
       const now = await this.client.lock(this.key, this.identifier, this.lockOptions());
       if (this.took(now)) return true;
       if (this.acquireTimeout === 0) return false;
     }
     const waited = await this.client.waitLock(this.key, this.identifier, this.lockOptions(this.acquireTimeout), abort);
+    this.sentAt = Date.now(); // a wait is spent before the grant: the lease starts at the reply, at the latest
     if (abort?.aborted) {
       // Granted in the instant of the abort: nobody wants that hold now.
       if (waited !== null) await this.client.unlock(this.key, this.identifier).catch(() => {});
@@ -252,8 +254,20 @@ class LeasedLock {
 
   /** Stops renewing the lease (the hold then ends with it, unless released first), as redis-semaphore's. */
   stopRefresh(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
+    this.refresher?.stop();
+    this.refresher = undefined;
+  }
+
+  /** How many renewals kept the current hold. */
+  get renewals(): number {
+    return this.refresher?.renewals ?? 0;
+  }
+
+  /** TYPE, OWNER or META changed for the current hold: sent with the next renewal, once. */
+  update(changes: { type?: string; owner?: string; meta?: Record<string, unknown> }): void {
+    if (!this.refresher) throw new LockLostError(this.key, this.identifier, "not held (or not renewed): nothing to update");
+    commands.lockArgv(this.key, this.identifier, changes); // checked now
+    this.refresher.update(changes);
   }
 
   private ensureFree(): void {
@@ -264,6 +278,7 @@ class LeasedLock {
   private async takeOver(): Promise<boolean> {
     const held = (await this.client.holders(this.key)).find((h) => h.jid === this.identifier);
     if (!held) return false;
+    this.sentAt = Date.now();
     const token = await this.client.lock(this.key, this.identifier, this.lockOptions());
     if (token !== held.token) {
       // Its lease ended between the two calls: this is a new grant, not that hold.
@@ -277,46 +292,20 @@ class LeasedLock {
   private took(token: number | null): boolean {
     if (token === null) return false;
     this._token = token;
-    this.expiresAt = Date.now() + this.lockTimeout;
     if (this.refreshInterval > 0) {
-      // A rejection here (onLockLost threw: by default it does) is left unhandled on
-      // purpose, as redis-semaphore's.
-      this.timer = setInterval(() => this.refresh(), this.refreshInterval);
-      this.timer.unref(); // a held lock never keeps the process alive
+      this.refresher = new Refresher(this.client, {
+        key: this.key, jid: this.identifier, token, leaseMs: this.lockTimeout, sentAt: this.sentAt,
+        intervalMs: this.refreshInterval,
+        onLost: (error) => {
+          this.refresher = undefined;
+          this._token = null;
+          // Whatever onLockLost throws (by default the error itself) is left unhandled on
+          // purpose, as redis-semaphore's.
+          void Promise.resolve().then(() => this.onLockLost.call(this as unknown as Mutex, error));
+        },
+      }).start();
     }
     return true;
-  }
-
-  private async refresh(): Promise<void> {
-    if (this.refreshing || this._token === null) return;
-    this.refreshing = true;
-    let lost = false;
-    try {
-      const token = await this.client.lock(this.key, this.identifier, this.lockOptions());
-      if (this._token === null) return; // released meanwhile
-      if (token === this._token) {
-        this.expiresAt = Date.now() + this.lockTimeout;
-        return;
-      }
-      if (token !== null) {
-        // A new grant, not a renewal: the old hold had ended, and another job may
-        // have had the lock in between. The old token fenced that time; give it up.
-        await this.client.unlock(this.key, this.identifier).catch(() => {});
-      }
-      lost = true;
-    } catch {
-      // A connection problem: try again at the next tick, while the lease lasts.
-      lost = this._token !== null && Date.now() >= this.expiresAt;
-    } finally {
-      this.refreshing = false;
-    }
-    if (lost) this.lost();
-  }
-
-  private lost(): void {
-    this.stopRefresh();
-    this._token = null;
-    this.onLockLost.call(this as unknown as Mutex, new LockLostError(this.key, this.identifier));
   }
 }
 

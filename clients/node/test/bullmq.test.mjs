@@ -128,6 +128,10 @@ test("kill -9 of a worker mid-job: its group slot frees and BullMQ's stalled che
   const key = `unique:group:${name}:solo`;
   await waitFor(async () => (await client.lockedBy(key)).includes(String(job.id)), { message: "the job's slot" });
   assert.equal((await client.holders(key))[0].owner, doomedName);
+  // Killed once the job has started (not between its grant and its first line), so that
+  // "it ran again" below counts two runs.
+  await waitFor(async () => (await redis.lrange("started", 0, -1)).includes(String(job.id)),
+    { message: "the job started on the doomed worker" });
   doomed.kill("SIGKILL");
   // A survivor: its reaper sees the dead worker gone from BullMQ's list and frees its slot
   // long before the 60 s lease; BullMQ's stalled check gives the job back.

@@ -129,3 +129,89 @@ def celery_worker(server: Server, name: str, queue: str, concurrency: int) -> It
             worker.kill()
             worker.wait()
         log.close()
+
+
+class CutProxy:
+    """A TCP proxy in front of the server whose link a test cuts and restores: cut()
+    closes every proxied connection and closes each new one at once (the client sees
+    its connection reset or closed, as when a network link drops); restore() lets new
+    connections through again. ``refused`` counts the connections closed while cut."""
+
+    def __init__(self, target_port: int) -> None:
+        import threading
+
+        self.target = target_port
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.refused = 0
+        self._cut = threading.Event()
+        self._mutex = threading.Lock()
+        self._socks: set = set()
+        self._threading = threading
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self.listener.accept()
+            except OSError:
+                return
+            if self._cut.is_set():
+                self.refused += 1
+                down.close()
+                continue
+            try:
+                up = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                down.close()
+                continue
+            with self._mutex:
+                self._socks.update((down, up))
+            for a, b in ((down, up), (up, down)):
+                self._threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                self._drop(s)
+
+    def _drop(self, s: socket.socket) -> None:
+        with self._mutex:
+            self._socks.discard(s)
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+    def cut(self) -> None:
+        self._cut.set()
+        with self._mutex:
+            socks = list(self._socks)
+        for s in socks:
+            self._drop(s)
+
+    def restore(self) -> None:
+        self._cut.clear()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()
+
+
+@pytest.fixture()
+def proxy(server: Server) -> Iterator[CutProxy]:
+    p = CutProxy(server.port)
+    yield p
+    p.close()

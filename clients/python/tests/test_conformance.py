@@ -1,13 +1,17 @@
-"""The clients' conformance table (clients/conformance/table.json): every call's argv and
-every reply's value as the Ruby and Node clients have them too."""
+"""The clients' conformance table (clients/conformance/table.json): every call's argv,
+every reply's value and the renewal rule, as the Ruby and Node clients have them too."""
 import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from redis._parsers import BaseParser
+from redis.exceptions import ConnectionError, ResponseError
 
 from redis_unique import Rate
 from redis_unique import _protocol as p
+from redis_unique._refresh import RefreshLoop
+from redis_unique.errors import translate
 
 TABLE = json.loads((Path(__file__).resolve().parents[2] / "conformance" / "table.json").read_text())
 
@@ -69,3 +73,46 @@ VALUE = {
 @pytest.mark.parametrize("case", TABLE["replies"], ids=[c["name"] for c in TABLE["replies"]])
 def test_every_reply_reads_as_the_tables_value(case):
     assert VALUE[case["call"]](case["reply"]) == case["value"]
+
+
+# Renewal (README "Renewal"): checked on the one loop object every lock of this client uses.
+RENEWAL = TABLE["renewal"]
+
+
+@pytest.mark.parametrize("case", RENEWAL["timing"], ids=[c["name"] for c in RENEWAL["timing"]])
+def test_renewal_timing(case):
+    loop = RefreshLoop(None, "k", "j", 1, case["lease_ms"], sent_at=0.0)
+    assert (p.renew_interval_ms(case["lease_ms"]), p.renew_retry_ms(case["lease_ms"])) == \
+        (case["interval_ms"], case["retry_ms"])
+    assert (round(loop.interval * 1000, 6), round(loop.retry * 1000, 6)) == (case["interval_ms"], case["retry_ms"])
+
+
+@pytest.mark.parametrize("case", RENEWAL["argv"], ids=[c["name"] for c in RENEWAL["argv"]])
+def test_renewal_sends_the_tables_argv_and_a_change_once(case):
+    a = case["args"]
+    loop = RefreshLoop(None, a["key"], a["jid"], 1, a["ttl_ms"], sent_at=0.0)
+    loop.update(**a.get("changed", {}))
+    first, _, _ = loop._next()
+    again, _, _ = loop._next()
+    assert [str(x) for x in first] == case["argv"]
+    assert [str(x) for x in again] == ["UNIQUE.LOCK", a["key"], a["jid"], "TTL", str(a["ttl_ms"])]
+
+
+def error_as_raised(text):
+    """The exception this client's renewal meets for an error reply: redis-py's own
+    parse of it, translated as Client does; "connection" for no reply at all."""
+    if text == "connection":
+        return ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
+    exc = BaseParser.parse_error(text)
+    return translate(exc) if isinstance(exc, ResponseError) else exc
+
+
+@pytest.mark.parametrize("case", RENEWAL["outcomes"], ids=[c["name"] for c in RENEWAL["outcomes"]])
+def test_renewal_outcome(case):
+    loop = RefreshLoop(None, "k", "j", case["token"], 30000, sent_at=0.0)
+    if "error" in case:
+        outcome = loop._settle({}, 0.0, error=error_as_raised(case["error"]))
+    else:
+        outcome = loop._settle({}, 0.0, reply=case["reply"])
+    assert outcome == case["outcome"]
+    assert (loop.lost is not None) == outcome.startswith("lost")

@@ -5,6 +5,7 @@ require_relative "redis_unique/errors"
 require_relative "redis_unique/module_version"
 require_relative "redis_unique/connection"
 require_relative "redis_unique/client"
+require_relative "redis_unique/refresher"
 require_relative "redis_unique/limiter"
 
 # Native job locks for Redis (the redis-unique module): see RedisUnique::Client, and

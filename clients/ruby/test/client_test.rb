@@ -75,7 +75,7 @@ class ClientTest < Minitest::Test
     h = client.holders(key).first
     client.unlock(key, "a")
     assert_equal 300, ((h.expires_at - h.acquired_at) * 1000).round
-    assert_equal [1, 300, 1001, 1], [0.0004, 0.3, 1.0001, 1e-9].map { |s| client.send(:ms_option, "ttl", s, nil) }
+    assert_equal [1, 300, 1001, 1], [0.0004, 0.3, 1.0001, 1e-9].map { |s| RedisUnique::Client.ms_option("ttl", s, nil) }
     client.lock("#{key}:at", "a", pxat: Time.at(2_000_000_000, 500.4, :millisecond))
     assert_equal 2_000_000_000_501, (client.holders("#{key}:at").first.expires_at.to_r * 1000).to_i
   end

@@ -113,4 +113,63 @@ class ConformanceTest < Minitest::Test
       end
     end
   end
+
+  # The renewal rule (README "Renewal"), checked on RedisUnique::Refresher's own pieces:
+  # when it renews, what it sends, and what each reply or error means.
+  TABLE["renewal"]["timing"].each do |row|
+    define_method("test_renewal timing: #{row["name"]}") do
+      assert_equal row["interval_ms"], RedisUnique::Refresher.interval_ms(row["lease_ms"])
+      assert_equal row["retry_ms"], RedisUnique::Refresher.retry_ms(row["lease_ms"])
+    end
+  end
+
+  TABLE["renewal"]["argv"].each do |row|
+    define_method("test_renewal argv: #{row["name"]}") do
+      args = row["args"]
+      changes = (args["changed"] || {}).transform_keys(&:to_sym)
+      refresher = RedisUnique::Refresher.new(client, args["key"], args["jid"], token: 1, lease_ms: args["ttl_ms"])
+      refresher.update(**changes)
+      argv, = refresher.send(:next_renewal)
+      assert_equal row["argv"], argv.map(&:to_s)
+      # a change is sent once: the renewal after it sends the lease only
+      assert_equal row["argv"].first(5), refresher.send(:next_renewal).first.map(&:to_s)
+    end
+  end
+
+  def command_error(message)
+    klass = defined?(::RedisClient::CommandError) && H.sidekiq7? ? ::RedisClient::CommandError : ::Redis::CommandError
+    RedisUnique::Connection.translate(klass.new(message), %w[UNIQUE.LOCK k j TTL 30000])
+  end
+
+  def connection_error
+    klass = defined?(::RedisClient::ConnectionError) && H.sidekiq7? ? ::RedisClient::ConnectionError : ::Redis::CannotConnectError
+    RedisUnique::Connection.translate(klass.new("Connection refused"), %w[UNIQUE.LOCK k j TTL 30000])
+  end
+
+  TABLE["renewal"]["outcomes"].each do |row|
+    define_method("test_renewal outcome: #{row["name"]}") do
+      outcome = if row.key?("error")
+                  error = row["error"] == "connection" ? connection_error : command_error(row["error"])
+                  RedisUnique::Refresher.error_outcome(error)
+                else
+                  RedisUnique::Refresher.outcome(row["token"], row["reply"])
+                end
+      assert_equal row["outcome"], outcome.to_s
+    end
+  end
+
+  # ReliableFetch keeps a requeued job's lock with the argv the client builds for the same
+  # call (Client.lock_argv), so the rows above cover it.
+  def test_reliable_fetch_keeps_a_lock_with_the_clients_argv
+    item = { "class" => "LimitedJob", "jid" => "j1", "queue" => "default", "args" => [token],
+             "lock" => "until_executed", "lock_limit" => 2, "lock_digest" => "d:1" }
+    c = RedisUnique::Client.new(TestSuite.raw_connection)
+    recorder = Recorder.new(c.connection)
+    c.instance_variable_set(:@connection, recorder)
+    c.lock("conformance:#{token}", "j1", limit: 2, type: "until_executed", owner: "queued")
+    sent = recorder.sent.first.map { |a| a == "conformance:#{token}" ? "d:1" : a }
+    assert_equal [sent], RedisUnique::Sidekiq::ReliableFetch.keep_lock_commands(item).map { |a| a.map(&:to_s) }
+  ensure
+    conn.call("DEL", "conformance:#{token}")
+  end
 end

@@ -351,6 +351,42 @@ class WebTest < Minitest::Test
     assert k
   end
 
+  def test_a_rated_lock_shows_its_rate_state_and_the_metrics_its_rate_denied
+    type = "webrate#{rand(1 << 30)}"
+    k = key
+    rate = { limit: 2, per: :minute, burst: 1 }
+    2.times { |i| assert client.lock(k, "j#{i}", limit: 10, ttl: 600, type: type, rate: rate), "grant #{i}" }
+    refute client.lock(k, "j2", limit: 10, ttl: 600, type: type, rate: rate), "the rate refuses a third"
+    state = client.rate(k)
+    body = get_ok("/locks/lock", key: k)
+    table = body[%r{<table class="table table-bordered" id="redis-unique-rate">.*?</table>}m]
+    assert table, "a rate table"
+    assert_includes table, %(<td class="limit">2 per minute</td>)
+    assert_includes table, %(<td class="remaining">0</td>)
+    assert_includes table, %(<td class="allowed-at">#{state.allowed_at.utc.strftime("%Y-%m-%d %H:%M:%S.%L UTC")}</td>)
+    assert_operator state.allowed_at, :>, Time.now + 20, "the next slot half a minute away"
+    row = get_ok("/locks/metrics")[%r{<tr data-type="#{type}">.*?</tr>}m]
+    { "acquired" => 2, "denied" => 1, "rate_denied" => 1 }.each do |counter, n|
+      assert_includes row, %(<td data-counter="#{counter}">#{n}</td>), counter
+    end
+    # a lock no rate was spent on has no rate table
+    client.lock(key(":plain"), "j", ttl: 600)
+    refute_includes get_ok("/locks/lock", key: key(":plain")), %(id="redis-unique-rate")
+  ensure
+    conn.call("DEL", key, key(":plain"))
+  end
+
+  def test_metrics_page_shows_the_renewals_lost
+    before = conn.call("HGET", "redis_unique:stats", "renewal_lost").to_i
+    conn.call("HINCRBY", "redis_unique:stats", "renewal_lost", 1)
+    body = get_ok("/locks/metrics")
+    shown = body[%r{data-gauge="renewal_lost"><span class="value">([\d,]+)<}, 1]
+    assert_equal before + 1, shown.delete(",").to_i
+    assert_includes body, "unique_renewal_lost"
+  ensure
+    conn.call("HINCRBY", "redis_unique:stats", "renewal_lost", -1)
+  end
+
   def test_everything_is_escaped
     evil_key = %(xss:#{token}:<script>alert("k")</script>'")
     evil_jid = %(<script>alert('j')</script>)

@@ -221,3 +221,45 @@ def reap_args(cursor: Any, owner: Optional[str], count: int) -> Tuple[Any, ...]:
 
 def cursor_done(cursor: Any) -> bool:
     return cursor in (b"0", "0", 0)
+
+
+# Renewal: the rule of clients/conformance (README "Renewal"), the same in every client.
+
+# Error codes by which a server says it cannot answer now, not that the hold is gone: a
+# renewal refused with one of them is tried again, as after a connection error.
+RENEW_RETRY_CODES = ("LOADING", "BUSY", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "OOM")
+
+
+def renew_interval_ms(lease_ms: int) -> int:
+    """How often a held lease is renewed: a third of it (leaving room for two more tries)."""
+    return max(1, lease_ms // 3)
+
+
+def renew_retry_ms(lease_ms: int) -> int:
+    """How soon a renewal that got no answer is tried again: a tenth of the lease."""
+    return max(1, lease_ms // 10)
+
+
+def renewal_args(key: KeyT, jid: JidT, lease_ms: int, *, type: Optional[str] = None,
+                 owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None) -> Tuple[Any, ...]:
+    """A renewal moves the end of the lease and sends again only what changed (TYPE,
+    OWNER, META): never LIMIT, RATE or WAIT."""
+    args: List[Any] = ["UNIQUE.LOCK", key, jid, "TTL", lease_ms]
+    if type is not None:
+        args += ["TYPE", type]
+    if owner is not None:
+        args += ["OWNER", owner]
+    if meta is not None:
+        args += ["META", meta if isinstance(meta, (str, bytes)) else
+                 json.dumps(meta, separators=(",", ":"), default=str)]
+    return tuple(args)
+
+
+def renewal_outcome(token: int, reply: Any) -> str:
+    """What a renewal's reply means for the hold of ``token``: ``kept``, ``lost`` (nil:
+    another holder has the slot) or ``lost_unlock`` (another token: the hold had ended and
+    the renewal took a new one, which must be given up)."""
+    got = parse_token(reply)
+    if got == token:
+        return "kept"
+    return "lost" if got is None else "lost_unlock"

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio as _asyncio
-import logging
 import time
 from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+from redis.exceptions import ResponseError
 
 from . import _protocol as p
 from . import _version
 from ._protocol import Holder, JidT, KeyT
 from .client import PipelineCalls
-from .errors import LockLost, UniqueError, translate
+from ._refresh import OnLost
+from .errors import LockLost, translate
 from .lock import LockState
 
 __all__ = ["Client", "Pipeline", "Lock", "Semaphore"]
-
-log = logging.getLogger("redis_unique")
 
 
 class Client:
@@ -103,71 +100,43 @@ class Pipeline(PipelineCalls):
 
 class Lock(LockState):
     """``async with Lock(redis, key, ttl=...)``: see :class:`redis_unique.Lock`;
-    the renewal runs as an asyncio task on the running loop."""
+    the renewal runs as an asyncio task on the running loop (``on_lost`` is
+    called from it)."""
 
     def __init__(self, redis: Any, key: str, *, ttl: float, wait: Optional[float] = None, limit: int = 1,
                  owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None, renew: bool = True,
-                 jid: Optional[str] = None, type: Optional[str] = None, rate: Optional[p.RateT] = None) -> None:
+                 jid: Optional[str] = None, type: Optional[str] = None, rate: Optional[p.RateT] = None,
+                 on_lost: Optional[OnLost] = None) -> None:
         super().__init__(Client(redis), key, ttl=ttl, wait=wait, limit=limit, owner=owner, meta=meta,
-                         renew=renew, jid=jid, type=type, rate=rate)
-        self._task: Optional["_asyncio.Task[None]"] = None
+                         renew=renew, jid=jid, type=type, rate=rate, on_lost=on_lost)
 
     async def acquire(self) -> int:
         self._ensure_free()
-        token = await self.client.lock(self.key, self.jid, limit=self.limit, ttl=self.ttl, type=self.type,
-                                       owner=self.owner, meta=self.meta, rate=self.rate, wait=self.wait)
-        if token is None:
-            raise self._not_acquired()
-        self.token = token
-        self._lost = None
+        sent_at = time.monotonic()
+        refresh = self._granted(await self.client.lock(self.key, self.jid, **self._lock_args()), sent_at)
         if self.renew:
-            self._task = _asyncio.ensure_future(self._renew_loop())
-        return token
-
-    async def _renew_loop(self) -> None:
-        interval = self.ttl / 3
-        last_ok = time.monotonic()
-        while True:
-            await _asyncio.sleep(interval)
-            try:
-                token = await self.client.lock(self.key, self.jid, limit=self.limit, ttl=self.ttl)
-            except (ConnectionError, TimeoutError, OSError) as exc:
-                if time.monotonic() - last_ok >= self.ttl:
-                    self._lose("renewal failed for longer than the lease: %s" % exc)
-                    return
-                log.warning("redis-unique: renewing %r failed, will retry: %s", self.key, exc)
-                continue
-            except UniqueError as exc:
-                self._lose("renewal refused: %s" % exc)
-                return
-            if token == self.token:
-                self.renewals += 1
-                last_ok = time.monotonic()
-                continue
-            if token is not None:
-                try:
-                    await self.client.unlock(self.key, self.jid)
-                except Exception:  # noqa: BLE001
-                    pass
-            self._lose("the lease ran out or the lock was removed before a renewal")
-            return
+            refresh.start_task()
+        return self.token  # type: ignore[return-value]
 
     async def release(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except _asyncio.CancelledError:
-                pass
+        """Stops renewing and releases. Raises LockLost if the lock was lost."""
+        if self._refresh is not None:
+            await self._refresh.stop_task()
         if self.token is None:
             return
         try:
-            if self._lost is None and not await self.client.unlock(self.key, self.jid):
-                self._lost = "the lease ran out before the release"
-        finally:
+            removed = self._error() is None and await self.client.unlock(self.key, self.jid)
+        except BaseException:
             self.token = None
-        self.check()
+            raise
+        self._released(removed)
+
+    async def detach(self) -> None:
+        """Stops renewing and forgets the hold without releasing it: the lease
+        then ends it, unless someone renews it under the same jid."""
+        if self._refresh is not None:
+            await self._refresh.stop_task()
+        self.token = None
 
     async def __aenter__(self) -> "Lock":
         await self.acquire()
@@ -179,7 +148,7 @@ class Lock(LockState):
         except LockLost:
             if exc_type is None:
                 raise
-            log.warning("redis-unique: %r was lost while the block raised %s", self.key, exc_type.__name__)
+            self._exit_lost(exc_type)
 
 
 class Semaphore(Lock):

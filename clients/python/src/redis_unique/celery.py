@@ -14,7 +14,7 @@ Options of ``unique`` (a dict; ``True`` means every default):
 - ``ttl``: seconds, the lease of the lock taken when the task is sent (and the
   whole life of an ``until_expired`` lock). Default 3600.
 - ``run_ttl``: seconds, the lease of the lock held while the task runs, renewed
-  every ``run_ttl / 3`` by the worker: a killed worker's lock frees within it.
+  every third of ``run_ttl`` by the worker: a killed worker's lock frees within it.
   Default 60.
 - ``key``: ``callable(args, kwargs)`` giving what makes two calls the same (a
   string is used as is, anything else is hashed as JSON; ``None`` from the
@@ -259,7 +259,8 @@ class UniqueTask(Task):
             return super().__call__(*args, **kwargs)
         if kind == "until_executed":
             # The worker takes over the lease: short, renewed, with its OWNER.
-            hold = Lock(client, key, ttl=opts.run_ttl, jid=req.id, owner=owner, type=kind)
+            hold = Lock(client, key, ttl=opts.run_ttl, jid=req.id, owner=owner, type=kind,
+                        on_lost=self._lost_reporter())
             try:
                 hold.acquire()
             except LockNotAcquired:
@@ -270,7 +271,7 @@ class UniqueTask(Task):
 
         # while_executing, until_and_while_executing: a lock around the run.
         hold = Lock(client, key + ":run", ttl=opts.run_ttl, jid=req.id, owner=owner, type="while_executing",
-                    wait=opts.wait)
+                    wait=opts.wait, on_lost=self._lost_reporter())
         try:
             hold.acquire()
         except LockNotAcquired:
@@ -278,6 +279,15 @@ class UniqueTask(Task):
         if kind == "until_and_while_executing":
             client.unlock(key, req.id)
         return self._run_holding(hold, key, opts, args, kwargs, keep_on_retry=False)
+
+    def _lost_reporter(self) -> Callable[[LockLost], None]:
+        """Tells at once, in the worker's log, that the running task lost its lock."""
+        name, task_id = self.name, self.request.id
+
+        def report(lost: LockLost) -> None:
+            log.error("unique task %s[%s] lost its lock while running: %s", name, task_id, lost)
+
+        return report
 
     def _run_holding(self, hold: Optional[Lock], key: str, opts: UniqueOptions, args: Any, kwargs: Any,
                      keep_on_retry: bool) -> Any:
@@ -299,8 +309,8 @@ class UniqueTask(Task):
                 else:
                     try:
                         hold.release()
-                    except LockLost as lost:
-                        log.warning("unique task %s[%s]: %s", self.name, self.request.id, lost)
+                    except LockLost:
+                        pass  # told when it was lost
 
     def _server_conflict(self, key: str, opts: UniqueOptions, args: Any) -> Any:
         req = self.request

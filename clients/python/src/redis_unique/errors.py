@@ -111,5 +111,6 @@ def translate(exc: ResponseError) -> Exception:
     # redis-py strips "ERR " and maps some codes to classes of their own.
     name = type(exc).__name__
     code = {"OutOfMemoryError": "OOM", "ReadOnlyError": "READONLY", "NoPermissionError": "NOPERM",
-            "NoScriptError": "NOSCRIPT", "BusyLoadingError": "LOADING", "ExecAbortError": "EXECABORT"}.get(name, "ERR")
+            "NoScriptError": "NOSCRIPT", "BusyLoadingError": "LOADING", "ExecAbortError": "EXECABORT",
+            "ClusterDownError": "CLUSTERDOWN", "TryAgainError": "TRYAGAIN", "MasterDownError": "MASTERDOWN"}.get(name, "ERR")
     return CommandError(message, code)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
-from redis.exceptions import ConnectionError, TimeoutError
-
-from ._protocol import RateT
+from ._protocol import RateT, seconds_to_ms
+from ._refresh import OnLost, RefreshLoop
 from .client import Client
 from .errors import AlreadyAcquired, LockLost, LockNotAcquired, UniqueError
 
@@ -21,17 +19,21 @@ log = logging.getLogger("redis_unique")
 
 class LockState:
     """What the thread-renewed :class:`Lock` and the task-renewed asyncio
-    Lock share: their settings, the token of the hold, what a renewal found,
+    Lock share: their settings, the token of the hold, its :class:`RefreshLoop`,
     and the errors they raise."""
 
     def __init__(self, client: Any, key: str, *, ttl: float, wait: Optional[float], limit: int,
                  owner: Optional[str], meta: Optional[Mapping[str, Any]], renew: bool,
-                 jid: Optional[str], type: Optional[str], rate: Optional[RateT] = None) -> None:
+                 jid: Optional[str], type: Optional[str], rate: Optional[RateT] = None,
+                 on_lost: Optional[OnLost] = None) -> None:
         if not ttl or ttl <= 0:
             raise ValueError("ttl must be a positive number of seconds")
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError("on_lost must be a callable taking the LockLost, not %r" % (on_lost,))
         self.client = client
         self.key = key
         self.ttl = float(ttl)
+        self.lease_ms = seconds_to_ms(ttl, "ttl")
         self.wait = wait
         self.limit = limit
         self.owner = owner
@@ -40,128 +42,147 @@ class LockState:
         self.type = type
         # Spent by the grant only (renewals never spend the rate).
         self.rate = rate
+        self.on_lost = on_lost
         self.jid = jid if jid is not None else uuid.uuid4().hex
         self.token: Optional[int] = None
-        self.renewals = 0
-        self._lost: Optional[str] = None
+        self._refresh: Optional[RefreshLoop] = None
+        self._lost: Optional[LockLost] = None  # found at release, when nothing renewed
+
+    @property
+    def renewals(self) -> int:
+        """How many renewals kept the hold since it was granted."""
+        return 0 if self._refresh is None else self._refresh.renewals
 
     @property
     def lost(self) -> bool:
-        """True once a renewal found the lock gone."""
-        return self._lost is not None
+        """True once the hold was found gone (by a renewal, or at release)."""
+        return self._lost is not None or (self._refresh is not None and self._refresh.lost is not None)
 
     @property
     def held(self) -> bool:
         return self.token is not None and not self.lost
 
-    def _not_acquired(self) -> LockNotAcquired:
-        return LockNotAcquired("%r is held by others%s" % (
-            self.key, "" if self.wait is None else " after waiting %gs" % self.wait), self.key)
+    def _lock_args(self) -> Dict[str, Any]:
+        return dict(limit=self.limit, ttl=self.ttl, type=self.type, owner=self.owner, meta=self.meta,
+                    rate=self.rate, wait=self.wait)
 
-    def _lose(self, why: str) -> None:
-        self._lost = why
-        log.warning("redis-unique: lost %r: %s", self.key, why)
+    def _granted(self, token: Optional[int], sent_at: float) -> RefreshLoop:
+        if token is None:
+            raise LockNotAcquired("%r is held by others%s" % (
+                self.key, "" if self.wait is None else " after waiting %gs" % self.wait), self.key)
+        self.token = token
+        self._lost = None
+        # A WAIT is spent before the grant: the lease starts when the reply comes, at the latest.
+        self._refresh = RefreshLoop(self.client, self.key, self.jid, token, self.lease_ms,
+                                    sent_at=sent_at if self.wait is None else time.monotonic(),
+                                    on_lost=self.on_lost, name=type(self).__name__.lower())
+        return self._refresh
+
+    def update(self, *, type: Optional[str] = None, owner: Optional[str] = None,
+               meta: Optional[Mapping[str, Any]] = None) -> None:
+        """Changes the hold's TYPE, OWNER or META: sent with the next renewal (once)."""
+        if self._refresh is None or self.token is None:
+            raise UniqueError("%r is not held: nothing to update" % (self.key,))
+        if not self.renew:
+            raise UniqueError("%r is held with renew=False: no renewal would send the update" % (self.key,))
+        self._refresh.update(type=type, owner=owner, meta=meta)
+        self.type, self.owner, self.meta = type or self.type, owner or self.owner, \
+            self.meta if meta is None else meta
 
     def _ensure_free(self) -> None:
         if self.token is not None and not self.lost:
             raise AlreadyAcquired("this lock object already holds %r: release it before acquiring again"
                                   % (self.key,), self.key)
 
+    def _error(self) -> Optional[LockLost]:
+        if self._refresh is not None and self._refresh.lost is not None:
+            return self._refresh.lost
+        return self._lost
+
     def check(self) -> None:
-        """Raises LockLost if a renewal found the lock gone."""
-        if self._lost is not None:
-            raise LockLost("lost the lock %r: %s" % (self.key, self._lost), self.key)
+        """Raises LockLost if the hold was found gone."""
+        error = self._error()
+        if error is not None:
+            raise error
+
+    def _released(self, removed: bool) -> None:
+        """After UNLOCK (or no UNLOCK when already lost): raises LockLost if it was lost."""
+        self.token = None
+        if not removed and self._error() is None:
+            self._lost = LockLost("lost the %s %r: its lease ran out before the release"
+                                  % (type(self).__name__.lower(), self.key), self.key)
+            log.warning("redis-unique: %s", self._lost)
+            if self.on_lost is not None:
+                self.on_lost(self._lost)
+        self.check()
+
+    def _exit_lost(self, exc_type: Any) -> None:
+        log.warning("redis-unique: %r was lost while the block raised %s", self.key, exc_type.__name__)
+
+    def __repr__(self) -> str:
+        if self.token is None:
+            state = "lost" if self.lost else "not held"
+        else:
+            state = "lost" if self.lost else "held, %d renewals" % self.renewals
+        return "<%s %r jid=%r token=%r ttl=%gs %s>" % (type(self).__qualname__, self.key, self.jid, self.token,
+                                                     self.ttl, state)
 
 
 class Lock(LockState):
     """Holds ``key`` for the duration of a ``with`` block.
 
     ``ttl`` (seconds) is the lease: while held, a daemon thread renews it every
-    ``ttl / 3``, so a process that dies frees the lock within ``ttl`` and one
+    third of it, so a process that dies frees the lock within ``ttl`` and one
     that lives keeps it as long as it needs. ``rate`` (a :class:`Rate`, or
     ``(limit, per_seconds[, burst])``) is spent by the grant, never by a renewal:
     with it a Semaphore is "at most 3 at once and 50 a second". Acquiring waits up to ``wait``
     seconds (natively, first come first served) and raises
     :class:`LockNotAcquired` when the lock is still taken. ``token`` is the
-    fencing token of the grant. Leaving the block stops renewing and releases;
-    if a renewal found the lock gone (lease ran out, REAP, DEL), leaving raises
-    :class:`LockLost` (unless the block is already raising). ``lost`` tells it
-    earlier, from inside the block.
+    fencing token of the grant.
+
+    A renewal that the server refuses (another holder has the slot, after a REAP,
+    a DEL or the end of the lease) loses the lock at once; one that gets no
+    answer is tried again every tenth of the lease until the lease would have
+    ended, and then the lock is lost. A loss is told at once: ``lost`` turns
+    true, a warning is logged, and ``on_lost(LockLost)`` is called, once (from
+    the renewal thread, or at release when only the release finds it gone);
+    leaving the block then raises :class:`LockLost` (unless the block is already
+    raising).
     """
 
     def __init__(self, redis: Any, key: str, *, ttl: float, wait: Optional[float] = None, limit: int = 1,
                  owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None, renew: bool = True,
-                 jid: Optional[str] = None, type: Optional[str] = None, rate: Optional[RateT] = None) -> None:
+                 jid: Optional[str] = None, type: Optional[str] = None, rate: Optional[RateT] = None,
+                 on_lost: Optional[OnLost] = None) -> None:
         super().__init__(Client(redis), key, ttl=ttl, wait=wait, limit=limit, owner=owner, meta=meta,
-                         renew=renew, jid=jid, type=type, rate=rate)
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+                         renew=renew, jid=jid, type=type, rate=rate, on_lost=on_lost)
 
     def acquire(self) -> int:
         self._ensure_free()
-        token = self.client.lock(self.key, self.jid, limit=self.limit, ttl=self.ttl, type=self.type,
-                                 owner=self.owner, meta=self.meta, rate=self.rate, wait=self.wait)
-        if token is None:
-            raise self._not_acquired()
-        self.token = token
-        self._lost = None
-        self._stop.clear()
+        sent_at = time.monotonic()
+        refresh = self._granted(self.client.lock(self.key, self.jid, **self._lock_args()), sent_at)
         if self.renew:
-            self._thread = threading.Thread(target=self._renew_loop, name="redis-unique renew %s" % self.key,
-                                            daemon=True)
-            self._thread.start()
-        return token
-
-    def _renew_loop(self) -> None:
-        interval = self.ttl / 3
-        last_ok = time.monotonic()
-        while not self._stop.wait(interval):
-            try:
-                token = self.client.lock(self.key, self.jid, limit=self.limit, ttl=self.ttl)
-            except (ConnectionError, TimeoutError, OSError) as exc:
-                if time.monotonic() - last_ok >= self.ttl:
-                    self._lose("renewal failed for longer than the lease: %s" % exc)
-                    return
-                log.warning("redis-unique: renewing %r failed, will retry: %s", self.key, exc)
-                continue
-            except UniqueError as exc:
-                self._lose("renewal refused: %s" % exc)
-                return
-            if token == self.token:
-                self.renewals += 1
-                last_ok = time.monotonic()
-                continue
-            if token is not None:
-                # The hold had ended and this call took a new one: not ours to keep.
-                try:
-                    self.client.unlock(self.key, self.jid)
-                except Exception:  # noqa: BLE001 - best effort, the lease ends it anyway
-                    pass
-            self._lose("the lease ran out or the lock was removed before a renewal")
-            return
+            refresh.start()
+        return self.token  # type: ignore[return-value]
 
     def release(self) -> None:
         """Stops renewing and releases. Raises LockLost if the lock was lost."""
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+        if self._refresh is not None:
+            self._refresh.stop()
         if self.token is None:
             return
         try:
-            if self._lost is None and not self.client.unlock(self.key, self.jid):
-                self._lost = "the lease ran out before the release"
-        finally:
+            removed = self._error() is None and self.client.unlock(self.key, self.jid)
+        except BaseException:
             self.token = None
-        self.check()
+            raise
+        self._released(removed)
 
     def detach(self) -> None:
         """Stops renewing and forgets the hold without releasing it: the lease
         then ends it, unless someone renews it under the same jid."""
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+        if self._refresh is not None:
+            self._refresh.stop()
         self.token = None
 
     def __enter__(self) -> "Lock":
@@ -174,10 +195,7 @@ class Lock(LockState):
         except LockLost:
             if exc_type is None:
                 raise
-            log.warning("redis-unique: %r was lost while the block raised %s", self.key, exc_type.__name__)
-
-    def __repr__(self) -> str:
-        return "<%s %r jid=%r token=%r>" % (type(self).__name__, self.key, self.jid, self.token)
+            self._exit_lost(exc_type)
 
 
 class Semaphore(Lock):

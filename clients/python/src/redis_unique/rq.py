@@ -190,7 +190,7 @@ class UniqueJob(Job):
             client.unlock(k, self.id)
             return super().perform()
         hold = Lock(client, k + ":run", ttl=info.get("run_ttl") or 60, jid=self.id, owner=_owner(self),
-                    type="while_executing", wait=info.get("wait"))
+                    type="while_executing", wait=info.get("wait"), on_lost=_lost_reporter(self.id))
         try:
             hold.acquire()
         except LockNotAcquired:
@@ -205,15 +205,24 @@ class UniqueJob(Job):
         finally:
             try:
                 hold.release()
-            except LockLost as lost:
-                log.warning("unique job %s: %s", self.id, lost)
+            except LockLost:
+                pass  # told when it was lost
+
+
+def _lost_reporter(job_id: str) -> Callable[[LockLost], None]:
+    """Tells at once, in the worker's log, that the running job lost its lock."""
+
+    def report(lost: LockLost) -> None:
+        log.error("unique job %s lost its lock while running: %s", job_id, lost)
+
+    return report
 
 
 def while_executing(key: Optional[Callable[[Any, Any], Any]] = None, *, ttl: float = 60,
                     on_conflict: str = "skip", wait: Optional[float] = None) -> Callable[[F], F]:
     """A job function that runs once at a time per ``key`` (every argument by
     default): a lock on ``unique:<module.function>:<digest>:run`` around the
-    call, renewed every ``ttl / 3``, OWNER the worker's name. Called outside a
+    call, renewed every third of ``ttl``, OWNER the worker's name. Called outside a
     job, the function just runs."""
     _policies(on_conflict)
 
@@ -226,7 +235,7 @@ def while_executing(key: Optional[Callable[[Any, Any], Any]] = None, *, ttl: flo
                 return func(*args, **kwargs)
             client = Client(job.connection)
             hold = Lock(client, k + ":run", ttl=ttl, jid=job.id, owner=_owner(job), type="while_executing",
-                        wait=wait)
+                        wait=wait, on_lost=_lost_reporter(job.id))
             try:
                 hold.acquire()
             except LockNotAcquired:
@@ -236,8 +245,8 @@ def while_executing(key: Optional[Callable[[Any, Any], Any]] = None, *, ttl: flo
             finally:
                 try:
                     hold.release()
-                except LockLost as lost:
-                    log.warning("unique job %s: %s", job.id, lost)
+                except LockLost:
+                    pass  # told when it was lost
 
         return wrapper  # type: ignore[return-value]
 

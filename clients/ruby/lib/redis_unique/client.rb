@@ -36,6 +36,19 @@ module RedisUnique
     # denied (or when `wait` ran out). `meta` is a Hash (sent as JSON) or a JSON String.
     def lock(key, jid, limit: nil, ttl: nil, ttl_ms: nil, pxat: nil, type: nil, owner: nil,
              meta: nil, rate: nil, wait: nil, wait_ms: nil)
+      argv, waiting = Client.lock_argv(key, jid, limit: limit, ttl: ttl, ttl_ms: ttl_ms, pxat: pxat, type: type,
+                                                 owner: owner, meta: meta, rate: rate, wait: wait, wait_ms: wait_ms)
+      if waiting
+        @connection.blocking_call(waiting / 1000.0, *argv)
+      else
+        @connection.call(*argv)
+      end
+    end
+
+    # Every UNIQUE.LOCK this gem sends is built here (the conformance table checks it):
+    # the argv of lock(...) and the wait in ms (nil without WAIT).
+    def self.lock_argv(key, jid, limit: nil, ttl: nil, ttl_ms: nil, pxat: nil, type: nil, owner: nil,
+                       meta: nil, rate: nil, wait: nil, wait_ms: nil)
       argv = ["UNIQUE.LOCK", key, jid]
       argv.push("LIMIT", Integer(limit)) unless limit.nil?
       lease = ms_option(:ttl, ttl, ttl_ms)
@@ -46,17 +59,24 @@ module RedisUnique
       elsif pxat
         argv.push("PXAT", pxat.is_a?(Time) ? (pxat.to_r * 1000).ceil : Integer(pxat))
       end
+      push_changes(argv, type: type, owner: owner, meta: meta)
+      argv.concat(Client.rate_argv(rate)) if rate
+      waiting = ms_option(:wait, wait, wait_ms)
+      argv.push("WAIT", waiting) if waiting
+      [argv, waiting]
+    end
+
+    # A renewal (clients/conformance README, "Renewal"): only the lease, plus TYPE, OWNER
+    # or META when they changed since the last one; never LIMIT, RATE or WAIT.
+    def self.renewal_argv(key, jid, lease_ms, type: nil, owner: nil, meta: nil)
+      push_changes(["UNIQUE.LOCK", key, jid, "TTL", Integer(lease_ms)], type: type, owner: owner, meta: meta)
+    end
+
+    def self.push_changes(argv, type:, owner:, meta:)
       argv.push("TYPE", type.to_s) if type
       argv.push("OWNER", owner.to_s) if owner
       argv.push("META", meta.is_a?(String) ? meta : JSON.generate(meta)) if meta
-      argv.concat(Client.rate_argv(rate)) if rate
-      waiting = ms_option(:wait, wait, wait_ms)
-      if waiting
-        argv.push("WAIT", waiting)
-        @connection.blocking_call(waiting / 1000.0, *argv)
-      else
-        @connection.call(*argv)
-      end
+      argv
     end
 
     # UNIQUE.UNLOCK. true when `jid` held the lock and was removed.
@@ -178,9 +198,8 @@ module RedisUnique
       )
     end
 
-    private
-
-    def ms_option(name, seconds, ms)
+    # Whole ms of a duration option given in seconds or in ms.
+    def self.ms_option(name, seconds, ms)
       raise InvalidOption, "give #{name} or #{name}_ms, not both" if seconds && ms
       return Integer(ms) if ms
       return nil if seconds.nil?

@@ -59,3 +59,18 @@ module RedisUnique
     end
   end
 end
+
+module RedisUnique
+  # A held lock was lost while its holder ran: a renewal was refused (another holder has
+  # it, after a REAP or the end of the lease), or none was answered before the lease ended.
+  # Raised at the release (the end of the block); `key` and `jid` name the hold.
+  class LockLost < Error
+    attr_reader :key, :jid
+
+    def initialize(msg = nil, key: nil, jid: nil)
+      @key = key
+      @jid = jid
+      super(msg || "lost the lock #{key}")
+    end
+  end
+end

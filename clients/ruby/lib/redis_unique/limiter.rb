@@ -12,13 +12,19 @@ module RedisUnique
   #
   # A call waits natively on the server (first come, first served, woken at the next
   # allowed instant when the rate is what refused it), then raises LimitReached. Its
-  # slot is a holder with a lease of ttl: seconds (give a ttl longer than the block: it
-  # is not renewed) and frees when the block ends, however it ends. concurrency: nil
-  # limits the rate only.
+  # slot is a holder with a lease of ttl: seconds, renewed while the block runs (every
+  # third of it, by RedisUnique::Refresher), and frees when the block ends, however it
+  # ends. concurrency: nil limits the rate only.
+  #
+  # A slot lost while the block runs (a renewal refused: another holder took it after a
+  # REAP; or no renewal answered before the lease ended) calls on_lost: (a callable, given
+  # the RedisUnique::LockLost) at once, from the renewal thread, and raises the LockLost
+  # when the block ends (unless the block raised).
   class Limiter
     attr_reader :key, :client
 
-    def initialize(redis, key, concurrency: 1, rate: nil, ttl: 60, wait: 30, owner: nil, type: "limiter")
+    def initialize(redis, key, concurrency: 1, rate: nil, ttl: 60, wait: 30, owner: nil, type: "limiter",
+                   on_lost: nil)
       raise InvalidOption, "a Limiter needs concurrency: or rate:" if concurrency.nil? && rate.nil?
 
       @client = redis.is_a?(Client) ? redis : Client.new(redis)
@@ -32,19 +38,36 @@ module RedisUnique
       @wait = wait
       @owner = owner
       @type = type
+      @on_lost = on_lost
     end
 
     # Runs the block holding a slot; yields the grant's fencing token.
     def within(jid = SecureRandom.uuid)
+      sent_at = Refresher.now
       token = @client.lock(@key, jid, limit: @limit, ttl: @ttl, rate: @rate, wait: @wait,
                                       owner: @owner, type: @type)
       raise LimitReached.new(@key, @client.rate(@key)) unless token
 
+      # A wait is spent before the grant: then the lease started at the reply, at the latest.
+      sent_at = Refresher.now if @wait
+      refresher = lease_ms && Refresher.new(@client, @key, jid, token: token, lease_ms: lease_ms, sent_at: sent_at,
+                                                                  on_lost: @on_lost, name: "slot").start
+      raised = true
       begin
-        yield token
+        result = yield token
+        raised = false
+        result
       ensure
-        @client.unlock(@key, jid)
+        refresher&.stop
+        @client.unlock(@key, jid) unless refresher&.lost?
+        raise refresher.lost if refresher&.lost? && !raised
       end
+    end
+
+    private
+
+    def lease_ms
+      @ttl && Client.ms_option(:ttl, @ttl, nil)
     end
   end
 

@@ -39,6 +39,9 @@ module RedisUnique
     OWNERS_KEY = "redis_unique:owners"
     # The reaper's leader lock (a uniq-lock with a lease).
     LEADER_KEY = "redis_unique:reaper"
+    # The gem's counters (a hash): renewal_lost (a running job's lock lost, see
+    # Job#renewing). ReliableFetch counts in its own (ReliableFetch::STATS_KEY).
+    STATS_KEY = "redis_unique:stats"
 
     # Global defaults; every one can be overridden per job in sidekiq_options.
     class Config
@@ -149,6 +152,20 @@ module RedisUnique
         pool ||= ::Sidekiq.redis_pool
         @clients ||= {}.compare_by_identity
         @clients[pool] ||= Client.new(pool)
+      end
+
+      # The gem's counters (STATS_KEY) as { name => Integer }: "renewal_lost".
+      def stats(pool = nil)
+        client(pool).connection.call("HGETALL", STATS_KEY).then { |r| r.is_a?(Hash) ? r : Hash[*r] }
+                    .transform_values(&:to_i)
+      end
+
+      # Adds `by` to the counter `name` of STATS_KEY (best effort: a counter never fails a job).
+      def count(name, client = self.client, by = 1)
+        client.connection.call("HINCRBY", STATS_KEY, name, by)
+      rescue StandardError => e
+        logger.warn("redis-unique: could not count #{name}: #{e.class}: #{e.message}")
+        nil
       end
 
       # The v9 digest of a job hash (see the README): "<prefix>:<md5 hex>".

@@ -153,3 +153,23 @@ class RatedPartnerCallJob
 end
 
 require_relative "v9_jobs"
+
+# Jobs whose lease (lock_ttl: 1 s) is shorter than the job: the middleware renews it while
+# they run (held until RPUSH release:<token>).
+class RenewedWhileExecutingJob
+  include TestJobs::JOB
+  sidekiq_options lock: :while_executing, lock_ttl: 1, queue: "renew", retry: 0
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end
+
+class RenewedUntilExecutedJob
+  include TestJobs::JOB
+  sidekiq_options lock: :until_executed, lock_ttl: 1, queue: "renew", retry: 0
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end

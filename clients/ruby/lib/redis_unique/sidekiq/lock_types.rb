@@ -76,7 +76,9 @@ module RedisUnique
       end
 
       def execute_until_executed
-        unless take(digest, owner: Sidekiq.identity)
+        sent_at = Refresher.now
+        token = take(digest, owner: Sidekiq.identity)
+        unless token
           return ConflictStrategy.new(self, :server, digest).resolve unless ReliableFetch.lapsed?(jid)
 
           return yield # fetched without its lock (ReliableFetch): it runs, holding and freeing nothing
@@ -84,11 +86,13 @@ module RedisUnique
 
         done = false
         begin
-          result = yield
+          result = renewing(digest, token, sent_at) { yield }
           done = true
           result
         ensure
-          if done
+          if lost?
+            nil # lost while it ran (logged and counted then): not this job's to free or keep
+          elsif done
             release(digest)
           else
             # failed (retry) or interrupted (requeued at shutdown): keep the lock, owned by nobody
@@ -98,15 +102,48 @@ module RedisUnique
       end
 
       def run_locked(strategy: nil)
+        sent_at = Refresher.now
         token = client.lock(run_key, jid, limit: limit, ttl: ttl_seconds, type: lock_type,
                                           owner: Sidekiq.identity, meta: meta, rate: rate, wait: wait_seconds)
         return ConflictStrategy.new(self, :server, run_key, strategy: strategy).resolve unless token
 
         begin
+          renewing(run_key, token, sent_at) { yield }
+        ensure
+          release(run_key) unless lost?
+        end
+      end
+
+      # Runs the block while RedisUnique::Refresher renews `key`'s lease (when the lock has
+      # one: lock_ttl), so that a job longer than its lease keeps its lock. A loss (a renewal
+      # refused, or none answered before the lease ended) is told at once, from the renewal
+      # thread: an error line on Sidekiq's logger naming the job and the lock, and the
+      # renewal_lost counter (RedisUnique::Sidekiq.stats). The job is not interrupted, nor
+      # failed at its end: its work is done, and a retry would do it twice.
+      def renewing(key, token, sent_at)
+        lease = ttl_seconds && Client.ms_option(:ttl, ttl_seconds, nil)
+        return yield unless lease
+
+        sent_at = Refresher.now if wait_seconds # the grant came after a wait: no later than now
+        @refresher = Refresher.new(client, key, jid, token: token, lease_ms: lease, sent_at: sent_at,
+                                                     name: "#{lock_type} lock", on_lost: method(:lock_lost)).start
+        begin
           yield
         ensure
-          release(run_key)
+          @refresher.stop
         end
+      end
+
+      # true when a lock of this job was lost while it ran.
+      def lost?
+        @refresher ? @refresher.lost? : false
+      end
+
+      def lock_lost(error)
+        Sidekiq.logger.error("redis-unique: #{item["class"]} #{jid} lost its #{lock_type} lock #{error.key} " \
+                             "while running (#{error.message.sub(/\Alost the .*?: /, "")}); another job " \
+                             "may run beside it")
+        Sidekiq.count("renewal_lost", client)
       end
 
       # after_unlock, as v9 calls it after a successful unlock: the job instance's method if it

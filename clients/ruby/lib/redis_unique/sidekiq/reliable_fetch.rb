@@ -238,8 +238,9 @@ module RedisUnique
         nil
       end
 
-      # The commands that keep a requeued job's lock (UNIQUE.LOCK of its own jid, a renewal
-      # that changes OWNER to "queued"; LIMIT and TYPE as the middleware takes it).
+      # The commands that keep a requeued job's lock (UNIQUE.LOCK of its own jid that changes
+      # OWNER to "queued"; LIMIT and TYPE as the middleware takes it), built by
+      # Client.lock_argv as the middleware's own `client.lock(..., owner: "queued")` is.
       def self.keep_lock_commands(item)
         digest = item["lock_digest"]
         return [] unless digest && item["jid"]
@@ -247,10 +248,7 @@ module RedisUnique
         job = Job.new(nil, item, nil)
         return [] unless HELD_WHILE_RUNNING.include?(job.lock_type)
 
-        argv = ["UNIQUE.LOCK", digest, item["jid"]]
-        argv.push("LIMIT", job.limit) unless job.limit.nil?
-        argv.push("TYPE", job.lock_type, "OWNER", QUEUED_OWNER)
-        [argv]
+        [Client.lock_argv(digest, item["jid"], limit: job.limit, type: job.lock_type, owner: QUEUED_OWNER).first]
       rescue StandardError
         []
       end

@@ -131,6 +131,12 @@ module RedisUnique
         end
       end
 
+      # A rate's period: "second", "minute", "hour", "day", else "250 ms" or "1.5 s".
+      def ru_per(ms)
+        named = { 1_000 => "second", 60_000 => "minute", 3_600_000 => "hour", 86_400_000 => "day" }[ms]
+        named || (ms < 1000 ? "#{ms} ms" : "#{(ms / 1000.0).round(3)} s")
+      end
+
       def ru_number(value)
         value.to_i.to_s.reverse.scan(/\d{1,3}/).join(",").reverse.then { |s| value.to_i.negative? ? "-#{s}" : s }
       end

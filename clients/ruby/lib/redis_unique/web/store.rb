@@ -9,7 +9,9 @@ module RedisUnique
     # page is one SCAN step plus one LOCKEDBY per key it returned.
     class Store
       LOCK_TYPE = "uniq-lock"
-      COUNTERS = %w[acquired denied released expired reaped waited timed_out].freeze
+      COUNTERS = %w[acquired denied rate_denied released expired reaped waited timed_out].freeze
+      # The gem's own counters (RedisUnique::Sidekiq::STATS_KEY), without loading the middlewares.
+      STATS_KEY = "redis_unique:stats"
       Page = Struct.new(:cursor, :next_cursor, :pattern, :count, :locks, keyword_init: true)
       Lock = Struct.new(:key, :holders, keyword_init: true) do
         # The earliest end of lease among the holders (nil when none has a lease).
@@ -153,15 +155,22 @@ module RedisUnique
         { "locks" => window["locks"], "holders" => window["holders"],
           "waiting" => info["unique_waiting"], "reaper_ticks" => info["unique_reaper_ticks"],
           "reaper_keys_scanned" => info["unique_reaper_keys_scanned"],
-          "reaper_max_tick_usec" => info["unique_reaper_max_tick_usec"] }
+          "reaper_max_tick_usec" => info["unique_reaper_max_tick_usec"],
+          "renewal_lost" => @connection.call("HGET", STATS_KEY, "renewal_lost").to_i }
       end
 
-      # INFO unique as a Hash of strings.
       # Clients waiting for a slot of `key` (UNIQUE.WAITERS).
       def waiters(key)
         Client.new(@connection).waiters(key)
       end
 
+      # The rate state of `key` (UNIQUE.RATE: a RedisUnique::RateState), nil when no
+      # grant of it spent a rate.
+      def rate(key)
+        Client.new(@connection).rate(key)
+      end
+
+      # INFO unique as a Hash of strings.
       def info_unique
         @connection.call("INFO", "unique").to_s.each_line.filter_map do |line|
           next if line.start_with?("#") || !line.include?(":")

@@ -1,0 +1,170 @@
+// The one loop that keeps a held lease alive, for every lock of this package (Mutex,
+// Semaphore, the BullMQ helpers). The rule is clients/conformance's (README "Renewal"):
+// renew every third of the lease with only what a renewal needs; the hold's own token back
+// means kept, anything else means lost at once; no answer means try again every tenth of
+// the lease until the lease would have ended, then lost.
+import type { Client } from "./client.js";
+import * as commands from "./commands.js";
+import { LockLostError, UniqueError } from "./errors.js";
+
+export type RenewalOutcome = "kept" | "retry" | "lost" | "lost_unlock";
+
+/** Error codes by which a server says it cannot answer now, not that the hold is gone. */
+export const RENEW_RETRY_CODES: ReadonlySet<string> = new Set([
+  "LOADING", "BUSY", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "OOM",
+]);
+
+/** How often a held lease is renewed: a third of it (room for two more tries). */
+export function renewIntervalMs(leaseMs: number): number {
+  return Math.max(1, Math.floor(leaseMs / 3));
+}
+
+/** How soon a renewal that got no answer is tried again: a tenth of the lease. */
+export function renewRetryMs(leaseMs: number): number {
+  return Math.max(1, Math.floor(leaseMs / 10));
+}
+
+/** What a renewal may change besides the lease: sent once, with the next renewal. */
+export interface RenewalChanges {
+  type?: string;
+  owner?: string;
+  meta?: Record<string, unknown> | string;
+}
+
+/** A renewal's argv: the lease, and only what changed (never LIMIT, RATE or WAIT). */
+export function renewalArgv(key: string, jid: string, leaseMs: number, changes: RenewalChanges = {}): string[] {
+  return commands.lockArgv(key, jid, { ttl: leaseMs, ...changes });
+}
+
+/** What a renewal's reply (or error) means for the hold of `token`. */
+export function renewalOutcome(token: number, reply: number | null | undefined, error?: unknown): RenewalOutcome {
+  if (error !== undefined) {
+    if (error instanceof UniqueError) return error.code && RENEW_RETRY_CODES.has(error.code) ? "retry" : "lost";
+    return "retry"; // no reply: the connection's own error
+  }
+  if (reply === token) return "kept";
+  return reply === null || reply === undefined ? "lost" : "lost_unlock";
+}
+
+export interface RefresherOptions {
+  key: string;
+  jid: string;
+  token: number;
+  leaseMs: number;
+  /** Date.now() when the LOCK that granted the hold was sent. */
+  sentAt: number;
+  /** Overrides the interval (redis-semaphore's refreshInterval). */
+  intervalMs?: number;
+  /** Called once, at once, when the hold is lost. */
+  onLost: (error: LockLostError) => void;
+}
+
+/** Renews one hold until stopped or lost; `renewals`, `failures`, `lost` tell how it goes. */
+export class Refresher {
+  renewals = 0;
+  failures = 0;
+  lost: LockLostError | null = null;
+  readonly intervalMs: number;
+  readonly retryMs: number;
+  private deadline: number;
+  private changes: RenewalChanges = {};
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+
+  constructor(private readonly client: Client, readonly options: RefresherOptions) {
+    this.intervalMs = options.intervalMs ?? renewIntervalMs(options.leaseMs);
+    this.retryMs = renewRetryMs(options.leaseMs);
+    this.deadline = options.sentAt + options.leaseMs; // the lease started no earlier than the send
+  }
+
+  start(): this {
+    this.schedule(this.intervalMs);
+    return this;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  /** TYPE, OWNER or META to send with the next renewal (once). */
+  update(changes: RenewalChanges): void {
+    this.changes = { ...this.changes, ...changes };
+  }
+
+  /** The argv of the next renewal, and the changes it carries (taken). */
+  next(): { argv: string[]; changes: RenewalChanges } {
+    const changes = this.changes;
+    this.changes = {};
+    return { argv: renewalArgv(this.options.key, this.options.jid, this.options.leaseMs, changes), changes };
+  }
+
+  /** Applies the rule to a renewal's result; returns the outcome. */
+  settle(changes: RenewalChanges, sentAt: number, reply: number | null | undefined, error?: unknown): RenewalOutcome {
+    const outcome = renewalOutcome(this.options.token, reply, error);
+    if (outcome === "kept") {
+      this.renewals += 1;
+      this.failures = 0;
+      this.deadline = sentAt + this.options.leaseMs;
+    } else if (outcome === "retry") {
+      this.failures += 1;
+      this.changes = { ...changes, ...this.changes };
+    } else if (outcome === "lost_unlock") {
+      this.lose("the lease ran out before the renewal, which took the lock again under another fencing token (given up)");
+    } else if (error !== undefined) {
+      this.lose(`the renewal was refused: ${(error as Error).message}`);
+    } else {
+      this.lose("another holder has it (the lease ran out, or the lock was reaped or deleted)");
+    }
+    return outcome;
+  }
+
+  private schedule(delay: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => void this.tick(), delay);
+    this.timer.unref(); // a held lock never keeps the process alive
+  }
+
+  private async tick(): Promise<void> {
+    if (this.stopped || this.lost) return;
+    if (this.failures > 0 && Date.now() >= this.deadline) {
+      this.lose(`no renewal was answered before the lease ended (${this.failures} tries)`);
+      return;
+    }
+    const { key, jid, leaseMs } = this.options;
+    const { changes } = this.next();
+    const sentAt = Date.now();
+    // A call that hangs (a client queueing commands while it reconnects) must not hold back
+    // the news: the lock is lost when the lease ends, answered or not.
+    const watchdog = setTimeout(() => {
+      if (!this.stopped) this.lose("no renewal was answered before the lease ended");
+    }, Math.max(0, this.deadline - sentAt));
+    watchdog.unref();
+    let reply: number | null | undefined;
+    let error: unknown;
+    try {
+      reply = await this.client.lock(key, jid, { ttl: leaseMs, ...changes });
+    } catch (err) {
+      error = err ?? new Error("renewal failed");
+    } finally {
+      clearTimeout(watchdog);
+    }
+    if (this.stopped) return; // released or stopped meanwhile
+    if (this.lost) {
+      if (error === undefined && reply !== null) await this.client.unlock(key, jid).catch(() => {});
+      return;
+    }
+    const outcome = this.settle(changes, sentAt, reply, error);
+    if (outcome === "lost_unlock") await this.client.unlock(key, jid).catch(() => {});
+    if (outcome === "kept") this.schedule(this.intervalMs);
+    else if (outcome === "retry") this.schedule(Math.max(0, Math.min(this.retryMs, this.deadline - Date.now())));
+  }
+
+  private lose(why: string): void {
+    if (this.lost) return;
+    this.stop();
+    this.lost = new LockLostError(this.options.key, this.options.jid, why);
+    this.options.onLost(this.lost);
+  }
+}
