@@ -177,6 +177,8 @@ pub fn replicate_effect(
     op: ApplyOp,
     arg: Option<&[u8]>,
 ) {
+    let now = Decimal::new(now);
+    let now = now.bytes();
     // SAFETY: as in `replicate_hold`: the arguments match the format (with
     // `b`, a pointer and a length, for the optional argument).
     unsafe {
@@ -185,9 +187,10 @@ pub fn replicate_effect(
                 Some(arg) => replicate(
                     ctx.get_raw(),
                     APPLY_COMMAND.as_ptr(),
-                    c"slcb".as_ptr(),
+                    c"sbcb".as_ptr(),
                     key.inner,
-                    now as c_longlong,
+                    now.as_ptr().cast::<c_char>(),
+                    now.len(),
                     op.word().as_ptr(),
                     arg.as_ptr().cast::<c_char>(),
                     arg.len(),
@@ -195,9 +198,10 @@ pub fn replicate_effect(
                 None => replicate(
                     ctx.get_raw(),
                     APPLY_COMMAND.as_ptr(),
-                    c"slc".as_ptr(),
+                    c"sbc".as_ptr(),
                     key.inner,
-                    now as c_longlong,
+                    now.as_ptr().cast::<c_char>(),
+                    now.len(),
                     op.word().as_ptr(),
                 ),
             };
