@@ -3,7 +3,7 @@
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
 
-.PHONY: run test build bench bench-scale loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak
+.PHONY: run test build bench bench-floor bench-scale loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -70,7 +70,14 @@ build:
 ## (bench/results/servers.json)
 bench: deps build loadgen
 	python3 bench/bench.py
+	python3 bench/floor.py
 	$(MAKE) bench-ruby
+
+## bench-floor: UNIQUE.LOCK/UNLOCK against the floor (bench/floor/floor.c, the least a lock module
+## command can do, built against each server's redismodule.h) and SET NX PX / DEL: throughput
+## and instructions per request under callgrind, per server (FLOOR_SERVERS; bench/results/floor.json)
+bench-floor: deps build loadgen
+	python3 bench/floor.py
 
 ## bench-scale: LOCK/UNLOCK throughput and bytes per lock with 10,000,000 locks present
 ## against 1,000 (about 2 GB of memory; bench/results/scale.json)

@@ -130,14 +130,16 @@ class Server:
     """A redis-server with the module: no persistence, or AOF (appendfsync
     everysec) when `aof`; a replica of `primary` when given."""
 
-    def __init__(self, aof=False, primary=None):
+    def __init__(self, aof=False, primary=None, modules=(), wrapper=()):
         self.dir = tempfile.mkdtemp(prefix="redis-unique-bench-")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        args = [SERVER_BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+        args = [*wrapper, SERVER_BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
                 "--save", "", "--logfile", "redis.log", "--enable-debug-command", "yes",
                 "--loadmodule", MODULE]
+        for module in modules:  # more modules (the floor of bench/floor.py)
+            args += ["--loadmodule", module]
         if aof:
             # No automatic rewrite: a fork in the middle of one contender's run
             # would fall on it alone.
@@ -148,7 +150,8 @@ class Server:
         if primary:
             args += ["--replicaof", "127.0.0.1", str(primary.port)]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
+        # A server under valgrind (bench/floor.py) takes longer to start.
+        deadline = time.time() + (60 if wrapper else 10)
         while True:
             try:
                 self.conn = Conn(self.port)

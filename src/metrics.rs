@@ -85,7 +85,7 @@ impl Hasher for Fnv {
     }
 }
 
-/// Counters per type name.
+/// Counters per type name (for a report).
 type ByType = HashMap<Box<str>, Counters, BuildHasherDefault<Fnv>>;
 
 impl Counters {
@@ -135,13 +135,25 @@ struct Minute {
     /// Minutes since the epoch.
     minute: i64,
     total: Counters,
-    types: ByType,
+    /// By the index of the type's name in `Metrics::names`; a type not
+    /// counted in this minute is all zeros (or not there yet).
+    types: Vec<Counters>,
 }
 
+/// The counters. A type's counters, in total and in each minute, are found
+/// by the index of its name: a name is looked up once per event (the last
+/// one used first, then a map), not once per map of counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
     total: Counters,
-    types: ByType,
+    /// The type names counted so far, in order of appearance.
+    names: Vec<Box<str>>,
+    /// The index of each of `names`.
+    index: HashMap<Box<str>, usize, BuildHasherDefault<Fnv>>,
+    /// The index last looked up: most servers count one or two types.
+    last: usize,
+    /// By the index of the name.
+    types: Vec<Counters>,
     /// Oldest first; at most `Limits::minutes` of them.
     minutes: VecDeque<Minute>,
 }
@@ -155,11 +167,13 @@ pub struct Report {
     pub types: Vec<(String, Counters)>,
 }
 
-/// Counts into `types[name]`, allocating the name only the first time.
-fn bump_type(types: &mut ByType, name: &str, event: Event, n: u64) {
-    match types.get_mut(name) {
-        Some(c) => c.bump(event, n),
-        None => types.entry(name.into()).or_default().bump(event, n),
+/// Counts into `types[i]`, growing `types` to it.
+fn bump_index(types: &mut Vec<Counters>, i: usize, event: Event, n: u64) {
+    if types.len() <= i {
+        types.resize(i + 1, Counters::default());
+    }
+    if let Some(c) = types.get_mut(i) {
+        c.bump(event, n);
     }
 }
 
@@ -181,30 +195,44 @@ impl Metrics {
             return;
         }
         self.total.bump(event, n);
-        let name = lock_type.map(|t| self.type_name(t, limits.max_types));
-        if let Some(name) = name {
-            bump_type(&mut self.types, name, event, n);
+        let i = lock_type.map(|t| self.type_index(t, limits.max_types));
+        if let Some(i) = i {
+            bump_index(&mut self.types, i, event, n);
         }
-        self.bump_minute(now_ms, limits.minutes, name, event, n);
+        self.bump_minute(now_ms, limits.minutes, i, event, n);
     }
 
-    /// The name to count `lock_type` under: itself while fewer than
-    /// `max_types` names are known, else [`OTHER_TYPE`].
-    fn type_name<'a>(&self, lock_type: &'a str, max_types: usize) -> &'a str {
-        // A name already counted (every call but a type's first) costs one
-        // lookup.
-        if self.types.contains_key(lock_type) {
-            return lock_type;
+    /// The index of the name to count `lock_type` under: itself while fewer
+    /// than `max_types` names are known, else [`OTHER_TYPE`]; added the
+    /// first time.
+    fn type_index(&mut self, lock_type: &str, max_types: usize) -> usize {
+        if self.names.get(self.last).is_some_and(|n| **n == *lock_type) {
+            return self.last;
         }
-        let known = self.types.len() - usize::from(self.types.contains_key(OTHER_TYPE));
-        if known < max_types {
-            lock_type
-        } else {
-            OTHER_TYPE
-        }
+        let i = match self.index.get(lock_type) {
+            Some(&i) => i,
+            None => {
+                let known = self.names.len() - usize::from(self.index.contains_key(OTHER_TYPE));
+                let name = if known < max_types {
+                    lock_type
+                } else {
+                    OTHER_TYPE
+                };
+                match self.index.get(name) {
+                    Some(&i) => i,
+                    None => {
+                        self.names.push(name.into());
+                        self.index.insert(name.into(), self.names.len() - 1);
+                        self.names.len() - 1
+                    }
+                }
+            }
+        };
+        self.last = i;
+        i
     }
 
-    fn bump_minute(&mut self, now_ms: i64, keep: usize, name: Option<&str>, event: Event, n: u64) {
+    fn bump_minute(&mut self, now_ms: i64, keep: usize, i: Option<usize>, event: Event, n: u64) {
         let minute = minute_of(now_ms);
         if self.minutes.back().is_none_or(|m| m.minute < minute) {
             self.minutes.push_back(Minute {
@@ -216,8 +244,8 @@ impl Metrics {
         // The clock may step back: that counts into the newest minute.
         if let Some(m) = self.minutes.back_mut() {
             m.total.bump(event, n);
-            if let Some(name) = name {
-                bump_type(&mut m.types, name, event, n);
+            if let Some(i) = i {
+                bump_index(&mut m.types, i, event, n);
             }
         }
     }
@@ -240,15 +268,25 @@ impl Metrics {
     /// current minute and the `n - 1` before it.
     pub fn report(&self, now_ms: i64, minutes: Option<usize>) -> Report {
         let (total, types) = match minutes {
-            None => (self.total, self.types.clone()),
+            None => (
+                self.total,
+                self.names
+                    .iter()
+                    .cloned()
+                    .zip(self.types.iter().copied())
+                    .collect::<ByType>(),
+            ),
             Some(n) => {
                 let oldest = minute_of(now_ms).saturating_sub(n as i64 - 1);
                 let mut total = Counters::default();
                 let mut types = ByType::default();
                 for m in self.minutes.iter().filter(|m| m.minute >= oldest) {
                     total.add(&m.total);
-                    for (name, c) in &m.types {
-                        types.entry(name.clone()).or_default().add(c);
+                    // A type counted in no minute of the window is left out.
+                    for (name, c) in self.names.iter().zip(m.types.iter()) {
+                        if *c != Counters::default() {
+                            types.entry(name.clone()).or_default().add(c);
+                        }
                     }
                 }
                 (total, types)

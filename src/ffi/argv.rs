@@ -6,12 +6,14 @@ use std::ptr::NonNull;
 
 use redis_module::raw;
 
-use crate::codec::{ApplyOp, Sink, write_holder};
+use crate::codec::{Sink, write_holder};
 use crate::lock::Holder;
 
-/// Redis strings built through the codec's [`Sink`]: a holder goes to the
-/// AOF and to the replicas in the fields, and the order, it has in the RDB
-/// (`codec::write_holder`). Ours until dropped.
+/// Redis strings built through the codec's [`Sink`]: a holder goes to a
+/// rewritten AOF, and a rate state to the replicas, in the fields and the
+/// order they have in the RDB (`codec::write_holder`, `codec::write_rate`).
+/// Ours until dropped. (A holder's own effect goes through RM_Replicate's
+/// format: `replication::replicate_hold`.)
 ///
 /// Most fields of a grant repeat from one effect to the next: the operation
 /// name, a known lock type, an empty owner or meta, and `acquired_at`, which
@@ -39,15 +41,6 @@ impl Argv {
     /// The fields of `h`.
     pub(super) fn holder(h: &Holder) -> Self {
         let mut argv = Self::new();
-        write_holder(h, &mut argv);
-        argv
-    }
-
-    /// `now HOLD` and the fields of `h`: what follows the key in `UNIQUE.APPLY`.
-    pub(super) fn hold(now: i64, h: &Holder) -> Self {
-        let mut argv = Self::new();
-        argv.signed(now);
-        argv.buffer(ApplyOp::Hold.word().to_bytes());
         write_holder(h, &mut argv);
         argv
     }
@@ -214,6 +207,7 @@ fn shared(bytes: &[u8]) -> Option<*mut raw::RedisModuleString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::ApplyOp;
 
     #[test]
     fn the_shared_words_are_the_operations_the_known_types_and_the_empty_field() {

@@ -1,12 +1,12 @@
 //! Replication and AOF: the `unique.apply` effects a change sends to the
 //! replicas and the AOF, and the commands an AOF rewrite emits.
 
-use std::ffi::c_longlong;
+use std::ffi::{c_char, c_longlong};
 
 use redis_module::{Context, RedisString, raw};
 
 use super::argv::Argv;
-use crate::codec::{APPLY_COMMAND, ApplyOp, Sink, write_rate};
+use crate::codec::{APPLY_COMMAND, ApplyOp, NO_EXPIRY, Sink, write_rate};
 use crate::lock::{Holder, Rate};
 
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF,
@@ -69,12 +69,107 @@ pub fn replicate_rate(ctx: &Context, key: &RedisString, now: i64, rate: &Rate) {
 }
 
 /// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is,
-/// with the client's own key string.
+/// with the client's own key string, in the fields and the order of
+/// `codec::write_holder` (jid, token, acquired_at, expires_at, type, owner,
+/// meta). Through RM_Replicate's format: Redis makes each argument once, for
+/// the replication stream itself, instead of module strings made, retained
+/// and freed around it.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
-    replicate_apply(ctx, key, Argv::hold(now, h));
+    let (jid, lock_type) = (h.jid(), h.lock_type().as_bytes());
+    let (owner, meta) = (h.owner().unwrap_or_default(), h.meta().unwrap_or_default());
+    // The numbers go as text made here (`b`), not as `l`: Redis turns a long
+    // long into text one division per digit, and these are 13-digit times
+    // and tokens. A new grant's acquired_at is `now`: made once.
+    let now_text = Decimal::new(now);
+    let acquired_text = (h.acquired_at != now).then(|| Decimal::new(h.acquired_at));
+    let acquired = acquired_text.as_ref().unwrap_or(&now_text).bytes();
+    let now_text = now_text.bytes();
+    let token = Decimal::new(h.token);
+    let token = token.bytes();
+    let expires_at = Decimal::new(h.expires_at().unwrap_or(NO_EXPIRY));
+    let expires_at = expires_at.bytes();
+    // SAFETY: `ctx` is the context of the running command; every argument
+    // matches the format (s = a module string, c = C string, b = a pointer
+    // and a length); the buffers outlive the call, which copies them.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.get_raw(),
+                APPLY_COMMAND.as_ptr(),
+                c"sbcbbbbbbb".as_ptr(),
+                key.inner,
+                now_text.as_ptr().cast::<c_char>(),
+                now_text.len(),
+                ApplyOp::Hold.word().as_ptr(),
+                jid.as_ptr().cast::<c_char>(),
+                jid.len(),
+                token.as_ptr().cast::<c_char>(),
+                token.len(),
+                acquired.as_ptr().cast::<c_char>(),
+                acquired.len(),
+                expires_at.as_ptr().cast::<c_char>(),
+                expires_at.len(),
+                lock_type.as_ptr().cast::<c_char>(),
+                lock_type.len(),
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+                meta.as_ptr().cast::<c_char>(),
+                meta.len(),
+            );
+        }
+    }
 }
 
-/// Replicates `UNIQUE.APPLY key now OP [arg]` (RELEASE jid, REAP owner, PRUNE).
+/// An integer as decimal text, on the stack, two digits a step.
+struct Decimal {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    fn new(value: i64) -> Self {
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
+        let mut out = Self {
+            buf: [0; 20],
+            start: 20,
+        };
+        let mut n = value.unsigned_abs();
+        let mut put = |byte: u8| {
+            out.start -= 1;
+            if let Some(slot) = out.buf.get_mut(out.start) {
+                *slot = byte;
+            }
+        };
+        while n >= 100 {
+            let pair = (n % 100) as usize * 2;
+            n /= 100;
+            put(PAIRS.get(pair + 1).copied().unwrap_or(b'0'));
+            put(PAIRS.get(pair).copied().unwrap_or(b'0'));
+        }
+        if n >= 10 {
+            let pair = n as usize * 2;
+            put(PAIRS.get(pair + 1).copied().unwrap_or(b'0'));
+            put(PAIRS.get(pair).copied().unwrap_or(b'0'));
+        } else {
+            put(b'0' + n as u8);
+        }
+        if value < 0 {
+            put(b'-');
+        }
+        out
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.buf.get(self.start..).unwrap_or_default()
+    }
+}
+
+/// Replicates `UNIQUE.APPLY key now OP [arg]` (RELEASE jid, REAP owner,
+/// PRUNE), through RM_Replicate's format as [`replicate_hold`].
 pub fn replicate_effect(
     ctx: &Context,
     key: &RedisString,
@@ -82,13 +177,36 @@ pub fn replicate_effect(
     op: ApplyOp,
     arg: Option<&[u8]>,
 ) {
-    let mut argv = Argv::new();
-    argv.signed(now);
-    argv.buffer(op.word().to_bytes());
-    if let Some(arg) = arg {
-        argv.buffer(arg);
+    let now = Decimal::new(now);
+    let now = now.bytes();
+    // SAFETY: as in `replicate_hold`: the arguments match the format (with
+    // `b`, a pointer and a length, for the optional argument).
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            match arg {
+                Some(arg) => replicate(
+                    ctx.get_raw(),
+                    APPLY_COMMAND.as_ptr(),
+                    c"sbcb".as_ptr(),
+                    key.inner,
+                    now.as_ptr().cast::<c_char>(),
+                    now.len(),
+                    op.word().as_ptr(),
+                    arg.as_ptr().cast::<c_char>(),
+                    arg.len(),
+                ),
+                None => replicate(
+                    ctx.get_raw(),
+                    APPLY_COMMAND.as_ptr(),
+                    c"sbc".as_ptr(),
+                    key.inner,
+                    now.as_ptr().cast::<c_char>(),
+                    now.len(),
+                    op.word().as_ptr(),
+                ),
+            };
+        }
     }
-    replicate_apply(ctx, key, argv);
 }
 
 /// Replicates `UNIQUE.APPLY key <argv>`.
@@ -106,6 +224,31 @@ fn replicate_apply(ctx: &Context, key: &RedisString, mut argv: Argv) {
                 argv.strings.as_mut_ptr(),
                 argv.len,
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Decimal;
+
+    #[test]
+    fn decimals_are_what_rust_prints() {
+        let mut values = vec![
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            101,
+            1_700_000_000_123,
+            i64::MAX,
+            i64::MIN,
+        ];
+        values.extend((0..2000).map(|i| i * 7919 - 5000));
+        for v in values {
+            assert_eq!(Decimal::new(v).bytes(), v.to_string().as_bytes(), "{v}");
         }
     }
 }

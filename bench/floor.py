@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""make bench-floor (part of make bench): UNIQUE.LOCK and UNIQUE.UNLOCK against
+the floor (bench/floor/floor.c: the least a lock module command can do) and
+against SET NX PX / DEL, per server, in two figures:
+
+- throughput: bench/loadgen.rs, 50 clients, pipeline 16, grants on fresh keys
+  and releases of held keys, the contenders alternated round by round
+  (medians of FLOOR_ROUNDS, default 3; the machine is shared: the load is
+  printed with the figures);
+- instructions per request: the server under valgrind --tool=callgrind,
+  FLOOR_CG_REQUESTS (default 20,000) requests at pipeline 16, counted from a
+  zeroed counter (callgrind_control -z) to a dump (-d): everything the server
+  executes for them, event loop included. The steady figure on a shared
+  machine. The dumps stay in target/floor/callgrind/<server>/ for
+  callgrind_annotate.
+
+The floor is compiled per server against that server's redismodule.h (Debian's
+Redis 7.0.15 installs none: the 7.2.6 source's header, using only the 7.0
+module API). Servers: FLOOR_SERVERS (default "redis-7.0.15 redis-8.0.6
+valkey-9.1.2"; redis-7.0.15 is the redis-server on the PATH, the others are
+built by ../shared/servers/build.sh). Writes bench/results/floor.json.
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+ROOT = bench.ROOT
+OUT = os.path.join(ROOT, "target", "floor")
+CACHE = os.path.expanduser("~/.cache/redis-unique-servers")
+ROUNDS = int(os.environ.get("FLOOR_ROUNDS", "3"))
+CG_REQUESTS = int(os.environ.get("FLOOR_CG_REQUESTS", "20000"))
+SERVERS = os.environ.get("FLOOR_SERVERS", "redis-7.0.15 redis-8.0.6 valkey-9.1.2").split()
+
+
+class Server(bench.Server):
+    def flush(self):
+        # SYNC: Valkey frees a plain FLUSHALL lazily, in a thread whose work
+        # would fall on the next measured run.
+        self.conn.call("FLUSHALL", "SYNC")
+
+
+def servers_dir():
+    # From a git worktree, ../shared may not be beside the checkout.
+    if os.path.isdir(bench.SERVERS_DIR) or "SERVERS_DIR" in os.environ:
+        return bench.SERVERS_DIR
+    return "/work/shared/servers"
+
+
+def binary_and_header(name):
+    """The server binary of `name` and the directory of its redismodule.h."""
+    if name == "redis-7.0.15":
+        include = os.path.join(OUT, "include-7.2.6")
+        if not os.path.exists(os.path.join(include, "redismodule.h")):
+            os.makedirs(include, exist_ok=True)
+            with tarfile.open(os.path.join(servers_dir(), "redis-7.2.6.tar.gz")) as tar:
+                member = tar.getmember("redis-7.2.6/src/redismodule.h")
+                with open(os.path.join(include, "redismodule.h"), "wb") as f:
+                    f.write(tar.extractfile(member).read())
+        return "redis-server", include
+    built = subprocess.run([os.path.join(servers_dir(), "build.sh"), name],
+                           capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    return built, os.path.dirname(built)
+
+
+def build_floor(name, include):
+    so = os.path.join(OUT, name, "floor.so")
+    os.makedirs(os.path.dirname(so), exist_ok=True)
+    subprocess.run(["cc", "-O2", "-g", "-fPIC", "-shared", "-std=c11", "-Wall", "-Wextra", "-Werror",
+                    "-I", include, "-o", so, os.path.join(ROOT, "bench", "floor", "floor.c")],
+                   check=True)
+    return so
+
+
+def held(args):
+    def prepare(server, n):
+        bench.fill(server, args, n)
+    return prepare
+
+
+LOCKS = {
+    "UNIQUE.LOCK": (["UNIQUE.LOCK", "lock:{}", "job", "TTL", 600_000], None, bench.grants),
+    "floor.lock": (["FLOOR.LOCK", "lock:{}", "job", 600_000], None, bench.grants),
+    "SET NX PX": (["SET", "str:{}", "job", "NX", "PX", 600_000], None, bench.grants),
+}
+UNLOCKS = {
+    "UNIQUE.UNLOCK": (["UNIQUE.UNLOCK", "lock:{}", "job"],
+                      held(["UNIQUE.LOCK", "lock:{}", "job", "TTL", 600_000]), bench.releases),
+    "floor.unlock": (["FLOOR.UNLOCK", "lock:{}", "job"],
+                     held(["FLOOR.LOCK", "lock:{}", "job", 600_000]), bench.releases),
+    "DEL": (["DEL", "str:{}"], held(["SET", "str:{}", "job", "PX", 600_000]), bench.releases),
+}
+
+
+def throughput(floor_so):
+    bench.ROUNDS = ROUNDS
+    server = Server(modules=[floor_so])
+    try:
+        out = {}
+        for contenders in (LOCKS, UNLOCKS):
+            out.update(bench.compare(server, contenders, 16))
+        return out
+    finally:
+        server.stop()
+
+
+def ir_total(path):
+    with open(path) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise SystemExit("no total in %s" % path)
+
+
+def instructions(name, floor_so):
+    dumps = os.path.join(OUT, "callgrind", name)
+    os.makedirs(dumps, exist_ok=True)
+    for old in glob.glob(os.path.join(dumps, "*")):
+        os.remove(old)
+    server = Server(modules=[floor_so], wrapper=[
+        "valgrind", "--tool=callgrind", "--dump-instr=no",
+        "--callgrind-out-file=%s/callgrind.out" % dumps])
+    try:
+        out = {}
+        for contenders in (LOCKS, UNLOCKS):
+            for label, (args, prepare, check) in contenders.items():
+                server.flush()
+                if prepare:
+                    prepare(server, CG_REQUESTS)
+                before = set(glob.glob(os.path.join(dumps, "callgrind.out*")))
+                subprocess.run(["callgrind_control", "-z", str(server.proc.pid)],
+                               check=True, capture_output=True)
+                r = bench.load(server, args, 16, CG_REQUESTS)
+                if not check(r["replies"]):
+                    raise SystemExit("%s did not do what is measured: %s" % (label, r["replies"]))
+                subprocess.run(["callgrind_control", "-d", str(server.proc.pid)],
+                               check=True, capture_output=True)
+                deadline = time.time() + 30
+                while not (new := set(glob.glob(os.path.join(dumps, "callgrind.out*"))) - before):
+                    if time.time() > deadline:
+                        raise SystemExit("no callgrind dump for %s" % label)
+                    time.sleep(0.1)
+                (path,) = new
+                time.sleep(0.2)  # let callgrind finish writing it
+                keep = os.path.join(dumps, label.replace(" ", "_").replace(".", "_") + ".out")
+                os.rename(path, keep)
+                out[label] = round(ir_total(keep) / CG_REQUESTS)
+        return out
+    finally:
+        server.stop()
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def main():
+    if not os.path.exists(bench.LOADGEN) or not os.path.exists(bench.MODULE):
+        raise SystemExit("make build loadgen first")
+    started = time.time()
+    results = {}
+    which = os.environ.get("FLOOR_ONLY", "both")  # both, instructions or throughput
+    for name in SERVERS:
+        binary, include = binary_and_header(name)
+        bench.SERVER_BINARY = binary
+        floor_so = build_floor(name, include)
+        res = {"binary": binary, "load_before": loadavg()}
+        if which in ("both", "instructions"):
+            res["instructions"] = instructions(name, floor_so)
+        if which in ("both", "throughput"):
+            res["throughput"] = throughput(floor_so)
+        res["load_after"] = loadavg()
+        results[name] = res
+        report(name, res)
+    path = os.path.join(ROOT, "bench", "results", "floor.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                   "rounds": ROUNDS, "callgrind_requests": CG_REQUESTS, "clients": bench.CLIENTS,
+                   "pipeline": 16, "servers": results,
+                   "seconds": round(time.time() - started, 1)}, f, indent=2)
+    print("\nwritten to %s" % os.path.relpath(path, ROOT))
+
+
+def report(name, res):
+    ins, tp = res.get("instructions", {}), res.get("throughput", {})
+    print("\n== %s (%s; load average %s -> %s)" % (name, res["binary"], res["load_before"],
+                                                   res["load_after"]))
+    print("%-14s %10s %8s %12s %8s" % ("", "req/s", "/floor", "instr/req", "/floor"))
+    for mine, floor, ref in (("UNIQUE.LOCK", "floor.lock", "SET NX PX"),
+                             ("UNIQUE.UNLOCK", "floor.unlock", "DEL")):
+        for label in (mine, floor, ref):
+            rps = tp.get(label, {}).get("rps")
+            ir = ins.get(label)
+            print("%-14s %10s %8s %12s %8s" % (
+                label, "%.0f" % rps if rps else "-",
+                "%.2fx" % (rps / tp[floor]["rps"]) if rps and tp.get(floor) else "-",
+                ir if ir else "-",
+                "%.2fx" % (ir / ins[floor]) if ir and ins.get(floor) else "-"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
