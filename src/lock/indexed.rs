@@ -171,6 +171,7 @@ impl Indexed {
             Some(slot) => slot,
             None => match u32::try_from(self.slots.len()) {
                 Ok(slot) if slot != NOWHERE => {
+                    grow(&mut self.slots);
                     self.slots.push(Slot {
                         holder: None,
                         soonest_at: NOWHERE,
@@ -366,10 +367,12 @@ impl Indexed {
     fn push(&mut self, side: Side, slot: u32) {
         let at = match side {
             Side::Soonest => {
+                grow(&mut self.soonest);
                 self.soonest.push(slot);
                 self.soonest.len() - 1
             }
             Side::Latest => {
+                grow(&mut self.latest);
                 self.latest.push(slot);
                 self.latest.len() - 1
             }
@@ -494,6 +497,15 @@ impl Indexed {
             return Err("tokens repeat".into());
         }
         Ok(())
+    }
+}
+
+/// Makes room for one more by an eighth, not Vec's doubling: a big lock
+/// then holds at most an eighth more than it uses, and each element is still
+/// moved a bounded number of times on average.
+fn grow<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 8).max(4));
     }
 }
 
