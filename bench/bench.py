@@ -485,9 +485,11 @@ def print_many_holders(many):
                    "vs_one_holder_cpu": ratio(m1["cpu_us"], m["cpu_us"]),
                    "vs_sorted_set_cpu": ratio(z["cpu_us"], m["cpu_us"])}
             rows.append(row)
-            print("%-8s %-14s %11.0f %6.2f %11.0f %6.2f %5.2fx %5.2fx %5.2fx %5.2fx" % (
-                format(n, ","), op, m["rps"], m["cpu_us"], z["rps"], z["cpu_us"], row["vs_one_holder"],
-                row["vs_one_holder_cpu"], row["vs_sorted_set"], row["vs_sorted_set_cpu"]))
+            # (A ratio is None when a run took less CPU than the clock counts.)
+            x = ["%5.2fx" % r if r is not None else "    -" for r in (
+                row["vs_one_holder"], row["vs_one_holder_cpu"], row["vs_sorted_set"], row["vs_sorted_set_cpu"])]
+            print("%-8s %-14s %11.0f %6.2f %11.0f %6.2f %s %s %s %s" % (
+                format(n, ","), op, m["rps"], m["cpu_us"], z["rps"], z["cpu_us"], *x))
     return rows
 
 
