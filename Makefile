@@ -3,7 +3,7 @@
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
 
-.PHONY: run test build bench bench-floor bench-scale loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak
+.PHONY: run test build bench bench-floor bench-scale bench-many loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -83,6 +83,12 @@ bench-floor: deps build loadgen
 ## against 1,000 (about 2 GB of memory; bench/results/scale.json)
 bench-scale: deps build loadgen
 	BENCH_SCALE=1 python3 bench/bench.py
+
+## bench-many: one key of 1 to 100,000 holders (renewal, grant+release, denial at LIMIT)
+## against redis-semaphore's sorted set in Lua, on the redis-server on the PATH and on each of
+## BENCH_SERVERS (bench/results/many.json); `make bench` runs it on the first server too
+bench-many: deps build loadgen
+	BENCH_MANY=1 python3 bench/bench.py
 
 ## loadgen: the load generator of the benchmarks (bench/loadgen.rs)
 loadgen:

@@ -197,7 +197,7 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def load(server, args, pipeline, requests, start=0, clients=CLIENTS):
+def load(server, args, pipeline, requests, start=0, clients=CLIENTS, cycle=0):
     """One loadgen run; `{}` in `args` is the request's sequence number, from
     `start`. Requests per second, p50 and p99 in ms, the server's CPU time per
     request in µs (steadier than throughput on a shared machine: other
@@ -206,7 +206,7 @@ def load(server, args, pipeline, requests, start=0, clients=CLIENTS):
     cpu_before = cpu_seconds(server.proc.pid)
     out = subprocess.run(
         [LOADGEN, "--port", str(server.port), "--clients", str(clients), "--pipeline", str(pipeline),
-         "--requests", str(requests), "--from", str(start), "--", *map(str, args)],
+         "--requests", str(requests), "--from", str(start), "--cycle", str(cycle), "--", *map(str, args)],
         capture_output=True, text=True, check=True).stdout
     result = json.loads(out)
     result["cpu_us"] = round((cpu_seconds(server.proc.pid) - cpu_before) * 1e6 / requests, 3)
@@ -272,6 +272,11 @@ def lua_shas(server):
         with open(os.path.join(ROOT, "bench", "lua", name + ".lua")) as f:
             shas[name] = server.conn.call("SCRIPT", "LOAD", f.read()).decode()
     return shas
+
+
+def lua_shas_named(server, name):
+    with open(os.path.join(ROOT, "bench", "lua", name + ".lua")) as f:
+        return server.conn.call("SCRIPT", "LOAD", f.read()).decode()
 
 
 def lua_lock(sha, now, key="uniquejobs:{}:LOCKED", jid="job", limit=1, digest="{}", ttl=60_000):
@@ -415,6 +420,80 @@ def memory(server):
         out[name] = round((after - before) / n, 1)
     server.flush()
     return out
+
+
+HOLDER_SIZES = (1, 100, 1_000, 10_000, 100_000)
+
+
+def many_holders(server, sizes=HOLDER_SIZES):
+    """One key of N holders (LIMIT 0, a lease that outlasts the run), against
+    redis-semaphore's sorted set in Lua (ZREMRANGEBYSCORE, ZSCORE or ZCARD,
+    ZADD, PEXPIRE; release is ZREM) holding the same N, for each N of `sizes`
+    (pipeline 16): renewals of the N holders in scrambled order, a grant of a
+    fresh jid alternating with its release (the key stays at N: a pair is two
+    requests) and denials of fresh jids at LIMIT N. Every reply is checked:
+    a renewal renews, a grant grants, a release releases, a denial denies."""
+    acquire, refresh = (lua_shas_named(server, name) for name in ("semaphore_acquire",
+                                                                   "semaphore_refresh"))
+    now, ttl, big = int(time.time() * 1000), 600_000, 1 << 40
+    out = {}
+    for n in sizes:
+        def module_key(server, _, n=n):
+            fill(server, ["UNIQUE.LOCK", "many", "job:{}", "LIMIT", 0, "TTL", ttl], n)
+
+        def sorted_set(server, _, n=n):
+            lua_shas_named(server, "semaphore_acquire")
+            lua_shas_named(server, "semaphore_refresh")
+            fill(server, ["EVALSHA", acquire, 1, "sem", big, "job:{}", ttl, now], n)
+
+        ones = lambda r: r["int"] == sum(r.values())
+        out[n] = {
+            "renewal": compare(server, {
+                "UNIQUE.LOCK": (["UNIQUE.LOCK", "many", "job:{}", "LIMIT", 0, "TTL", ttl],
+                                module_key, lambda r: r["null"] == 0 and r["error"] == 0),
+                "sorted set": (["EVALSHA", refresh, 1, "sem", big, "job:{}", ttl, now],
+                               sorted_set, ones),
+            }, 16, cycle=n),
+            "grant+release": compare(server, {
+                "UNIQUE.LOCK/UNLOCK": (["UNIQUE.LOCK", "many", "g:{}", "LIMIT", 0, "TTL", ttl, "--and",
+                                        "UNIQUE.UNLOCK", "many", "g:{}"], module_key,
+                                       lambda r: r["null"] == 0 and r["zero"] == 0),
+                "sorted set": (["EVALSHA", acquire, 1, "sem", big, "g:{}", ttl, now, "--and",
+                                "ZREM", "sem", "g:{}"], sorted_set, lambda r: r["zero"] == 0),
+            }, 16),
+            "denial": compare(server, {
+                "UNIQUE.LOCK": (["UNIQUE.LOCK", "many", "new:{}", "LIMIT", n, "TTL", ttl], module_key,
+                                lambda r: r["null"] == sum(r.values())),
+                "sorted set": (["EVALSHA", acquire, 1, "sem", n, "new:{}", ttl, now], sorted_set,
+                               lambda r: r["zero"] == sum(r.values())),
+            }, 16),
+        }
+    return out
+
+
+def print_many_holders(many):
+    print("holders on one key (pipeline 16; req/s and the server's CPU µs per request; x1: "
+          "against the same command on a one-holder key, zset: against the sorted set, each by "
+          "req/s and by CPU µs, the steadier on a shared machine):")
+    print("%-8s %-14s %11s %6s %11s %6s %6s %6s %6s %6s" % (
+        "holders", "command", "module", "µs", "sorted set", "µs", "x1", "x1 µs", "zset", "zs µs"))
+    rows = []
+    first = many[min(many)]
+    for n, ops in sorted(many.items()):
+        for op, res in ops.items():
+            (_, m), (_, z) = list(res.items())
+            (_, m1), _ = list(first[op].items())
+            row = {"holders": n, "command": op, "module": m, "sorted_set": z,
+                   "vs_one_holder": ratio(m["rps"], m1["rps"]), "vs_sorted_set": ratio(m["rps"], z["rps"]),
+                   "vs_one_holder_cpu": ratio(m1["cpu_us"], m["cpu_us"]),
+                   "vs_sorted_set_cpu": ratio(z["cpu_us"], m["cpu_us"])}
+            rows.append(row)
+            # (A ratio is None when a run took less CPU than the clock counts.)
+            x = ["%5.2fx" % r if r is not None else "    -" for r in (
+                row["vs_one_holder"], row["vs_one_holder_cpu"], row["vs_sorted_set"], row["vs_sorted_set_cpu"])]
+            print("%-8s %-14s %11.0f %6.2f %11.0f %6.2f %s %s %s %s" % (
+                format(n, ","), op, m["rps"], m["cpu_us"], z["rps"], z["cpu_us"], *x))
+    return rows
 
 
 def wait_rehashed(server, limit=10.0):
@@ -645,6 +724,8 @@ def main():
     started = time.time()
     settings = {"rounds": ROUNDS, "requests": REQUESTS, "requests_unpipelined": requests_for(1),
                 "clients": CLIENTS}
+    if os.environ.get("BENCH_MANY"):
+        return many_only(settings, started)
     if os.environ.get("BENCH_SCALE"):
         server = Server()
         try:
@@ -666,6 +747,7 @@ def main():
         scale = scaling((1_000, 1_000_000))
         reap = reaper(server)
         hand = handoff(server)
+        many = many_holders(server)
         host = machine(server)
     finally:
         server.stop()
@@ -689,6 +771,8 @@ def main():
     print("UNIQUE.REAP 0 COUNT 100 (all expired): p50 %(p50)s us, max %(max)s us" % reap["reap_count_100_usec"])
     print("blocking handoff (UNLOCK to the waiter's reply): p50 %(p50_us)s us, p99 %(p99_us)s us "
           "over %(handoffs)d handoffs" % hand)
+    print()
+    many_rows = print_many_holders(many)
     servers = os.environ.get("BENCH_SERVERS", "").split()
     if servers:
         per_server = {host["redis"]: {"summary": summary(tp, mem)}}
@@ -706,7 +790,34 @@ def main():
         "scaling": {str(k): v for k, v in scale.items()},
         "reaper": reap,
         "handoff": hand,
+        "many_holders": many_rows,
     }, started)
+
+
+def many_only(settings, started):
+    """make bench-many: only the many-holder comparison, on the redis-server
+    on the PATH and on each of BENCH_SERVERS (bench/results/many.json)."""
+    global SERVER_BINARY
+    servers = os.environ.get("BENCH_SERVERS", "").split()
+    binaries = [SERVER_BINARY] + [
+        subprocess.run([os.path.join(SERVERS_DIR, "build.sh"), name], capture_output=True, text=True,
+                       check=True).stdout.strip().splitlines()[-1]
+        for name in (COMPAT_SERVERS if servers == ["all"] else servers)]
+    out, host = {}, None
+    for binary in binaries:
+        SERVER_BINARY = binary
+        server = Server()
+        try:
+            label = server_name(server)
+            host = host or machine(server)
+            print("\n== %s (%s): %d rounds, %d requests (medians); load average %s" % (
+                label, binary, ROUNDS, REQUESTS, " ".join("%.1f" % l for l in os.getloadavg())))
+            many = many_holders(server)
+        finally:
+            server.stop()
+        out[label] = print_many_holders(many)
+    write("many.json", {"machine": dict(host, redis=None), "settings": settings,
+                        "load_average": os.getloadavg(), "servers": out}, started)
 
 
 def cpu_model():

@@ -10,8 +10,14 @@
 //!
 //! ```text
 //! loadgen --port 6379 [--clients 50] [--pipeline 1] [--requests 200000]
-//!         [--from 0] -- UNIQUE.LOCK lock:{} job TTL 60000
+//!         [--from 0] [--cycle 0] -- UNIQUE.LOCK lock:{} job TTL 60000 [--and ARG...]
 //! ```
+//!
+//! Commands separated by `--and` take turns (request i is command i mod k,
+//! numbered i / k: a grant and the release of the same jid, in one batch when
+//! the pipeline is a multiple of k). `--cycle M` numbers the requests within
+//! M instead (a scrambled walk over 0..M, each number as often: renewals of M
+//! existing holders in no particular order).
 //!
 //! One thread serves every connection in turn, as redis-benchmark's event
 //! loop does: each connection has one batch of `--pipeline` requests in
@@ -33,12 +39,14 @@ struct Options {
     pipeline: usize,
     requests: u64,
     from: u64,
+    cycle: u64,
     args: Vec<String>,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: loadgen --port N [--clients 50] [--pipeline 1] [--requests 200000] [--from 0] -- ARG..."
+        "usage: loadgen --port N [--clients 50] [--pipeline 1] [--requests 200000] [--from 0] \
+         [--cycle 0] -- ARG... [--and ARG...]"
     );
     std::process::exit(2)
 }
@@ -50,6 +58,7 @@ fn options() -> Options {
         pipeline: 1,
         requests: 200_000,
         from: 0,
+        cycle: 0,
         args: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -66,6 +75,7 @@ fn options() -> Options {
             "--pipeline" => o.pipeline = n.max(1) as usize,
             "--requests" => o.requests = n,
             "--from" => o.from = n,
+            "--cycle" => o.cycle = n,
             _ => usage(),
         }
     }
@@ -218,7 +228,19 @@ struct Conn {
 
 fn main() {
     let o = options();
-    let template = Template::new(&o.args);
+    let templates: Vec<Template> = o.args.split(|a| a == "--and").map(Template::new).collect();
+    let kinds = templates.len() as u64;
+    // A multiplier prime to any cycle below it: a walk over every number.
+    const SCRAMBLE: u64 = 2_654_435_761;
+    let number = |seq: u64| {
+        let k = seq / kinds;
+        o.from
+            + if o.cycle > 0 {
+                (u128::from(k % o.cycle) * u128::from(SCRAMBLE) % u128::from(o.cycle)) as u64
+            } else {
+                k
+            }
+    };
     let mut conns: Vec<Conn> = (0..o.clients)
         .map(|_| {
             let stream = TcpStream::connect(("127.0.0.1", o.port)).unwrap_or_else(|e| {
@@ -238,7 +260,8 @@ fn main() {
     let mut next = 0u64;
     let mut tally = Tally::default();
     let mut latencies: Vec<u32> = Vec::with_capacity(o.requests as usize);
-    let mut out = Vec::with_capacity(template.bytes.len() * o.pipeline);
+    let longest = templates.iter().map(|t| t.bytes.len()).max().unwrap_or(0);
+    let mut out = Vec::with_capacity(longest * o.pipeline);
     let mut chunk = vec![0u8; 1 << 16];
 
     let send = |c: &mut Conn, next: &mut u64, out: &mut Vec<u8>| {
@@ -247,8 +270,10 @@ fn main() {
             return;
         }
         out.clear();
-        for k in 0..n {
-            template.write(out, o.from + *next + k);
+        for seq in *next..*next + n {
+            if let Some(t) = templates.get((seq % kinds) as usize) {
+                t.write(out, number(seq));
+            }
         }
         *next += n;
         c.in_flight = n as usize;

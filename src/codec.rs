@@ -143,7 +143,7 @@ pub trait Source {
 }
 
 pub fn encode(lock: &Lock, out: &mut impl Sink) {
-    out.unsigned(lock.holders().len() as u64);
+    out.unsigned(lock.len() as u64);
     for h in lock.holders() {
         write_holder(h, out);
     }

@@ -353,7 +353,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         name: "unique.lock",
         summary: "Acquires or renews a hold on a lock for a job, with an optional lease, limit and wait.",
         since: VERSION,
-        complexity: "O(N) where N is the number of holders of the key.",
+        complexity: "O(log N) where N is the number of holders of the key, plus O(log N) for each ended lease it removes.",
         arity: -3,
         flags: "write deny-oom fast",
         acl_categories: "write fast blocking",
@@ -368,7 +368,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         name: "unique.unlock",
         summary: "Releases a job's hold on a lock.",
         since: VERSION,
-        complexity: "O(N) where N is the number of holders of the key.",
+        complexity: "O(log N) where N is the number of holders of the key, plus O(log N) for each ended lease it removes.",
         arity: 3,
         flags: "write fast",
         acl_categories: "write fast",
@@ -386,7 +386,7 @@ pub static COMMANDS: &[CommandDoc] = &[
         name: "unique.lockedby",
         summary: "Returns the jobs that hold a lock, oldest grant first, optionally with their leases and metadata.",
         since: VERSION,
-        complexity: "O(N) where N is the number of holders of the key.",
+        complexity: "O(N) where N is the number of holders of the key; with CURSOR, O(COUNT) for every call and O(N) for a complete iteration.",
         arity: -2,
         flags: "readonly fast",
         acl_categories: "read fast",
@@ -398,6 +398,20 @@ pub static COMMANDS: &[CommandDoc] = &[
         args: &[
             Arg::new("key", ArgType::Key(0), "the lock"),
             Arg::token("withmeta", "WITHMETA", "each holder as a map of its fields").optional(),
+            Arg::option(
+                "cursor",
+                ArgType::Integer,
+                "CURSOR",
+                "cursor",
+                "page through the holders: 0 to begin, then the cursor returned",
+            ),
+            Arg::option(
+                "count",
+                ArgType::Integer,
+                "COUNT",
+                "n",
+                "with CURSOR, about how many holders a page gives (default 100)",
+            ),
         ],
     },
     CommandDoc {
@@ -571,7 +585,10 @@ mod tests {
             "UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [RATE n PER ms [BURST b]] [WAIT ms]"
         );
         assert_eq!(of("unique.unlock"), "UNIQUE.UNLOCK key jid");
-        assert_eq!(of("unique.lockedby"), "UNIQUE.LOCKEDBY key [WITHMETA]");
+        assert_eq!(
+            of("unique.lockedby"),
+            "UNIQUE.LOCKEDBY key [WITHMETA] [CURSOR cursor] [COUNT n]"
+        );
         assert_eq!(of("unique.waiters"), "UNIQUE.WAITERS key");
         assert_eq!(of("unique.rate"), "UNIQUE.RATE key");
         assert_eq!(of("unique.reap"), "UNIQUE.REAP cursor [COUNT n] [OWNER id]");

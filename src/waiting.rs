@@ -33,7 +33,7 @@
 //! blocks. The bookkeeping is one [`Waiters`] value, tested without a server.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::ops::Deref;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -96,13 +96,19 @@ struct Waiter<C> {
 /// A key: its database and name.
 type KeyId = (i32, Vec<u8>);
 
+/// A key's waiters by their number, which grows with every waiter: arrival
+/// order, and one waiter found by its number (a timeout, a disconnect) in
+/// O(log n) however long the queue.
+type Queue<C> = BTreeMap<usize, Waiter<C>>;
+
 /// Every blocked client: a queue per key, oldest first, the key each client
 /// waits on, the wake-ups armed, and whether a queue is being served. `C`
 /// is the handle of a blocked client (a [`Blocked`] in Redis).
 struct Waiters<C> {
-    queues: HashMap<KeyId, VecDeque<Waiter<C>>>,
-    /// The key each blocked client waits on (also while its queue is served).
-    blocked: HashMap<C, KeyId>,
+    queues: HashMap<KeyId, Queue<C>>,
+    /// The key each blocked client waits on (also while its queue is served)
+    /// and its number there.
+    blocked: HashMap<C, (KeyId, usize)>,
     /// The earliest time a wake-up timer is armed for, per key.
     timers: HashMap<KeyId, i64>,
     /// Set while a queue is being served: grants made for waiters must not
@@ -144,10 +150,12 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         }
         self.queues
             .get(&(db, key.to_vec()))
-            .map_or(0, VecDeque::len)
+            .map_or(0, BTreeMap::len)
     }
 
-    /// A number for the next waiter.
+    /// A number for the next waiter, larger than any before it (a 64-bit
+    /// count does not wrap), so that a queue in number order is in arrival
+    /// order.
     fn next_seq(&mut self) -> usize {
         self.next_seq = self.next_seq.wrapping_add(1);
         self.next_seq
@@ -156,13 +164,16 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     /// `waiter` joins the end of the queue of `id`.
     fn push(&mut self, id: KeyId, waiter: Waiter<C>) {
         self.by_seq.insert(waiter.seq, waiter.client);
-        self.blocked.insert(waiter.client, id.clone());
-        self.queues.entry(id).or_default().push_back(waiter);
+        self.blocked.insert(waiter.client, (id.clone(), waiter.seq));
+        self.queues
+            .entry(id)
+            .or_default()
+            .insert(waiter.seq, waiter);
     }
 
     /// Takes the queue of `id` to serve it; `None` when it has none or a
     /// queue is being served already.
-    fn start_serving(&mut self, id: &KeyId) -> Option<VecDeque<Waiter<C>>> {
+    fn start_serving(&mut self, id: &KeyId) -> Option<Queue<C>> {
         if self.serving {
             return None;
         }
@@ -178,7 +189,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     }
 
     /// Serving `id` is over: the waiters `still` denied keep their place.
-    fn stop_serving(&mut self, id: KeyId, still: VecDeque<Waiter<C>>) {
+    fn stop_serving(&mut self, id: KeyId, still: Queue<C>) {
         self.serving = false;
         if !still.is_empty() {
             // No waiter could block in between: nothing to merge.
@@ -189,14 +200,11 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     /// Removes `client` from its queue. `None` when it was not waiting;
     /// otherwise the waiter, as found in its queue.
     fn forget(&mut self, client: C) -> Option<Option<Waiter<C>>> {
-        let id = self.blocked.remove(&client)?;
+        let (id, seq) = self.blocked.remove(&client)?;
         let Some(queue) = self.queues.get_mut(&id) else {
             return Some(None);
         };
-        let waiter = queue
-            .iter()
-            .position(|w| w.client == client)
-            .and_then(|at| queue.remove(at));
+        let waiter = queue.remove(&seq);
         if queue.is_empty() {
             self.queues.remove(&id);
         }
@@ -250,7 +258,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
             .collect();
         let mut taken = Vec::new();
         for id in ids {
-            for waiter in self.queues.remove(&id).unwrap_or_default() {
+            for waiter in self.queues.remove(&id).unwrap_or_default().into_values() {
                 self.served(&waiter);
                 taken.push((id.clone(), waiter));
             }
@@ -380,10 +388,10 @@ fn serve(ctx: &Context, key: &[u8]) {
     let Some(queue) = with(|w| w.start_serving(&id)) else {
         return;
     };
-    let mut still = VecDeque::with_capacity(queue.len());
+    let mut still = Queue::new();
     let mut next_lease_end: Option<i64> = None;
     let mut permissions = Permissions::default();
-    for waiter in queue {
+    for waiter in queue.into_values() {
         let served = if waiter
             .user
             .as_deref()
@@ -404,7 +412,7 @@ fn serve(ctx: &Context, key: &[u8]) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                still.push_back(waiter);
+                still.insert(waiter.seq, waiter);
                 continue;
             }
         };
@@ -589,8 +597,8 @@ mod tests {
         (0, name.as_bytes().to_vec())
     }
 
-    fn clients(queue: &VecDeque<Waiter<u32>>) -> Vec<u32> {
-        queue.iter().map(|w| w.client).collect()
+    fn clients(queue: &Queue<u32>) -> Vec<u32> {
+        queue.values().map(|w| w.client).collect()
     }
 
     #[test]
@@ -641,19 +649,19 @@ mod tests {
         );
         assert_eq!(w.waiting(), 5, "being served still counts as waiting");
         // 1 and 3 get their reply; 2 and 4 are still denied.
-        let mut still = VecDeque::new();
-        while let Some(next) = queue.pop_front() {
+        let mut still = Queue::new();
+        while let Some((_, next)) = queue.pop_first() {
             if next.client % 2 == 1 {
                 w.served(&next);
             } else {
-                still.push_back(next);
+                still.insert(next.seq, next);
             }
         }
         w.stop_serving(key("k"), still);
         assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (3, 2));
         let queue = w.start_serving(&key("k")).expect("the rest");
         assert_eq!(clients(&queue), [2, 4]);
-        w.stop_serving(key("k"), VecDeque::new());
+        w.stop_serving(key("k"), Queue::new());
         assert!(!w.has_queue(&key("k")));
         assert!(w.start_serving(&key("j")).is_some(), "serving is over");
     }
@@ -685,7 +693,7 @@ mod tests {
         let queue = w.start_serving(&key("k")).expect("a queue");
         assert_eq!(clients(&queue), [1, 3], "the others keep their order");
         let mut queue = queue;
-        let first = queue.pop_front().expect("waiter 1");
+        let (_, first) = queue.pop_first().expect("waiter 1");
         w.served(&first);
         assert!(
             w.deadline_passed(1).is_none(),
@@ -695,6 +703,22 @@ mod tests {
         assert_eq!(w.deadline_passed(3).map(|w| w.client), Some(3));
         assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
         assert!(w.by_seq.is_empty());
+    }
+
+    #[test]
+    fn waiters_leave_a_long_queue_in_any_order_and_the_rest_keep_theirs() {
+        let mut w = Waiters::default();
+        for c in 1..=10_000 {
+            w.push(key("k"), waiter(c));
+        }
+        // Every third, from the back: each found by its number.
+        for c in (1..=10_000).rev().filter(|c| c % 3 == 0) {
+            assert_eq!(w.forget(c).flatten().map(|g| g.client), Some(c));
+        }
+        assert_eq!(w.waiting_on(0, b"k"), 10_000 - 3_333);
+        let queue = w.start_serving(&key("k")).expect("a queue");
+        let expected: Vec<u32> = (1..=10_000).filter(|c| c % 3 != 0).collect();
+        assert_eq!(clients(&queue), expected);
     }
 
     #[test]

@@ -818,3 +818,81 @@ fn memory_usage_copy_dump_and_restore_work_on_locks() {
     assert!(!exists(con, "bad"));
     assert_eq!(call!(con, "PING"), Ok(Value::SimpleString("PONG".into())));
 }
+
+/// A lock of many holders (indexed past a few dozen) keeps every rule of a
+/// small one, and LOCKEDBY pages through it.
+#[test]
+fn a_lock_of_many_holders_keeps_the_rules_and_pages() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let n = 2_000;
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        pipe.cmd("UNIQUE.LOCK")
+            .arg("big")
+            .arg(format!("j{i}"))
+            .arg("LIMIT")
+            .arg(n);
+        if i % 2 == 0 {
+            pipe.arg("TTL").arg(600_000);
+        }
+    }
+    let _: Vec<i64> = pipe.query(con).expect("fill");
+    let first = token(call!(con, "UNIQUE.LOCK", "big", "j0", "LIMIT", n));
+    assert_eq!(
+        call!(con, "UNIQUE.LOCK", "big", "new", "LIMIT", n),
+        Ok(Value::Nil)
+    );
+    assert_eq!(pttl(con, "big"), -1, "holders without a lease keep the key");
+    let all = holders(con, "big");
+    assert_eq!(all.len(), n);
+    assert_eq!(all.first().map(String::as_str), Some("j0"), "grant order");
+    assert_eq!(
+        all.last().map(|s| s.to_string()),
+        Some(format!("j{}", n - 1))
+    );
+    let mut seen = Vec::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let Ok(Value::Array(reply)) = call!(
+            con,
+            "UNIQUE.LOCKEDBY",
+            "big",
+            "CURSOR",
+            &cursor,
+            "COUNT",
+            150
+        ) else {
+            panic!("a page");
+        };
+        let [Value::BulkString(next), Value::Array(page)] = reply.as_slice() else {
+            panic!("cursor and page: {reply:?}");
+        };
+        assert!(page.len() <= 150);
+        seen.extend(page.iter().map(|v| match v {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("{other:?}"),
+        }));
+        cursor = String::from_utf8_lossy(next).into_owned();
+        if cursor == "0" {
+            break;
+        }
+    }
+    seen.sort();
+    let mut expected = all.clone();
+    expected.sort();
+    assert_eq!(seen, expected, "every holder once");
+    // Releasing every holder without a lease leaves the latest lease as the key's expiry.
+    for i in (1..n).step_by(2) {
+        assert_eq!(
+            call!(con, "UNIQUE.UNLOCK", "big", format!("j{i}")),
+            Ok(Value::Int(1))
+        );
+    }
+    assert!(pttl(con, "big") > 590_000);
+    assert_eq!(
+        token(call!(con, "UNIQUE.LOCK", "big", "j0", "LIMIT", n)),
+        first
+    );
+    assert_eq!(holders(con, "big").len(), n / 2);
+}

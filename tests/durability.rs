@@ -8,10 +8,58 @@ use std::time::Duration;
 
 use common::{Connection, Server, Value, digest, token, wait_until};
 
+/// Holders enough on one key for its indexed layout: leases of different
+/// lengths (or none, every `unleased`-th), owners, META and a custom type on
+/// some, and every tenth released again, so that the layout has holes that
+/// later grants reuse. Returns the highest token granted.
+fn many_holders(con: &mut Connection, key: &str, n: i64, unleased: Option<i64>) -> i64 {
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        let cmd = pipe
+            .cmd("UNIQUE.LOCK")
+            .arg(key)
+            .arg(format!("m{i}"))
+            .arg("LIMIT")
+            .arg(0);
+        if unleased.is_none_or(|k| i % k != 0) {
+            cmd.arg("TTL").arg(600_000 + (i * 7919) % 100_000);
+        }
+        if i % 3 == 0 {
+            cmd.arg("OWNER").arg(format!("host:{}", i % 5));
+        }
+        if i % 4 == 0 {
+            cmd.arg("META").arg(format!(r#"{{"n":{i}}}"#));
+        }
+        if i % 11 == 0 {
+            cmd.arg("TYPE").arg("my:type");
+        }
+    }
+    for i in (5..n).step_by(10) {
+        pipe.cmd("UNIQUE.UNLOCK")
+            .arg(key)
+            .arg(format!("m{i}"))
+            .ignore();
+    }
+    for i in (5..n).step_by(20) {
+        pipe.cmd("UNIQUE.LOCK")
+            .arg(key)
+            .arg(format!("again{i}"))
+            .arg("LIMIT")
+            .arg(0)
+            .arg("TTL")
+            .arg(650_000);
+    }
+    let tokens: Vec<i64> = pipe.query(con).expect("many holders");
+    assert_eq!(tokens.len() as i64, n + (n - 5 + 19) / 20);
+    tokens.into_iter().max().unwrap_or(0)
+}
+
 /// A few locks that use every field, with long leases so that nothing runs
-/// out during the test. Returns the highest token granted.
+/// out during the test, and two of many holders. Returns the highest token
+/// granted.
 fn populate(con: &mut Connection) -> i64 {
-    let mut max = 0;
+    let mut max = many_holders(con, "many", 2_000, None);
+    max = max.max(many_holders(con, "many:unleased", 300, Some(7)));
     for i in 0..20 {
         let key = format!("lock:{i}");
         let t = token(call!(
@@ -89,6 +137,32 @@ fn debug_reload_gives_back_the_same_locks() {
     assert_eq!(snapshot(con), before);
     assert_eq!(digest(con), digest_before);
     assert_next_token_above(con, max);
+    // The big lock came back whole and keeps working: a holder found by its
+    // jid, the key's expiry that of its latest lease, none without one.
+    assert_eq!(common::with_meta(con, "many").len(), 2_000 - 200 + 100);
+    let renewed = token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "many",
+        "m1",
+        "LIMIT",
+        0,
+        "TTL",
+        800_000
+    ));
+    assert!(renewed <= max, "a renewal keeps its token");
+    let at: i64 = redis::cmd("PEXPIRETIME")
+        .arg("many")
+        .query(con)
+        .expect("PEXPIRETIME");
+    let pttl: i64 = redis::cmd("PTTL").arg("many").query(con).expect("PTTL");
+    assert!(at > 0 && (700_000..=800_000).contains(&pttl), "{at} {pttl}");
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "many", "m1"), Ok(Value::Int(1)));
+    let at: i64 = redis::cmd("PEXPIRETIME")
+        .arg("many:unleased")
+        .query(con)
+        .expect("PEXPIRETIME");
+    assert_eq!(at, -1, "a holder without a lease keeps the key");
 }
 
 #[test]

@@ -679,3 +679,83 @@ fn lock_traffic_sees_no_violation_while_slots_move_back_and_forth() {
     );
     assert_eq!((locks_a, locks_b), (0, 0), "every lock was released");
 }
+
+/// A lock of thousands of holders (the indexed layout, with holes from
+/// releases) moves whole: every holder exactly, the key's expiry, the
+/// gauges, and on the new owner it finds, renews, releases and denies as
+/// before.
+#[test]
+fn a_lock_of_thousands_of_holders_moves_exactly() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let (a, b) = (&cluster.a, &cluster.b);
+    let key = keys_in(0, 100, 1, "many").pop().expect("a key");
+    let n = 5_000;
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        let cmd = pipe.cmd("UNIQUE.LOCK").arg(&key).arg(format!("j{i}"));
+        cmd.arg("LIMIT").arg(0).arg("TTL").arg(600_000 + i % 1_000);
+        if i % 3 == 0 {
+            cmd.arg("OWNER").arg(format!("w{}", i % 4));
+        }
+        if i % 5 == 0 {
+            cmd.arg("META").arg(format!(r#"{{"args":[{i}]}}"#));
+        }
+    }
+    for i in (0..n).step_by(10) {
+        pipe.cmd("UNIQUE.UNLOCK")
+            .arg(&key)
+            .arg(format!("j{i}"))
+            .ignore();
+    }
+    let tokens: Vec<i64> = pipe.query(&mut a.con()).expect("fill");
+    assert_eq!(tokens.len(), n);
+    let before = holders_of(&mut a.con(), &key);
+    assert_eq!(before.len(), n - n / 10);
+    let expiry = common::int(call!(&mut a.con(), "PEXPIRETIME", &key).expect("PEXPIRETIME"));
+    assert_eq!(gauges(a), (1, (n - n / 10) as i64));
+
+    cluster.migrate(a, 0, 100, &cluster.b_id);
+
+    assert_eq!(holders_of(&mut b.con(), &key), before);
+    let at = common::int(call!(&mut b.con(), "PEXPIRETIME", &key).expect("PEXPIRETIME"));
+    assert_eq!(at, expiry, "the key's expiry");
+    assert_eq!(gauges(b), (1, (n - n / 10) as i64));
+    wait_until(
+        Duration::from_secs(5),
+        "the source to drop the moved key",
+        || gauges(a) == (0, 0),
+    );
+    let con = &mut b.con();
+    let renewed = token(call!(
+        con,
+        "UNIQUE.LOCK",
+        &key,
+        "j1",
+        "LIMIT",
+        0,
+        "TTL",
+        900_000
+    ));
+    assert_eq!(renewed, tokens[1], "a renewal keeps its token");
+    let pttl = common::int(call!(con, "PTTL", &key).expect("PTTL"));
+    assert!((800_000..=900_000).contains(&pttl), "{pttl}");
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", &key, "j2"), Ok(Value::Int(1)));
+    let limit = (n - n / 10 - 1) as i64;
+    assert_eq!(
+        call!(con, "UNIQUE.LOCK", &key, "newcomer", "LIMIT", limit),
+        Ok(Value::Nil),
+        "denied at the limit"
+    );
+    assert!(
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            &key,
+            "newcomer",
+            "LIMIT",
+            limit + 1
+        )) > tokens[n - 1]
+    );
+}

@@ -252,8 +252,8 @@ fn attempt(
             Change::PruneOnly,
         ),
         _ => {
-            let lease_end =
-                lock.and_then(|l| l.live_holders(now).filter_map(|h| h.expires_at()).min());
+            // Pruned above: the earliest lease is the next to end.
+            let lease_end = lock.and_then(Lock::earliest_lease);
             (
                 Attempt::Denied {
                     lease_end,

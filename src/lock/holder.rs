@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+use super::indexed::Indexed;
 use super::{DEFAULT_TYPE, KNOWN_TYPES, LockRequest, Rate};
 
 /// One job holding a lock.
@@ -243,29 +244,26 @@ impl fmt::Debug for Text {
     }
 }
 
-impl std::ops::Deref for Holders {
-    type Target = [Holder];
-    fn deref(&self) -> &[Holder] {
-        self.as_slice()
-    }
-}
-
-impl std::ops::DerefMut for Holders {
-    fn deref_mut(&mut self) -> &mut [Holder] {
-        self.as_mut_slice()
-    }
-}
+/// Above this many holders a lock's holders are indexed ([`Indexed`]): a
+/// vector of a few dozen holders is looked through faster than any index is
+/// kept up, and is smaller.
+pub(super) const GROW_AT: usize = 32;
+/// Below this many, an indexed lock's holders are a vector again: half the
+/// threshold up, so that a lock near it does not convert at every call.
+pub(super) const SHRINK_AT: usize = 16;
 
 /// The holders of a lock: none, one kept in place (most locks: the lock is
-/// then one allocation), or several in a vector. A lock with a rate keeps
+/// then one allocation), several in a vector in grant order, or, past
+/// [`GROW_AT`], indexed by jid and by end of lease. A lock with a rate keeps
 /// the rate and its holders behind one more pointer, so that the locks
 /// without one (most) stay one 48-byte allocation.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub(super) enum Holders {
     #[default]
     None,
     One(Holder),
     Many(Vec<Holder>),
+    Indexed(Box<Indexed>),
     Rated(Box<Rated>),
 }
 
@@ -276,33 +274,139 @@ pub(super) struct Rated {
     pub(super) holders: Holders,
 }
 
+/// Equal when they hold the same holders in the same grant order (whatever
+/// their layout) and the same rate.
+impl PartialEq for Holders {
+    fn eq(&self, other: &Self) -> bool {
+        self.rate() == other.rate()
+            && self.len() == other.len()
+            && self.ordered().eq(other.ordered())
+    }
+}
+
+impl Eq for Holders {}
+
+/// Holders in grant order: a slice, or the indexed ones sorted.
+pub enum Ordered<'a> {
+    Slice(std::slice::Iter<'a, Holder>),
+    Sorted(std::vec::IntoIter<&'a Holder>),
+}
+
+impl<'a> Iterator for Ordered<'a> {
+    type Item = &'a Holder;
+    fn next(&mut self) -> Option<&'a Holder> {
+        match self {
+            Self::Slice(it) => it.next(),
+            Self::Sorted(it) => it.next(),
+        }
+    }
+}
+
 impl Holders {
+    /// Holders in grant order (a decoded value), in the layout for their number.
     pub(super) fn from_vec(mut holders: Vec<Holder>) -> Self {
         match holders.len() {
             0 => Self::None,
             1 => holders.pop().map_or(Self::None, Self::One),
+            n if n > GROW_AT => match Indexed::from_ordered(holders) {
+                Ok(indexed) => Self::Indexed(Box::new(indexed)),
+                // Tokens out of grant order (only a forged payload): kept as given.
+                Err(holders) => Self::Many(holders),
+            },
             _ => Self::Many(holders),
         }
     }
 
-    pub(super) fn as_slice(&self) -> &[Holder] {
+    /// The holders beside the rate, if any.
+    fn plain(&self) -> &Self {
         match self {
-            Self::None => &[],
-            Self::One(h) => std::slice::from_ref(h),
-            Self::Many(v) => v,
-            Self::Rated(r) => r.holders.as_slice(),
+            Self::Rated(r) => &r.holders,
+            other => other,
         }
     }
 
-    fn as_mut_slice(&mut self) -> &mut [Holder] {
+    fn plain_mut(&mut self) -> &mut Self {
         match self {
-            Self::None => &mut [],
-            Self::One(h) => std::slice::from_mut(h),
-            Self::Many(v) => v,
-            Self::Rated(r) => r.holders.as_mut_slice(),
+            Self::Rated(r) => &mut r.holders,
+            other => other,
         }
     }
 
+    /// The compact forms as a slice; `None` when indexed.
+    fn slice(&self) -> Option<&[Holder]> {
+        match self.plain() {
+            Self::None => Some(&[]),
+            Self::One(h) => Some(std::slice::from_ref(h)),
+            Self::Many(v) => Some(v),
+            Self::Indexed(_) | Self::Rated(_) => None,
+        }
+    }
+
+    fn indexed(&self) -> Option<&Indexed> {
+        match self.plain() {
+            Self::Indexed(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        match (self.slice(), self.indexed()) {
+            (Some(s), _) => s.len(),
+            (_, Some(i)) => i.len(),
+            _ => 0,
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every holder, in grant order for the compact forms and in no
+    /// particular order when indexed: for what only counts or sums.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Holder> {
+        let slice = self.slice().unwrap_or_default().iter();
+        slice.chain(self.indexed().into_iter().flat_map(Indexed::iter))
+    }
+
+    /// Every holder in grant order.
+    pub(super) fn ordered(&self) -> Ordered<'_> {
+        match self.indexed() {
+            Some(i) => Ordered::Sorted(i.ordered().into_iter()),
+            None => Ordered::Slice(self.slice().unwrap_or_default().iter()),
+        }
+    }
+
+    /// Up to about `count` holders from `cursor` on, and the cursor to go on
+    /// from (0 when done). A compact lock is small: all of it at once.
+    pub(super) fn page(&self, cursor: usize, count: usize) -> (usize, Vec<&Holder>) {
+        match self.indexed() {
+            Some(i) => i.page(cursor, count),
+            None => (0, self.iter().collect()),
+        }
+    }
+
+    pub(super) fn find(&self, jid: &[u8]) -> Option<&Holder> {
+        match self.indexed() {
+            Some(i) => i.find(jid),
+            None => self.iter().find(|h| h.jid() == jid),
+        }
+    }
+
+    /// Changes the holder of `jid` (never its jid) and returns its token.
+    pub(super) fn update(&mut self, jid: &[u8], change: impl FnOnce(&mut Holder)) -> Option<i64> {
+        let found = match self.plain_mut() {
+            Self::One(h) => Some(h).filter(|h| h.jid() == jid),
+            Self::Many(v) => v.iter_mut().find(|h| h.jid() == jid),
+            Self::Indexed(i) => return i.update(jid, change),
+            Self::None | Self::Rated(_) => None,
+        };
+        found.map(|h| {
+            change(h);
+            h.token
+        })
+    }
+
+    /// Adds a holder of a jid not held yet, as the newest grant.
     pub(super) fn push(&mut self, holder: Holder) {
         *self = match std::mem::take(self) {
             Self::None => Self::One(holder),
@@ -313,8 +417,18 @@ impl Holders {
                     v.reserve_exact(1);
                 }
                 v.push(holder);
-                Self::Many(v)
+                Self::from_vec(v)
             }
+            Self::Indexed(mut i) => match i.insert(holder) {
+                Ok(()) => Self::Indexed(i),
+                // A token before the newest (only replayed forged data):
+                // grant order is kept in a vector.
+                Err(holder) => {
+                    let mut v = i.into_ordered();
+                    v.push(holder);
+                    Self::Many(v)
+                }
+            },
             Self::Rated(mut r) => {
                 r.holders.push(holder);
                 Self::Rated(r)
@@ -322,53 +436,136 @@ impl Holders {
         };
     }
 
-    /// Back to the smallest form once at most one holder is left.
+    /// Back to a smaller layout once few holders are left.
     fn shrink(&mut self) {
         match self {
             Self::Many(v) if v.len() < 2 => *self = Self::from_vec(std::mem::take(v)),
+            Self::Indexed(i) if i.len() < SHRINK_AT => {
+                let i = std::mem::replace(i, Box::new(Indexed::empty()));
+                *self = Self::from_vec(i.into_ordered());
+            }
             Self::Rated(r) => r.holders.shrink(),
             _ => {}
         }
     }
 
-    pub(super) fn remove(&mut self, i: usize) -> Option<Holder> {
-        let removed = match self {
-            Self::One(_) if i == 0 => match std::mem::take(self) {
-                Self::One(h) => Some(h),
-                _ => None,
+    /// Removes the holder of `jid`.
+    pub(super) fn remove(&mut self, jid: &[u8]) -> Option<Holder> {
+        let removed = match self.plain_mut() {
+            one @ Self::One(_) => match std::mem::take(one) {
+                Self::One(h) if h.jid() == jid => Some(h),
+                kept => {
+                    *one = kept;
+                    None
+                }
             },
-            Self::Many(v) if i < v.len() => Some(v.remove(i)),
-            Self::Rated(r) => r.holders.remove(i),
+            Self::Many(v) => v.iter().position(|h| h.jid() == jid).map(|at| v.remove(at)),
+            Self::Indexed(i) => i.remove(jid),
             _ => None,
         };
         self.shrink();
         removed
     }
 
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(&Holder) -> bool) {
-        match self {
-            Self::None => {}
+    /// Removes the holders whose lease ended at `now`, showing each to
+    /// `removed`; indexed, only those are visited, the earliest first.
+    pub(super) fn prune(&mut self, now: i64, mut removed: impl FnMut(&Holder)) -> usize {
+        let count = match self.plain_mut() {
+            Self::Indexed(i) => {
+                let mut count = 0;
+                while let Some(h) = i.pop_ended(now) {
+                    removed(&h);
+                    count += 1;
+                }
+                count
+            }
+            _ => return self.remove_where(|h| !h.is_live(now), removed),
+        };
+        self.shrink();
+        count
+    }
+
+    /// Removes every holder `matches` picks, showing each to `removed`.
+    pub(super) fn remove_where(
+        &mut self,
+        mut matches: impl FnMut(&Holder) -> bool,
+        mut removed: impl FnMut(&Holder),
+    ) -> usize {
+        let before = self.len();
+        match self.plain_mut() {
             Self::One(h) => {
-                if !keep(h) {
-                    *self = Self::None;
+                if matches(h) {
+                    removed(h);
+                    *self.plain_mut() = Self::None;
                 }
             }
-            Self::Many(v) => {
-                v.retain(|h| keep(h));
-                self.shrink();
+            Self::Many(v) => v.retain(|h| {
+                let remove = matches(h);
+                if remove {
+                    removed(h);
+                }
+                !remove
+            }),
+            Self::Indexed(i) => {
+                i.remove_where(matches, removed);
             }
-            Self::Rated(r) => r.holders.retain(keep),
+            Self::None | Self::Rated(_) => {}
         }
+        self.shrink();
+        before - self.len()
+    }
+
+    /// The earliest end of lease among the holders.
+    pub(super) fn earliest_lease(&self) -> Option<i64> {
+        match self.indexed() {
+            Some(i) => i.earliest_lease(),
+            None => self.iter().filter_map(Holder::expires_at).min(),
+        }
+    }
+
+    /// The key's expiry from its holders: the latest lease, `None` when a
+    /// holder has no lease; `Some(None)` when there is no holder.
+    pub(super) fn latest_lease(&self) -> Option<Option<i64>> {
+        match self.indexed() {
+            Some(i) if i.has_unleased() => None,
+            Some(i) => Some(i.latest_lease()),
+            None => self.iter().try_fold(None, |latest: Option<i64>, h| {
+                let at = h.expires_at()?;
+                Some(Some(latest.map_or(at, |l| l.max(at))))
+            }),
+        }
+    }
+
+    /// Whether every holder's lease ended at `now` (and there is one).
+    pub(super) fn all_ended(&self, now: i64) -> bool {
+        !self.is_empty()
+            && self
+                .latest_lease()
+                .is_some_and(|at| at.is_some_and(|at| at <= now))
     }
 
     /// Holder slots held (a vector may hold more than it uses).
     pub(crate) fn capacity(&self) -> usize {
-        match self {
+        match self.plain() {
             Self::None => 0,
             Self::One(_) => 1,
             Self::Many(v) => v.capacity(),
-            Self::Rated(r) => r.holders.capacity(),
+            Self::Indexed(i) => i.len(),
+            Self::Rated(_) => 0,
         }
+    }
+
+    /// Bytes held beyond the lock itself, for MEMORY USAGE.
+    pub(super) fn mem_usage(&self) -> usize {
+        let rated = self.rate().map_or(0, |_| std::mem::size_of::<Rated>());
+        rated
+            + match self.indexed() {
+                Some(i) => i.mem_usage(),
+                None => {
+                    self.capacity() * std::mem::size_of::<Holder>()
+                        + self.iter().map(Holder::text_bytes).sum::<usize>()
+                }
+            }
     }
 
     pub(super) fn rate(&self) -> Option<&Rate> {
@@ -411,22 +608,66 @@ mod layout {
         assert!(matches!(long.text, Text::Heap { .. }));
     }
 
+    #[test]
+    fn holders_are_indexed_past_grow_at_and_a_vector_again_below_shrink_at() {
+        let mut holders = Holders::default();
+        let jid = |n: usize| n.to_be_bytes();
+        for n in 0..=GROW_AT {
+            holders.push(Holder::new(
+                &jid(n),
+                n as i64 + 1,
+                0,
+                Some(5),
+                "lock",
+                None,
+                None,
+            ));
+            assert_eq!(matches!(holders, Holders::Indexed(_)), n == GROW_AT, "{n}");
+        }
+        for n in 0..=GROW_AT - SHRINK_AT + 1 {
+            assert!(matches!(holders, Holders::Indexed(_)), "{n}");
+            assert!(holders.remove(&jid(n)).is_some());
+        }
+        assert!(matches!(holders, Holders::Many(_)));
+        assert_eq!(holders.len(), SHRINK_AT - 1);
+        let tokens: Vec<i64> = holders.ordered().map(|h| h.token).collect();
+        let expected: Vec<i64> = (GROW_AT - SHRINK_AT + 3..=GROW_AT + 1)
+            .map(|t| t as i64)
+            .collect();
+        assert_eq!(tokens, expected, "grant order kept both ways");
+        // With a rate beside them, the same.
+        holders.set_rate(Some(Rate::new(super::super::RateLimit {
+            n: 1,
+            per: 1,
+            burst: 0,
+        })));
+        for n in 100..100 + GROW_AT {
+            holders.push(Holder::new(&jid(n), n as i64, 0, None, "lock", None, None));
+        }
+        assert!(matches!(&holders, Holders::Rated(r) if matches!(r.holders, Holders::Indexed(_))));
+        assert_eq!(holders.prune(10, |_| {}), SHRINK_AT - 1);
+        assert_eq!(holders.len(), GROW_AT);
+    }
+
     fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
         prop::collection::vec(any::<u8>(), 0..max)
     }
 
     #[derive(Debug, Clone)]
     enum Op {
-        Push(u8),
-        Remove(usize),
-        Retain(u8),
+        Push(u8, Option<i64>),
+        Remove(u8),
+        RemoveWhere(u8),
+        Prune(i64),
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            any::<u8>().prop_map(Op::Push),
-            (0usize..6).prop_map(Op::Remove),
-            any::<u8>().prop_map(Op::Retain),
+            // More pushes than removals: the sequences cross GROW_AT.
+            4 => (0u8..80, prop::option::of(0i64..40)).prop_map(|(j, l)| Op::Push(j, l)),
+            1 => (0u8..80).prop_map(Op::Remove),
+            1 => any::<u8>().prop_map(Op::RemoveWhere),
+            1 => (0i64..40).prop_map(Op::Prune),
         ]
     }
 
@@ -442,31 +683,73 @@ mod layout {
             prop_assert_eq!(text.clone(), text);
         }
 
+        /// Every layout, and the conversions between them both ways, hold
+        /// what a plain vector in grant order holds.
         #[test]
-        fn holders_behave_as_a_vector(ops in prop::collection::vec(op(), 0..40)) {
+        fn holders_behave_as_a_vector(ops in prop::collection::vec(op(), 0..200)) {
             let mut holders = Holders::default();
             let mut model: Vec<Holder> = Vec::new();
+            let mut token = 0;
             for op in ops {
                 match op {
-                    Op::Push(n) => {
-                        let h = Holder::new(&[n], i64::from(n), 0, None, "lock", None, None);
-                        holders.push(h.clone());
-                        model.push(h);
+                    Op::Push(n, lease) => {
+                        if model.iter().all(|h| h.jid() != [n]) {
+                            token += 1;
+                            let h = Holder::new(&[n], token, 0, lease, "lock", None, None);
+                            holders.push(h.clone());
+                            model.push(h);
+                        }
                     }
-                    Op::Remove(i) => {
-                        let expected = (i < model.len()).then(|| model.remove(i));
-                        prop_assert_eq!(holders.remove(i), expected);
+                    Op::Remove(n) => {
+                        let expected = model.iter().position(|h| h.jid() == [n]).map(|at| model.remove(at));
+                        prop_assert_eq!(holders.remove(&[n]), expected);
                     }
-                    Op::Retain(n) => {
-                        holders.retain(|h| h.token % 3 != i64::from(n % 3));
-                        model.retain(|h| h.token % 3 != i64::from(n % 3));
+                    Op::RemoveWhere(n) => {
+                        let pick = |h: &Holder| h.token % 3 == i64::from(n % 3);
+                        let mut seen = 0;
+                        let removed = holders.remove_where(pick, |_| seen += 1);
+                        let before = model.len();
+                        model.retain(|h| !pick(h));
+                        prop_assert_eq!((removed, seen), (before - model.len(), before - model.len()));
+                    }
+                    Op::Prune(now) => {
+                        let mut seen = 0;
+                        let removed = holders.prune(now, |h| { assert!(!h.is_live(now)); seen += 1 });
+                        let before = model.len();
+                        model.retain(|h| h.is_live(now));
+                        prop_assert_eq!((removed, seen), (before - model.len(), before - model.len()));
                     }
                 }
-                prop_assert_eq!(holders.as_slice(), model.as_slice());
-                // The smallest form for what it holds.
+                let indexed = matches!(holders, Holders::Indexed(_));
+                prop_assert_eq!(holders.ordered().collect::<Vec<_>>(), model.iter().collect::<Vec<_>>());
+                prop_assert_eq!(holders.len(), model.len());
+                for h in &model {
+                    prop_assert_eq!(holders.find(h.jid()), Some(h));
+                }
+                let leases = || model.iter().filter_map(Holder::expires_at);
+                prop_assert_eq!(holders.earliest_lease(), leases().min());
+                let latest = if model.iter().all(|h| h.expires_at().is_some()) { Some(leases().max()) } else { None };
+                prop_assert_eq!(holders.latest_lease(), latest);
+                // The smallest layout for what it holds, with hysteresis.
                 prop_assert_eq!(matches!(holders, Holders::None), model.is_empty());
                 prop_assert_eq!(matches!(holders, Holders::One(_)), model.len() == 1);
+                prop_assert!(!indexed || model.len() >= SHRINK_AT);
+                prop_assert!(indexed || model.len() <= GROW_AT);
+                if let Holders::Indexed(i) = &holders {
+                    prop_assert_eq!(i.check(), Ok(()));
+                }
             }
+        }
+
+        /// A decoded lock of holders out of token order keeps their order.
+        #[test]
+        fn holders_out_of_token_order_stay_a_vector(tokens in prop::collection::vec(1i64..1000, 33..60)) {
+            let v: Vec<Holder> = tokens.iter().enumerate()
+                .map(|(i, &t)| Holder::new(&(i as u32).to_be_bytes(), t, 0, None, "lock", None, None))
+                .collect();
+            let holders = Holders::from_vec(v.clone());
+            prop_assert_eq!(holders.ordered().collect::<Vec<_>>(), v.iter().collect::<Vec<_>>());
+            prop_assert_eq!(matches!(holders, Holders::Indexed(_)), super::super::indexed::in_token_order(&v));
         }
     }
 }

@@ -7,10 +7,11 @@
 use std::fmt;
 
 mod holder;
+mod indexed;
 mod rate;
 
-pub use holder::Holder;
 use holder::Holders;
+pub use holder::{Holder, Ordered};
 pub use rate::{MAX_PER_MS, MAX_RATE, Rate, RateLimit};
 
 /// Largest job id (and owner id) accepted, in bytes.
@@ -185,12 +186,22 @@ impl Lock {
         }
     }
 
-    pub fn holders(&self) -> &[Holder] {
-        self.holders.as_slice()
+    /// Every holder, oldest grant first.
+    pub fn holders(&self) -> Ordered<'_> {
+        self.holders.ordered()
     }
 
+    /// The holders whose lease has not ended at `now`, oldest grant first.
     pub fn live_holders(&self, now: i64) -> impl Iterator<Item = &Holder> {
-        self.holders.iter().filter(move |h| h.is_live(now))
+        self.holders().filter(move |h| h.is_live(now))
+    }
+
+    /// A page of the holders (live or not) for a walk in steps: up to about
+    /// `count` from `cursor` (0 to start), and the cursor of the next page (0
+    /// when the walk is over). A walk meets every holder present all along
+    /// at least once, as SCAN does; a small lock comes whole in one page.
+    pub fn holders_page(&self, cursor: usize, count: usize) -> (usize, Vec<&Holder>) {
+        self.holders.page(cursor, count)
     }
 
     /// No holder and no rate.
@@ -214,10 +225,6 @@ impl Lock {
         self.holders.set_rate(rate);
     }
 
-    fn position(&self, jid: &[u8]) -> Option<usize> {
-        self.holders.iter().position(|h| h.jid() == jid)
-    }
-
     pub fn len(&self) -> usize {
         self.holders.len()
     }
@@ -229,38 +236,29 @@ impl Lock {
 
     /// Removes the holders whose lease ran out, showing each to `removed`.
     pub fn prune_each(&mut self, now: i64, removed: impl FnMut(&Holder)) -> usize {
-        self.remove_where(|h| !h.is_live(now), removed)
+        self.holders.prune(now, removed)
     }
 
     /// Removes every holder whose owner is `owner`, showing each to `removed`.
     pub fn remove_owner_each(&mut self, owner: &[u8], removed: impl FnMut(&Holder)) -> usize {
-        self.remove_where(|h| h.owner() == Some(owner), removed)
-    }
-
-    fn remove_where(
-        &mut self,
-        mut matches: impl FnMut(&Holder) -> bool,
-        mut removed: impl FnMut(&Holder),
-    ) -> usize {
-        let before = self.holders.len();
-        self.holders.retain(|h| {
-            let remove = matches(h);
-            if remove {
-                removed(h);
-            }
-            !remove
-        });
-        before - self.holders.len()
+        self.holders
+            .remove_where(|h| h.owner() == Some(owner), removed)
     }
 
     /// True when some holder has run out (a prune would remove something).
     pub fn has_expired(&self, now: i64) -> bool {
-        self.holders.iter().any(|h| !h.is_live(now))
+        self.holders.earliest_lease().is_some_and(|at| at <= now)
     }
 
     /// True when the lock has holders and every one of them has run out.
     pub fn all_expired(&self, now: i64) -> bool {
-        !self.holders.is_empty() && self.holders.iter().all(|h| !h.is_live(now))
+        self.holders.all_ended(now)
+    }
+
+    /// The earliest end of lease among the holders, if any has one: after
+    /// [`Lock::prune`], when the next slot frees by itself.
+    pub fn earliest_lease(&self) -> Option<i64> {
+        self.holders.earliest_lease()
     }
 
     /// Acquires or renews a hold. Call after [`Lock::prune`] with the same `now`:
@@ -271,13 +269,9 @@ impl Lock {
         now: i64,
         next_token: impl FnOnce() -> i64,
     ) -> Acquired {
-        debug_assert!(self.holders.iter().all(|h| h.is_live(now)));
-        if let Some(i) = self.position(req.jid) {
-            let Some(holder) = self.holders.get_mut(i) else {
-                return Acquired::Denied;
-            };
-            holder.renew(req);
-            return Acquired::Renewed(holder.token);
+        debug_assert!(!self.has_expired(now));
+        if let Some(token) = self.holders.update(req.jid, |h| h.renew(req)) {
+            return Acquired::Renewed(token);
         }
         if req.limit != 0 && self.holders.len() >= req.limit as usize {
             return Acquired::Denied;
@@ -312,24 +306,26 @@ impl Lock {
     /// Removes `jid`'s hold and returns it, if it was there. Call after
     /// [`Lock::prune`].
     pub fn release(&mut self, jid: &[u8]) -> Option<Holder> {
-        self.position(jid).and_then(|i| self.holders.remove(i))
+        self.holders.remove(jid)
     }
 
     /// The holder of `jid`, if any (live or not).
     pub fn holder(&self, jid: &[u8]) -> Option<&Holder> {
-        self.holders.iter().find(|h| h.jid() == jid)
+        self.holders.find(jid)
     }
 
     /// Puts `holder` exactly as given: replaces the holder of the same jid in
     /// place, or appends it. This replays a grant or renewal decided elsewhere.
     pub fn put(&mut self, holder: Holder) {
-        match self.position(holder.jid()) {
-            Some(i) => {
-                if let Some(slot) = self.holders.get_mut(i) {
-                    *slot = holder;
-                }
+        let jid = holder.jid().to_vec();
+        let mut holder = Some(holder);
+        self.holders.update(&jid, |h| {
+            if let Some(given) = holder.take() {
+                *h = given;
             }
-            None => self.holders.push(holder),
+        });
+        if let Some(holder) = holder {
+            self.holders.push(holder);
         }
     }
 
@@ -337,12 +333,11 @@ impl Lock {
     /// and not before its rate is idle; `None` when any holder has no lease
     /// (or there is neither holder nor rate).
     pub fn key_expiry(&self) -> Option<i64> {
-        let mut latest: Option<i64> = self.rate().map(Rate::idle_at);
-        for h in self.holders.iter() {
-            let at = h.expires_at()?;
-            latest = Some(latest.map_or(at, |l| l.max(at)));
+        let leases = self.holders.latest_lease()?;
+        match (leases, self.rate().map(Rate::idle_at)) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
         }
-        latest
     }
 
     /// The highest token of any holder (0 when none).
@@ -353,12 +348,7 @@ impl Lock {
     /// Approximate memory owned by this lock, for MEMORY USAGE: the lock,
     /// a slot per holder and the bytes of their strings.
     pub fn mem_usage(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self
-                .rate()
-                .map_or(0, |_| std::mem::size_of::<holder::Rated>())
-            + self.holders.capacity() * std::mem::size_of::<Holder>()
-            + self.holders.iter().map(Holder::text_bytes).sum::<usize>()
+        std::mem::size_of::<Self>() + self.holders.mem_usage()
     }
 }
 
@@ -459,9 +449,9 @@ mod tests {
                 Acquired::Granted(_)
             ));
         }
-        assert_eq!(lock.holders().len(), 1000);
+        assert_eq!(lock.len(), 1000);
         assert!(lock.release(b"j0").is_some());
-        assert_eq!(lock.holders().len(), 999);
+        assert_eq!(lock.len(), 999);
     }
 
     #[test]
@@ -551,9 +541,9 @@ mod tests {
         assert_eq!(jids(&lock, NOW + 99), ["short", "forever"]);
         // Live strictly before expires_at: at expires_at the hold is gone.
         assert_eq!(jids(&lock, NOW + 100), ["forever"]);
-        assert_eq!(lock.holders().len(), 2, "reading never removes");
+        assert_eq!(lock.len(), 2, "reading never removes");
         assert_eq!(lock.prune(NOW + 100), 1);
-        assert_eq!(lock.holders().len(), 1);
+        assert_eq!(lock.len(), 1);
         assert_eq!(lock.prune(NOW + 100), 0);
     }
 
@@ -706,7 +696,7 @@ mod tests {
             None,
         );
         lock.put(a.clone());
-        assert_eq!(lock.holders().first(), Some(&a));
+        assert_eq!(lock.holders().next(), Some(&a));
         let c = Holder::new(b"c", 99, NOW, None, "my:type", Some(b"w"), Some(b"{}"));
         lock.put(c.clone());
         assert_eq!(lock.holders().last(), Some(&c));
@@ -924,9 +914,11 @@ mod properties {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (0u8..8, 0u32..4, prop::option::of(1i64..60), any::<bool>())
+            // Jids enough to cross the threshold of the indexed layout (LIMIT
+            // 0 and 40 let them in), so that both layouts meet the same rules.
+            4 => (0u8..48, prop_oneof![2 => Just(0u32), 2 => 1u32..4, 1 => Just(40)], prop::option::of(1i64..60), any::<bool>())
                 .prop_map(|(jid, limit, ttl, rated)| Op::Lock { jid, limit, ttl, rated }),
-            2 => (0u8..8).prop_map(|jid| Op::Unlock { jid }),
+            2 => (0u8..48).prop_map(|jid| Op::Unlock { jid }),
             1 => Just(Op::Prune),
             2 => (0i64..40).prop_map(Op::Advance),
         ]
@@ -937,10 +929,10 @@ mod properties {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #![proptest_config(ProptestConfig::with_cases(600))]
 
         #[test]
-        fn every_sequence_keeps_every_rule(ops in prop::collection::vec(op(), 1..80)) {
+        fn every_sequence_keeps_every_rule(ops in prop::collection::vec(op(), 1..160)) {
             let mut lock = Lock::default();
             let mut now = 1_700_000_000_000i64;
             let (mut counter, mut last_granted) = (0i64, 0i64);
@@ -1003,22 +995,21 @@ mod properties {
                     }
                     Op::Prune => {
                         lock.prune(now);
-                        prop_assert!(lock.holders().iter().all(|h| h.is_live(now)));
+                        prop_assert!(lock.holders().all(|h| h.is_live(now)));
                     }
                     Op::Advance(ms) => now += ms,
                 }
                 // Never shown once its lease has run out; one hold per jid;
                 // oldest grant first; the key expires with the latest lease.
                 prop_assert!(lock.live_holders(now).all(|h| h.expires_at().is_none_or(|at| now < at)));
-                let tokens: Vec<i64> = lock.holders().iter().map(|h| h.token).collect();
+                let tokens: Vec<i64> = lock.holders().map(|h| h.token).collect();
                 prop_assert!(tokens.windows(2).all(|w| w[0] < w[1]));
-                let mut jids: Vec<&[u8]> = lock.holders().iter().map(|h| h.jid()).collect();
+                let mut jids: Vec<&[u8]> = lock.holders().map(|h| h.jid()).collect();
                 jids.sort();
                 jids.dedup();
                 prop_assert_eq!(jids.len(), lock.len());
-                let expiry = if lock.holders().iter().all(|h| h.expires_at().is_some()) {
+                let expiry = if lock.holders().all(|h| h.expires_at().is_some()) {
                     lock.holders()
-                        .iter()
                         .filter_map(|h| h.expires_at())
                         .chain(lock.rate().map(Rate::idle_at))
                         .max()

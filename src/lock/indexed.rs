@@ -1,0 +1,664 @@
+//! The layout of a lock with many holders, where every operation must cost
+//! the same on a key of a hundred thousand holders as on a key of a few.
+//!
+//! Small locks keep their holders in a vector, in grant order, and look
+//! through it: for a few holders nothing is faster or smaller. Past a
+//! threshold (see `holder.rs`) the holders move here, as Redis's own types
+//! move from a listpack to a hash table:
+//!
+//! - `slots`: the holders, each in a slot that never moves while it holds, a
+//!   freed slot reused by the next grant (`free`);
+//! - `by_jid`: a hash table of slot numbers, to find a holder by its jid;
+//! - `leases`: a min-max heap of the slots of the holders with a lease, by
+//!   end of lease, with each slot's place in it (`places`): the ended leases
+//!   are taken from its smallest end without a sweep, and the key's expiry
+//!   (the latest lease) is its largest. One heap and one place a holder,
+//!   rather than a heap for each end: a holder costs its 48 bytes and about
+//!   16 more (two slot numbers and its share of the hash table), which keeps
+//!   a big lock about as small as the vector it replaces.
+//!
+//! Finding, granting, renewing and releasing a holder cost O(log n); pruning
+//! costs O(log n) for each holder whose lease ended. Grant order is token
+//! order here (every grant gets a larger token than any before it on the
+//! server), so the holders are listed in grant order by sorting them: only
+//! what lists every holder anyway (saving, LOCKEDBY without COUNT) pays it.
+
+use std::hash::{BuildHasher, RandomState};
+
+use hashbrown::HashTable;
+
+use super::Holder;
+
+/// A holder's slot (its place in the heap is kept apart, so that a slot is
+/// the holder's 48 bytes and nothing more).
+type Slot = Option<Holder>;
+
+/// Which end of the heap a level of it orders: the earliest end of lease at
+/// the even levels (the root is the earliest), the latest at the odd ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Soonest,
+    Latest,
+}
+
+/// The holders of a lock with many, indexed by jid and by end of lease.
+#[derive(Debug, Clone)]
+pub(super) struct Indexed {
+    slots: Vec<Slot>,
+    /// Each slot's place in `leases` (`NOWHERE` without a lease).
+    places: Vec<u32>,
+    free: Vec<u32>,
+    by_jid: HashTable<u32>,
+    hasher: RandomState,
+    leases: Vec<u32>,
+    /// Holders without a lease: while there is one the key never expires.
+    no_lease: usize,
+    /// The largest token ever held here: a new holder must come after it to
+    /// keep grant order equal to token order.
+    newest: i64,
+    len: usize,
+}
+
+/// A heap place that no slot has (a holder without a lease).
+const NOWHERE: u32 = u32::MAX;
+
+impl Indexed {
+    /// The holders given, in grant order, when every token is larger than
+    /// the one before it; otherwise they are handed back.
+    pub(super) fn from_ordered(holders: Vec<Holder>) -> Result<Self, Vec<Holder>> {
+        if !in_token_order(&holders) || u32::try_from(holders.len()).is_err() {
+            return Err(holders);
+        }
+        let mut indexed = Self::empty();
+        // To the end of the size class, as `grow` does.
+        let slots =
+            size_class(holders.len() * std::mem::size_of::<Slot>()) / std::mem::size_of::<Slot>();
+        indexed.slots.reserve_exact(slots);
+        indexed.places.reserve_exact(size_class(slots * 4) / 4);
+        for h in holders {
+            // In token order, so each one goes in.
+            let _ = indexed.insert(h);
+        }
+        Ok(indexed)
+    }
+
+    /// No holder.
+    pub(super) fn empty() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_jid: HashTable::new(),
+            hasher: RandomState::new(),
+            places: Vec::new(),
+            leases: Vec::new(),
+            no_lease: 0,
+            newest: 0,
+            len: 0,
+        }
+    }
+
+    /// The holders in grant order, leaving this empty.
+    pub(super) fn into_ordered(self) -> Vec<Holder> {
+        let mut holders: Vec<Holder> = self.slots.into_iter().flatten().collect();
+        holders.sort_by_key(|h| h.token);
+        holders
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Every holder, in no particular order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Holder> {
+        self.slots.iter().filter_map(Option::as_ref)
+    }
+
+    /// Every holder in grant order (a sort: for what lists them all).
+    pub(super) fn ordered(&self) -> Vec<&Holder> {
+        let mut holders: Vec<&Holder> = self.iter().collect();
+        holders.sort_by_key(|h| h.token);
+        holders
+    }
+
+    /// Up to about `count` holders from slot `cursor` on, and the slot to go
+    /// on from (0 when done). A holder keeps its slot while it holds, so a
+    /// walk from 0 to 0 meets every holder present all along, once.
+    pub(super) fn page(&self, cursor: usize, count: usize) -> (usize, Vec<&Holder>) {
+        let mut found = Vec::with_capacity(count.min(1024));
+        let mut at = cursor;
+        while let Some(slot) = self.slots.get(at) {
+            at += 1;
+            if let Some(h) = slot {
+                found.push(h);
+                if found.len() >= count {
+                    break;
+                }
+            }
+        }
+        let next = if at >= self.slots.len() { 0 } else { at };
+        (next, found)
+    }
+
+    fn hash(&self, jid: &[u8]) -> u64 {
+        self.hasher.hash_one(jid)
+    }
+
+    fn holder_at(&self, slot: u32) -> Option<&Holder> {
+        self.slots.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    fn find_slot(&self, jid: &[u8]) -> Option<u32> {
+        let slots = &self.slots;
+        self.by_jid
+            .find(self.hash(jid), |&s| {
+                slots
+                    .get(s as usize)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|h| h.jid() == jid)
+            })
+            .copied()
+    }
+
+    pub(super) fn find(&self, jid: &[u8]) -> Option<&Holder> {
+        self.find_slot(jid).and_then(|s| self.holder_at(s))
+    }
+
+    /// Adds a holder of a jid not held here. A token not larger than every
+    /// token before it would break grant order: the holder is handed back.
+    pub(super) fn insert(&mut self, holder: Holder) -> Result<(), Holder> {
+        if holder.token <= self.newest && self.len > 0 {
+            return Err(holder);
+        }
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => match u32::try_from(self.slots.len()) {
+                Ok(slot) if slot != NOWHERE => {
+                    grow(&mut self.slots);
+                    self.slots.push(None);
+                    grow(&mut self.places);
+                    self.places.push(NOWHERE);
+                    slot
+                }
+                _ => return Err(holder),
+            },
+        };
+        let hash = self.hash(holder.jid());
+        self.newest = if self.len == 0 {
+            holder.token
+        } else {
+            self.newest.max(holder.token)
+        };
+        let leased = holder.expires_at().is_some();
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            *s = Some(holder);
+        }
+        let slots = &self.slots;
+        let hasher = &self.hasher;
+        self.by_jid.insert_unique(hash, slot, |&s| {
+            slots
+                .get(s as usize)
+                .and_then(Option::as_ref)
+                .map_or(0, |h| hasher.hash_one(h.jid()))
+        });
+        self.len += 1;
+        if leased {
+            self.push(slot);
+        } else {
+            self.no_lease += 1;
+        }
+        Ok(())
+    }
+
+    /// Removes the holder of `jid`.
+    pub(super) fn remove(&mut self, jid: &[u8]) -> Option<Holder> {
+        let slot = self.find_slot(jid)?;
+        self.remove_slot(slot)
+    }
+
+    fn remove_slot(&mut self, slot: u32) -> Option<Holder> {
+        let hash = self.hash(self.holder_at(slot)?.jid());
+        if let Ok(entry) = self.by_jid.find_entry(hash, |&s| s == slot) {
+            entry.remove();
+        }
+        self.unlease(slot);
+        let holder = self.slots.get_mut(slot as usize)?.take()?;
+        if holder.expires_at().is_none() {
+            self.no_lease -= 1;
+        }
+        self.free.push(slot);
+        self.len -= 1;
+        Some(holder)
+    }
+
+    /// Changes the holder of `jid` with `change`, then puts it back in its
+    /// place by end of lease; returns its token.
+    pub(super) fn update(&mut self, jid: &[u8], change: impl FnOnce(&mut Holder)) -> Option<i64> {
+        let slot = self.find_slot(jid)?;
+        let holder = self.slots.get_mut(slot as usize)?.as_mut()?;
+        let before = holder.expires_at();
+        change(holder);
+        debug_assert_eq!(holder.jid(), jid);
+        let (after, token) = (holder.expires_at(), holder.token);
+        match (before, after) {
+            (Some(_), Some(_)) => self.fix(slot),
+            (Some(_), None) => {
+                self.unlease(slot);
+                self.no_lease += 1;
+            }
+            (None, Some(_)) => {
+                self.no_lease -= 1;
+                self.push(slot);
+            }
+            (None, None) => {}
+        }
+        Some(token)
+    }
+
+    /// Removes one holder whose lease ended at `now`, the earliest first.
+    pub(super) fn pop_ended(&mut self, now: i64) -> Option<Holder> {
+        let slot = *self.leases.first()?;
+        if self.lease(slot) > now {
+            return None;
+        }
+        self.remove_slot(slot)
+    }
+
+    /// Removes every holder `matches` picks, showing each to `removed`
+    /// (a walk over every holder).
+    pub(super) fn remove_where(
+        &mut self,
+        mut matches: impl FnMut(&Holder) -> bool,
+        mut removed: impl FnMut(&Holder),
+    ) -> usize {
+        let picked: Vec<u32> = (0..self.slots.len())
+            .filter_map(|s| u32::try_from(s).ok())
+            .filter(|&s| self.holder_at(s).is_some_and(&mut matches))
+            .collect();
+        for slot in &picked {
+            if let Some(h) = self.remove_slot(*slot) {
+                removed(&h);
+            }
+        }
+        picked.len()
+    }
+
+    /// The earliest end of lease, if any holder has one.
+    pub(super) fn earliest_lease(&self) -> Option<i64> {
+        self.leases.first().map(|&s| self.lease(s))
+    }
+
+    /// The latest end of lease, if any holder has one.
+    pub(super) fn latest_lease(&self) -> Option<i64> {
+        // The root alone, or the later of its children (the odd level).
+        let at = match self.leases.len() {
+            0 => return None,
+            1 => 0,
+            2 => 1,
+            _ => 1 + usize::from(self.after(2, 1)),
+        };
+        self.leases.get(at).map(|&s| self.lease(s))
+    }
+
+    /// Whether some holder has no lease.
+    pub(super) fn has_unleased(&self) -> bool {
+        self.no_lease > 0
+    }
+
+    /// Bytes held, for MEMORY USAGE.
+    pub(super) fn mem_usage(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.slots.capacity() * std::mem::size_of::<Slot>()
+            + (self.places.capacity() + self.free.capacity() + self.leases.capacity()) * 4
+            // a slot number and a control byte a bucket
+            + self.by_jid.capacity() * 5
+            + self.iter().map(Holder::text_bytes).sum::<usize>()
+    }
+
+    // ---- the min-max heap of leases ----------------------------------------
+
+    /// The end of lease of the holder in `slot` (`i64::MAX` for none: it is
+    /// not in the heap, so that is never compared).
+    fn lease(&self, slot: u32) -> i64 {
+        self.holder_at(slot)
+            .and_then(Holder::expires_at)
+            .unwrap_or(i64::MAX)
+    }
+
+    /// The end of lease at heap place `at`.
+    fn lease_at(&self, at: usize) -> i64 {
+        self.leases.get(at).map_or(i64::MAX, |&s| self.lease(s))
+    }
+
+    /// Whether the lease at place `a` ends strictly after the one at `b`.
+    fn after(&self, a: usize, b: usize) -> bool {
+        self.lease_at(a) > self.lease_at(b)
+    }
+
+    /// Whether the lease at `a` belongs nearer the `side` end than `b`'s.
+    fn beats(&self, side: Side, a: usize, b: usize) -> bool {
+        match side {
+            Side::Soonest => self.lease_at(a) < self.lease_at(b),
+            Side::Latest => self.lease_at(a) > self.lease_at(b),
+        }
+    }
+
+    /// The side a heap place orders: even levels the earliest, odd the latest.
+    fn side(at: usize) -> Side {
+        if (at + 1).ilog2().is_multiple_of(2) {
+            Side::Soonest
+        } else {
+            Side::Latest
+        }
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.leases.swap(a, b);
+        for at in [a, b] {
+            if let Some(&slot) = self.leases.get(at)
+                && let Some(place) = self.places.get_mut(slot as usize)
+            {
+                *place = u32::try_from(at).unwrap_or(NOWHERE);
+            }
+        }
+    }
+
+    fn place(&self, slot: u32) -> u32 {
+        self.places.get(slot as usize).copied().unwrap_or(NOWHERE)
+    }
+
+    fn push(&mut self, slot: u32) {
+        grow(&mut self.leases);
+        self.leases.push(slot);
+        let at = self.leases.len() - 1;
+        if let Some(place) = self.places.get_mut(slot as usize) {
+            *place = u32::try_from(at).unwrap_or(NOWHERE);
+        }
+        self.bubble_up(at);
+    }
+
+    /// Takes `slot` out of the heap (a holder that leaves or loses its lease).
+    fn unlease(&mut self, slot: u32) {
+        let at = self.place(slot);
+        if at == NOWHERE {
+            return;
+        }
+        let last = self.leases.len().saturating_sub(1);
+        self.swap(at as usize, last);
+        self.leases.pop();
+        if let Some(place) = self.places.get_mut(slot as usize) {
+            *place = NOWHERE;
+        }
+        if let Some(&moved) = self.leases.get(at as usize) {
+            self.fix(moved);
+        }
+    }
+
+    /// Moves `slot` to its place after its lease changed: down among what
+    /// is below it, then up from wherever that left it (going down first,
+    /// a swap with the parent never lands a lease above one it should not).
+    fn fix(&mut self, slot: u32) {
+        let at = self.place(slot) as usize;
+        self.trickle_down(at);
+        let at = self.place(slot) as usize;
+        self.bubble_up(at);
+    }
+
+    fn bubble_up(&mut self, at: usize) {
+        if at == 0 {
+            return;
+        }
+        let parent = (at - 1) / 2;
+        let side = Self::side(at);
+        let other = match side {
+            Side::Soonest => Side::Latest,
+            Side::Latest => Side::Soonest,
+        };
+        if self.beats(other, at, parent) {
+            self.swap(at, parent);
+            self.bubble_up_on(other, parent);
+        } else {
+            self.bubble_up_on(side, at);
+        }
+    }
+
+    /// Up the levels of `side` (grandparent by grandparent).
+    fn bubble_up_on(&mut self, side: Side, mut at: usize) {
+        while at > 2 {
+            let grand = ((at - 1) / 2 - 1) / 2;
+            if !self.beats(side, at, grand) {
+                break;
+            }
+            self.swap(at, grand);
+            at = grand;
+        }
+    }
+
+    fn trickle_down(&mut self, mut at: usize) {
+        let side = Self::side(at);
+        let len = self.leases.len();
+        loop {
+            let first = 2 * at + 1;
+            if first >= len {
+                break;
+            }
+            // The best of the children and the grandchildren.
+            let mut best = first;
+            for c in [first + 1, 4 * at + 3, 4 * at + 4, 4 * at + 5, 4 * at + 6] {
+                if c < len && self.beats(side, c, best) {
+                    best = c;
+                }
+            }
+            if !self.beats(side, best, at) {
+                break;
+            }
+            self.swap(best, at);
+            if best <= first + 1 {
+                break;
+            }
+            let parent = (best - 1) / 2;
+            if self.beats(side, parent, best) {
+                self.swap(best, parent);
+            }
+            at = best;
+        }
+    }
+
+    /// Every invariant of the layout, for the tests.
+    #[cfg(test)]
+    pub(super) fn check(&self) -> Result<(), String> {
+        let holders: Vec<&Holder> = self.iter().collect();
+        if holders.len() != self.len || self.by_jid.len() != self.len {
+            return Err(format!("{} holders, len {}", holders.len(), self.len));
+        }
+        for h in &holders {
+            if self.find(h.jid()).map(|f| f.token) != Some(h.token) {
+                return Err("a holder not found by its jid".into());
+            }
+        }
+        let leased = holders.iter().filter(|h| h.expires_at().is_some()).count();
+        if self.no_lease != self.len - leased {
+            return Err("no_lease miscounted".into());
+        }
+        if self.leases.len() != leased {
+            return Err(format!("{} leases of {leased}", self.leases.len()));
+        }
+        for (at, &slot) in self.leases.iter().enumerate() {
+            if self.place(slot) as usize != at {
+                return Err(format!("slot {slot} misplaced"));
+            }
+            // Within its parent (the other side) and its grandparent (the same).
+            let side = Self::side(at);
+            if at > 0 && self.beats(side, (at - 1) / 2, at) {
+                return Err(format!("{side:?} at {at}: beats its parent"));
+            }
+            if at > 2 && self.beats(side, at, ((at - 1) / 2 - 1) / 2) {
+                return Err(format!("{side:?} at {at}: beats its grandparent"));
+            }
+        }
+        if !in_token_order(&self.ordered().into_iter().cloned().collect::<Vec<_>>()) {
+            return Err("tokens repeat".into());
+        }
+        Ok(())
+    }
+}
+
+/// Makes room for one more by at least an eighth, not Vec's doubling, and
+/// up to the end of the allocator's size class: what the allocator would
+/// round the block up to anyway is used rather than wasted (with jemalloc's
+/// four classes a doubling, a block sized by an eighth could otherwise end
+/// up a quarter larger than asked). Each element is still moved a bounded
+/// number of times on average.
+fn grow<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        let size = std::mem::size_of::<T>().max(1);
+        let wanted = v.len() + (v.len() / 8).max(4);
+        let capacity = size_class(wanted.saturating_mul(size)) / size;
+        v.reserve_exact(capacity.max(wanted) - v.len());
+    }
+}
+
+/// The size jemalloc (Redis's allocator) gives a request of `bytes`: a
+/// multiple of 16 up to 128, then four classes between one power of two and
+/// the next.
+fn size_class(bytes: usize) -> usize {
+    if bytes <= 128 {
+        return bytes.div_ceil(16).max(1) * 16;
+    }
+    let step = 1usize << ((bytes - 1).ilog2() - 2);
+    bytes.div_ceil(step).saturating_mul(step)
+}
+
+/// Whether every token is larger than the one before it (grant order is then
+/// token order).
+pub(super) fn in_token_order(holders: &[Holder]) -> bool {
+    holders.windows(2).all(|w| match w {
+        [a, b] => a.token < b.token,
+        _ => true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn holder(jid: u16, token: i64, lease: Option<i64>) -> Holder {
+        Holder::new(&jid.to_be_bytes(), token, 0, lease, "lock", None, None)
+    }
+
+    #[test]
+    fn vectors_grow_to_the_end_of_a_size_class() {
+        assert_eq!(
+            [16, 128, 129, 256, 257, 48_001, 527_184].map(size_class),
+            [16, 128, 160, 256, 320, 49_152, 655_360]
+        );
+        let mut v: Vec<Slot> = Vec::new();
+        for _ in 0..10_000 {
+            grow(&mut v);
+            v.push(None);
+            let bytes = v.capacity() * 48;
+            assert!(size_class(bytes) - bytes < 48, "{} slots", v.capacity());
+        }
+    }
+
+    #[test]
+    fn a_slot_costs_a_holder() {
+        assert_eq!(std::mem::size_of::<Slot>(), 48);
+    }
+
+    #[test]
+    fn holders_out_of_token_order_are_handed_back() {
+        let holders = vec![holder(1, 5, None), holder(2, 4, None)];
+        assert_eq!(Indexed::from_ordered(holders.clone()).err(), Some(holders));
+        let mut indexed = Indexed::from_ordered(vec![holder(1, 5, None)]).expect("ordered");
+        assert_eq!(
+            indexed.insert(holder(2, 5, None)),
+            Err(holder(2, 5, None)),
+            "a token not after the newest"
+        );
+        assert_eq!(indexed.insert(holder(2, 6, Some(9))), Ok(()));
+        assert_eq!(indexed.page(0, 1).1.len(), 1);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u16, Option<i64>),
+        Remove(u16),
+        Relet(u16, Option<i64>),
+        Prune(i64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let lease = prop::option::of(0i64..50);
+        prop_oneof![
+            3 => (0u16..64, lease.clone()).prop_map(|(j, l)| Op::Insert(j, l)),
+            2 => (0u16..64).prop_map(Op::Remove),
+            2 => (0u16..64, lease).prop_map(|(j, l)| Op::Relet(j, l)),
+            1 => (0i64..50).prop_map(Op::Prune),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// The index against a plain vector in grant order.
+        #[test]
+        fn the_index_behaves_as_a_vector(ops in prop::collection::vec(op(), 0..300)) {
+            let mut indexed = Indexed::empty();
+            let mut model: Vec<Holder> = Vec::new();
+            let mut token = 0;
+            for op in ops {
+                match op {
+                    Op::Insert(jid, lease) => {
+                        if model.iter().all(|h| h.jid() != jid.to_be_bytes()) {
+                            token += 1;
+                            let h = holder(jid, token, lease);
+                            prop_assert_eq!(indexed.insert(h.clone()), Ok(()));
+                            model.push(h);
+                        }
+                    }
+                    Op::Remove(jid) => {
+                        let at = model.iter().position(|h| h.jid() == jid.to_be_bytes());
+                        let expected = at.map(|at| model.remove(at));
+                        prop_assert_eq!(indexed.remove(&jid.to_be_bytes()), expected);
+                    }
+                    Op::Relet(jid, lease) => {
+                        let relet = |h: &mut Holder| *h = Holder::new(h.jid(), h.token, 0, lease, "lock", None, None);
+                        let expected = model.iter_mut().find(|h| h.jid() == jid.to_be_bytes()).map(|h| { relet(h); h.token });
+                        prop_assert_eq!(indexed.update(&jid.to_be_bytes(), relet), expected);
+                    }
+                    Op::Prune(now) => {
+                        let mut ended = Vec::new();
+                        while let Some(h) = indexed.pop_ended(now) {
+                            ended.push(h);
+                        }
+                        prop_assert!(ended.windows(2).all(|w| w[0].expires_at() <= w[1].expires_at()), "earliest first");
+                        let mut expected: Vec<Holder> = model.iter().filter(|h| !h.is_live(now)).cloned().collect();
+                        model.retain(|h| h.is_live(now));
+                        ended.sort_by_key(|h| h.token);
+                        expected.sort_by_key(|h| h.token);
+                        prop_assert_eq!(ended, expected);
+                    }
+                }
+                prop_assert_eq!(indexed.check(), Ok(()));
+                prop_assert_eq!(indexed.ordered(), model.iter().collect::<Vec<_>>());
+                let leases = || model.iter().filter_map(Holder::expires_at);
+                prop_assert_eq!(indexed.earliest_lease(), leases().min());
+                prop_assert_eq!(indexed.latest_lease(), leases().max());
+                prop_assert_eq!(indexed.has_unleased(), model.iter().any(|h| h.expires_at().is_none()));
+                // A walk in pages meets every holder once.
+                let (mut cursor, mut seen) = (0, Vec::new());
+                loop {
+                    let (next, page) = indexed.page(cursor, 7);
+                    seen.extend(page.into_iter().map(|h| h.token));
+                    if next == 0 { break; }
+                    cursor = next;
+                }
+                seen.sort_unstable();
+                prop_assert_eq!(seen, model.iter().map(|h| h.token).collect::<Vec<_>>());
+            }
+            prop_assert_eq!(indexed.into_ordered(), model);
+        }
+    }
+}
