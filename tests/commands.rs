@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Server, Value, field, holders, int, token, wait_until, with_meta};
+use common::{Server, Value, field, holders, int, token, wait_for, with_meta};
 
 fn bulk(s: &str) -> Value {
     Value::BulkString(s.as_bytes().to_vec())
@@ -212,9 +212,7 @@ fn an_expired_holder_is_invisible_and_frees_its_slot() {
         call!(con, "UNIQUE.LOCK", "k", "third", "LIMIT", 2),
         Ok(Value::Nil)
     );
-    wait_until(Duration::from_secs(5), "the lease to end", || {
-        holders(con, "k") == ["forever"]
-    });
+    wait_for("the lease to end", || holders(con, "k") == ["forever"]);
     assert_eq!(
         call!(con, "UNIQUE.UNLOCK", "k", "short"),
         Ok(Value::Int(0)),
@@ -241,9 +239,7 @@ fn the_key_expires_with_its_latest_lease_or_not_at_all() {
     assert!((1..=20_000).contains(&pttl(con, "k")));
     // When every lease has run out, Redis itself deletes the key.
     call!(con, "UNIQUE.LOCK", "gone", "a", "TTL", 20).expect("lock");
-    wait_until(Duration::from_secs(5), "Redis to expire the key", || {
-        !exists(con, "gone")
-    });
+    wait_for("Redis to expire the key", || !exists(con, "gone"));
 }
 
 #[test]
@@ -253,7 +249,7 @@ fn a_crashed_jobs_lock_frees_itself_when_the_lease_ends() {
     // Long enough for the next command to see it held, on a loaded machine.
     call!(con, "UNIQUE.LOCK", "user:1", "crashed", "TTL", 1000).expect("lock");
     assert_eq!(call!(con, "UNIQUE.LOCK", "user:1", "next"), Ok(Value::Nil));
-    wait_until(Duration::from_secs(5), "the lease to end", || {
+    wait_for("the lease to end", || {
         matches!(
             call!(con, "UNIQUE.LOCK", "user:1", "next"),
             Ok(Value::Int(_))

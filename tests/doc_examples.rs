@@ -22,10 +22,9 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::Duration;
 
 use common::cli::{redis_cli, reply_matches, split_args};
-use common::{Server, wait_until};
+use common::{Server, wait_for};
 
 const ANOTHER_CLIENT: &str = "in another redis-cli: ";
 
@@ -156,9 +155,7 @@ fn replay(file: &str) -> usize {
             Some(other) => {
                 let args = step.args.clone();
                 let blocked = std::thread::spawn(move || redis_cli(port, &args));
-                wait_until(Duration::from_secs(5), "the example to block", || {
-                    blocked_clients(port) > 0
-                });
+                wait_for("the example to block", || blocked_clients(port) > 0);
                 redis_cli(port, other);
                 blocked.join().expect("the blocked redis-cli")
             }

@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{Connection, Server, Value, token, wait_until};
+use common::{Connection, Server, Value, token, wait_for};
 use serde_json::json;
 
 fn gauges(con: &mut Connection) -> (i64, i64) {
@@ -52,7 +50,7 @@ fn known_sequence(con: &mut Connection) {
         "TTL",
         10
     ));
-    wait_until(Duration::from_secs(5), "the lease to end", || {
+    wait_for("the lease to end", || {
         matches!(
             call!(con, "UNIQUE.LOCK", "b", "next", "TYPE", "while_executing"),
             Ok(Value::Int(_))
@@ -249,11 +247,9 @@ fn lazy_user_flush(con: &mut Connection) -> bool {
 /// synchronous, within a bound when the server frees in the background.
 fn after_flush(con: &mut Connection, lazy: bool, expected: (i64, i64), what: &str) {
     if lazy {
-        wait_until(
-            Duration::from_secs(5),
-            &format!("the background free after {what}"),
-            || gauges(con) == expected,
-        );
+        wait_for(&format!("the background free after {what}"), || {
+            gauges(con) == expected
+        });
     } else {
         assert_eq!(gauges(con), expected, "a synchronous {what} frees at once");
     }
@@ -313,14 +309,10 @@ fn gauges_follow_every_way_a_lock_comes_and_goes() {
     assert_eq!(gauges(con), (0, 0), "FLUSHALL SYNC frees at once");
     add(con, "e", 4);
     call!(con, "FLUSHALL", "ASYNC").expect("FLUSHALL ASYNC");
-    wait_until(Duration::from_secs(5), "the background free", || {
-        gauges(con) == (0, 0)
-    });
+    wait_for("the background free", || gauges(con) == (0, 0));
     // A key that expires by itself.
     token(call!(con, "UNIQUE.LOCK", "f", "j", "TTL", 10));
-    wait_until(Duration::from_secs(5), "Redis to expire the key", || {
-        gauges(con) == (0, 0)
-    });
+    wait_for("Redis to expire the key", || gauges(con) == (0, 0));
 }
 
 #[test]

@@ -10,7 +10,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value, digest, holders, token, wait_until};
+use common::{Connection, Server, Value, digest, holders, token, wait_for};
 
 fn rate_of(con: &mut Connection, key: &str) -> Option<HashMap<String, i64>> {
     match call!(con, "UNIQUE.RATE", key) {
@@ -74,7 +74,7 @@ fn a_grant_needs_both_the_limit_and_the_rate_and_a_renewal_spends_nothing() {
     );
     assert_eq!(state["idle_at"], state["allowed_at"] + 500);
     // A full lock is refused by its LIMIT first (counted as a plain denial).
-    wait_until(Duration::from_secs(2), "the rate to allow one", || {
+    wait_for("the rate to allow one", || {
         rate_of(&mut server.con(), "api:acme").is_some_and(|s| s["remaining"] >= 1)
     });
     token(lock(con, "c"));
@@ -184,7 +184,7 @@ fn a_new_rate_applies_at_once_and_keeps_what_was_spent() {
     let state = rate_of(con, "k").expect("state");
     assert_eq!(state["limit"], 10, "a denial does not rewrite the state");
     assert_eq!(state["idle_at"], idle);
-    wait_until(Duration::from_secs(3), "the time already spent", || {
+    wait_for("the time already spent", || {
         common::server_time_ms(&mut server.con()) >= idle
     });
     token(call!(
@@ -219,7 +219,7 @@ fn a_lock_with_a_rate_outlives_its_holders_until_its_rate_is_idle() {
         call!(con, "UNIQUE.LOCK", "k", "other", "RATE", 1, "PER", 600),
         Ok(Value::Nil)
     );
-    wait_until(Duration::from_secs(3), "the key to go", || {
+    wait_for("the key to go", || {
         call!(&mut server.con(), "EXISTS", "k") == Ok(Value::Int(0))
     });
     assert_eq!(common::info_field(con, "unique", "unique_locks"), 0);
@@ -273,7 +273,7 @@ fn waiters_refused_by_the_rate_are_served_in_arrival_order_when_it_allows() {
                 )
             });
             // Arrival order: each waiter is queued before the next one comes.
-            wait_until(Duration::from_secs(5), "the waiter to queue", || {
+            wait_for("the waiter to queue", || {
                 call!(&mut server.con(), "UNIQUE.WAITERS", "api") == Ok(Value::Int(i))
             });
             w
@@ -345,7 +345,7 @@ fn the_rate_state_is_kept_by_every_persistence_and_replication_path() {
 
     // The replica: the same data, by digest and by what it shows.
     let r = &mut replica.con();
-    wait_until(Duration::from_secs(10), "the replica", || {
+    wait_for("the replica", || {
         digest(&mut primary.con()) == digest(&mut replica.con())
     });
     assert_eq!(state(r), before);

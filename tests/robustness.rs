@@ -390,7 +390,7 @@ fn a_lease_ending_while_writes_are_paused_waits_for_the_pause() {
             30_000
         )
     });
-    common::wait_until(Duration::from_secs(5), "the waiter", || {
+    common::wait_for("the waiter", || {
         common::info_field(&mut server.con(), "unique", "unique_waiting") == 1
     });
 
@@ -408,7 +408,7 @@ fn a_lease_ending_while_writes_are_paused_waits_for_the_pause() {
     );
     let granted = common::token(waiting.join().expect("the waiter"));
     assert!(granted > 0);
-    common::wait_until(Duration::from_secs(5), "the reaper after the pause", || {
+    common::wait_for("the reaper after the pause", || {
         common::holders(&mut server.con(), "pair") == ["long"]
     });
     assert_eq!(common::holders(con, "single"), ["second"]);

@@ -6,9 +6,8 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
-use std::time::Duration;
 
-use common::{Server, Value, holders, token, wait_until};
+use common::{Server, Value, holders, token, wait_for};
 
 /// Seed 1: only one job per user at a time; other users run in parallel; a
 /// crashed job's lock frees itself when its lease ends.
@@ -65,16 +64,12 @@ fn lock_around_an_id() {
         call!(con, "UNIQUE.LOCK", "sync:user:3", "retry", "TTL", hour),
         Ok(Value::Nil)
     );
-    wait_until(
-        Duration::from_secs(5),
-        "the crashed job's lease to end",
-        || {
-            matches!(
-                call!(con, "UNIQUE.LOCK", "sync:user:3", "retry", "TTL", hour),
-                Ok(Value::Int(_))
-            )
-        },
-    );
+    wait_for("the crashed job's lease to end", || {
+        matches!(
+            call!(con, "UNIQUE.LOCK", "sync:user:3", "retry", "TTL", hour),
+            Ok(Value::Int(_))
+        )
+    });
 }
 
 /// Seed 2: at most N jobs of a worker at once, with real concurrent workers.

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Rng, Server, Value, info_field, wait_until};
+use common::{Connection, Rng, Server, Value, info_field, wait_for, wait_until};
 
 const CLIENTS: usize = 10_000;
 const KEYS: usize = 100;
@@ -104,7 +104,7 @@ fn ten_thousand_waiters_each_get_one_reply() {
         .map(|s| Some(BufReader::new(s)))
         .collect();
     let mut peak = 0;
-    wait_until(Duration::from_secs(60), "the clients to block", || {
+    wait_for("the clients to block", || {
         let waiting = int(&mut con, "waiting");
         let timed_out = int(&mut con, "timed_out");
         peak = peak.max(waiting);
@@ -179,9 +179,7 @@ fn ten_thousand_waiters_each_get_one_reply() {
     assert_eq!(int(&mut con, "waiting"), 0);
     assert_eq!(info_field(&mut con, "clients", "blocked_clients"), 0);
     // The last leases end within 200 ms; their timers fire, none is left.
-    wait_until(Duration::from_secs(10), "no timer armed", || {
-        int(&mut con, "timers_armed") == 0
-    });
+    wait_for("no timer armed", || int(&mut con, "timers_armed") == 0);
     eprintln!(
         "{CLIENTS} clients, peak waiting {peak}; {} granted, {nils} timed out, {gone} \
          disconnected, {unlocks} UNLOCKs by the driver, {} timed out in all; \
@@ -218,9 +216,7 @@ fn a_grant_in_the_iteration_of_the_timeout_is_replied() {
         .map(String::from)
         .to_vec();
     waiter.write_all(&resp(&args)).expect("send");
-    wait_until(Duration::from_secs(10), "the waiter to block", || {
-        int(&mut con, "waiting") == 1
-    });
+    wait_for("the waiter to block", || int(&mut con, "waiting") == 1);
     // One write: both commands run in one event-loop iteration.
     let mut both = resp(&["DEBUG".into(), "SLEEP".into(), "0.1".into()]);
     both.extend(resp(&["UNIQUE.UNLOCK".into(), "k".into(), "h".into()]));

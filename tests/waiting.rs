@@ -5,7 +5,7 @@ mod common;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value, digest, holders, int, token, wait_until};
+use common::{Connection, Server, Value, digest, holders, int, token, wait_for};
 
 /// Clients waiting on this server, from INFO.
 fn waiting(con: &mut Connection) -> i64 {
@@ -31,7 +31,7 @@ fn start_waiter(
         let reply = common::run(&cmd, &mut con);
         (reply, Instant::now())
     });
-    wait_until(Duration::from_secs(5), "the waiter to block", || {
+    wait_for("the waiter to block", || {
         waiting(&mut observer) == before + 1
     });
     handle
@@ -121,9 +121,7 @@ fn client_unblock_ends_a_wait_with_nil_and_its_deadline_timer() {
             "t"
         )
     });
-    wait_until(Duration::from_secs(5), "the waiter to block", || {
-        waiting(con) == 1
-    });
+    wait_for("the waiter to block", || waiting(con) == 1);
     assert_eq!(common::info_field(con, "unique", "unique_timers_armed"), 1);
     assert_eq!(call!(con, "CLIENT", "UNBLOCK", id), Ok(Value::Int(1)));
     assert_eq!(blocked.join().expect("waiter"), Ok(Value::Nil));
@@ -311,17 +309,13 @@ fn a_waiter_that_disconnects_is_forgotten() {
         cmd.arg("k").arg("b").arg("WAIT").arg(10_000);
         common::run(&cmd, &mut waiter)
     });
-    wait_until(Duration::from_secs(5), "the waiter to block", || {
-        waiting(con) == 1
-    });
+    wait_for("the waiter to block", || waiting(con) == 1);
     call!(con, "CLIENT", "KILL", "ID", id).expect("CLIENT KILL");
     assert!(
         handle.join().expect("thread").is_err(),
         "the killed client got no token"
     );
-    wait_until(Duration::from_secs(5), "the waiter to be forgotten", || {
-        waiting(con) == 0
-    });
+    wait_for("the waiter to be forgotten", || waiting(con) == 0);
     assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "a"), Ok(Value::Int(1)));
     assert_eq!(
         call!(con, "EXISTS", "k"),
@@ -408,7 +402,7 @@ fn a_replica_matches_its_primary_after_waiters_were_served() {
     let by_unlock = start_waiter(&primary, args(&["k", "c", "WAIT", "10000", "OWNER", "x"]));
     call!(p, "UNIQUE.UNLOCK", "k", "b").expect("UNLOCK");
     token(by_unlock.join().expect("waiter").0);
-    wait_until(Duration::from_secs(5), "the replica to catch up", || {
+    wait_for("the replica to catch up", || {
         let _: i64 = redis::cmd("WAIT").arg(1).arg(1_000).query(p).unwrap_or(0);
         digest(p) == digest(r)
     });
@@ -462,7 +456,7 @@ fn the_longest_wait_blocks_until_served() {
         // The old overflow timed such a wait out within a few ms: it must
         // still be queued a good while later, by the server's own clock.
         let start = common::server_time_ms(con);
-        wait_until(Duration::from_secs(5), "100 ms of server time", || {
+        wait_for("100 ms of server time", || {
             common::server_time_ms(con) >= start + 100
         });
         assert_eq!(

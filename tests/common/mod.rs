@@ -58,6 +58,9 @@ pub fn module_path() -> &'static Path {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let status = Command::new(env!("CARGO"))
             .args(["build", "--release", "--lib", "--quiet"])
+            // Set for the test binary only (.ci/shuffled-test): a cargo that saw it would
+            // rebuild the module from scratch.
+            .env_remove("RUSTC_BOOTSTRAP")
             .current_dir(root)
             .status()
             .expect("cargo runs");
@@ -66,6 +69,24 @@ pub fn module_path() -> &'static Path {
         assert!(path.exists(), "{} was not built", path.display());
         path
     })
+}
+
+/// How long a test waits for a condition before it fails: a server, a replica, a
+/// reaper tick or a waiter's grant comes in milliseconds on an idle machine, but CI runs
+/// on 2 shared cores with four suites, background builds, and under valgrind (20 times
+/// slower). A bound only costs time when the test fails anyway, so it is generous: 60 s,
+/// 5 minutes under valgrind. Tests wait with [`wait_for`], never a fixed sleep.
+pub fn patient() -> Duration {
+    if valgrind_logs().is_some() {
+        Duration::from_secs(300)
+    } else {
+        Duration::from_secs(60)
+    }
+}
+
+/// Polls `condition` every few ms until it holds; fails after [`patient`].
+pub fn wait_for(what: &str, condition: impl FnMut() -> bool) {
+    wait_until(patient(), what, condition)
 }
 
 /// Polls `condition` every few ms until it holds or `limit` passes.
