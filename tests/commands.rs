@@ -197,21 +197,20 @@ fn limit_zero_is_a_counting_lock() {
 fn an_expired_holder_is_invisible_and_frees_its_slot() {
     let server = Server::start();
     let con = &mut server.con();
-    let t1 = token(call!(
-        con,
-        "UNIQUE.LOCK",
-        "k",
-        "short",
-        "LIMIT",
-        2,
-        "TTL",
-        30
-    ));
-    token(call!(con, "UNIQUE.LOCK", "k", "forever", "LIMIT", 2));
-    assert_eq!(
-        call!(con, "UNIQUE.LOCK", "k", "third", "LIMIT", 2),
-        Ok(Value::Nil)
-    );
+    // One pipeline, one read on the server: the third LOCK meets the short
+    // lease still running, however slow the machine is between commands.
+    let replies: Vec<Value> = redis::pipe()
+        .cmd("UNIQUE.LOCK")
+        .arg(&["k", "short", "LIMIT", "2", "TTL", "300"])
+        .cmd("UNIQUE.LOCK")
+        .arg(&["k", "forever", "LIMIT", "2"])
+        .cmd("UNIQUE.LOCK")
+        .arg(&["k", "third", "LIMIT", "2"])
+        .query(con)
+        .expect("the pipeline");
+    let t1 = token(Ok(replies[0].clone()));
+    token(Ok(replies[1].clone()));
+    assert_eq!(replies[2], Value::Nil, "full while the lease runs");
     wait_for("the lease to end", || holders(con, "k") == ["forever"]);
     assert_eq!(
         call!(con, "UNIQUE.UNLOCK", "k", "short"),

@@ -391,6 +391,8 @@ fn run(workload: &dyn Workload) -> (u64, i64) {
     (ops, after - before)
 }
 
+const MEMORY_SLACK: i64 = 16 << 10;
+
 #[test]
 fn a_million_operations_give_their_memory_back() {
     let start = Instant::now();
@@ -402,8 +404,12 @@ fn a_million_operations_give_their_memory_back() {
          control (SET/DEL/BLPOP/SCAN): {control_ops} ops, +{control_growth} B"
     );
     assert!(lock_ops >= 1_000_000, "{lock_ops} operations");
+    // Two servers never end byte for byte alike (allocator size classes,
+    // a client's buffers, the metrics' minute that turned during one run):
+    // 16 KiB of slack, where a leak of one byte in 64 operations would be
+    // 16 KiB over the million.
     assert!(
-        lock_growth <= control_growth.max(0),
+        lock_growth <= control_growth.max(0) + MEMORY_SLACK,
         "the module kept {lock_growth} B, the control {control_growth} B"
     );
 }
