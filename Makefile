@@ -3,7 +3,7 @@
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
 
-.PHONY: run test build bench bench-scale loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak
+.PHONY: run test build bench bench-scale loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -131,10 +131,12 @@ $(PY_VENV)/.installed: clients/python/pyproject.toml
 ## python-venv: clients/python/.venv with the package, its test extras, celery, rq and pytest
 python-venv: $(PY_VENV)/.installed
 
-## test-python: the Python client's tests (real redis-server, Celery and RQ workers)
+## test-python: the Python client's tests (real redis-server, Celery and RQ workers);
+## PYTEST_ARGS adds pytest arguments
+PYTEST_ARGS ?=
 test-python: deps python-venv
 	cargo build --release --lib
-	cd clients/python && $(SUITE) python -- .venv/bin/python -m pytest -q -p randomly --randomly-seed=$(TEST_SEED)
+	cd clients/python && $(SUITE) python -- .venv/bin/python -m pytest -q -p randomly --randomly-seed=$(TEST_SEED) $(PYTEST_ARGS)
 
 ## bench-python: lock+unlock pairs/s through redis-py, the client against the Lua design
 bench-python: deps python-venv
@@ -160,10 +162,12 @@ COMPAT_SUITES ?= $(strip test-rust $(patsubst clients/%/,test-%,$(sort $(filter-
 # Per server, the suites skip only what does not depend on the server, and which `make test`
 # ran once already: Rust's unit and property tests and doctests (only the integration tests,
 # which start servers, run: `--test '*'`), the gem's `gem build` test and the Node package's
-# `npm pack` test. The Node build and the Python venv are made once, not per server.
+# `npm pack` test, and the Python extras' test (fresh venvs installed from PyPI, each running
+# the README's example). The Node build and the Python venv are made once, not per server.
 COMPAT_RUST_TESTS ?= --test '*'
 COMPAT_RUBY_TESTS ?= $(filter-out test/gem_build_test.rb,$(patsubst clients/ruby/%,%,$(wildcard clients/ruby/test/*_test.rb)))
 COMPAT_NODE_SKIP ?= pack
+COMPAT_PYTEST_ARGS ?= --ignore=tests/test_extras.py
 ## test-compat: every suite (COMPAT_SUITES) on each server of COMPAT_SERVERS; a server not
 ## built yet is built (.ci/locked-build waits for a build already under way, as .ci/run's)
 test-compat: deps build
@@ -175,6 +179,7 @@ test-compat: deps build
 	    REDIS_SERVER=$$server REDIS_CLI=$$cli REDIS_UNIQUE_MODULE=$(CURDIR)/$(MODULE) \
 	        $(MAKE) --no-print-directory test-suites SIDEKIQ_VERSIONS="$(COMPAT_SIDEKIQ)" \
 	        RUST_TESTS="$(COMPAT_RUST_TESTS)" RUBY_TESTS="$(COMPAT_RUBY_TESTS)" TEST_SKIP="$(COMPAT_NODE_SKIP)" \
+	        PYTEST_ARGS="$(COMPAT_PYTEST_ARGS)" \
 	        || { echo "== FAILED on $$name" >&2; exit 1; }; \
 	done
 
@@ -199,7 +204,7 @@ clients/node/node_modules/.installed: clients/node/package-lock.json
 node-deps: clients/node/node_modules/.installed
 
 ## test-node: the Node client's tests (real redis-server, real BullMQ workers in child processes)
-test-node: deps node-deps $(NODE_DIST)
+test-node: deps node-deps clients/node/dist/.built
 	cargo build --release --lib
 	cd clients/node && $(SUITE) node -- npm test --silent
 
@@ -216,3 +221,19 @@ bench-node: deps node-deps build
 	cd clients/node && npm run --silent build && npm run --silent bench
 
 bench: bench-node
+
+## ---- Flakes: the same suites again and again, each run in another order
+## test-repeat: REPEAT runs (default 3) of REPEAT_SUITES, each with a fresh TEST_SEED; every
+## run goes on to the end, and the failures of all runs (suite, tests, seed, server) are
+## listed at the end (target/ci/failures). SIDEKIQ_VERSIONS picks the gem's Sidekiqs.
+REPEAT ?= 3
+REPEAT_SUITES ?= test-rust test-python test-node test-ruby
+.PHONY: test-repeat
+test-repeat: deps
+	@rm -f target/ci/failures; failed=0; for i in $$(seq $(REPEAT)); do \
+	    seed=$$(od -An -N2 -tu2 /dev/urandom | awk '{ print $$1 % 65535 }'); \
+	    echo "== test-repeat $$i/$(REPEAT): TEST_SEED=$$seed"; \
+	    $(MAKE) --no-print-directory -k $(REPEAT_SUITES) TEST_SEED=$$seed || failed=$$((failed + 1)); \
+	done; \
+	echo "== test-repeat: $$failed of $(REPEAT) runs failed"; \
+	[ $$failed = 0 ] || { cat target/ci/failures; exit 1; }
