@@ -123,7 +123,7 @@ module TestHelpers
   end
 
   # Waits until `n` events named `event` were recorded; returns them.
-  def wait_events(event, n = 1, tok = token)
+  def wait_events(event, n = 1, tok = token, timeout: H::PATIENCE)
     H.wait_until(timeout: timeout, message: "#{n} #{event} event(s) for #{tok}: #{events(tok).inspect}") do
       found = events(tok).select { |e| e["event"] == event }
       found.size >= n ? found : nil
