@@ -134,8 +134,9 @@ impl Server {
     fn start_on(extra: &[&str], pick_port: fn() -> u16) -> Self {
         let dir = temp_dir("test");
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        // A free port can be taken between our probe and the server's bind: retry.
-        for _ in 0..5 {
+        // A free port can be taken between our probe and the server's bind: retry,
+        // in the same directory, keeping each failed try's log beside it.
+        for attempt in 1..=5 {
             let port = pick_port();
             let child = spawn(port, &dir, &args);
             let mut server = Self {
@@ -149,9 +150,15 @@ impl Server {
             }
             let _ = server.child.kill();
             let _ = server.child.wait();
+            let _ = std::fs::rename(
+                dir.join("redis.log"),
+                dir.join(format!("redis-try-{attempt}.log")),
+            );
+            // Dropping it must not remove the directory the next try runs in.
+            server.dir = PathBuf::new();
         }
         panic!(
-            "{} did not start; see {}/redis.log",
+            "{} did not start in 5 tries; see {}/redis-try-*.log",
             server_binary().to_string_lossy(),
             dir.display()
         );
@@ -159,7 +166,7 @@ impl Server {
 
     fn wait_ready(&mut self) -> bool {
         let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) * patience() {
+        while start.elapsed() < patient() {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
             }
@@ -242,7 +249,7 @@ impl Server {
 
     pub fn wait_in_sync(&self) {
         let mut con = self.con();
-        let limit = Duration::from_secs(10) * patience();
+        let limit = patient();
         wait_until(limit, "the replica link", || {
             let info: String = redis::cmd("INFO")
                 .arg("replication")
