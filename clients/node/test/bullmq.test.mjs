@@ -126,7 +126,10 @@ test("kill -9 of a worker mid-job: its group slot frees and BullMQ's stalled che
   const [, doomedName] = (await redis.lindex("workers", 0)).split(" ");
   const job = await queue.add("long", { group: "solo", ms: 60_000 });
   const key = `unique:group:${name}:solo`;
-  await waitFor(async () => (await client.lockedBy(key)).includes(String(job.id)), { message: "the job's slot" });
+  // The slot is taken before the job's code runs: kill only once the job has started,
+  // or "it ran again" below would count one run.
+  await waitFor(async () => (await client.lockedBy(key)).includes(String(job.id))
+    && (await redis.lrange("started", 0, -1)).includes(String(job.id)), { message: "the job running" });
   assert.equal((await client.holders(key))[0].owner, doomedName);
   doomed.kill("SIGKILL");
   // A survivor: its reaper sees the dead worker gone from BullMQ's list and frees its slot

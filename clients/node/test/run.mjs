@@ -38,7 +38,9 @@ console.log(`# node tests: seed ${seed} (TEST_SEED=${seed} npm test replays it),
 
 const failed = [];
 for (const file of names) {
-  const { status, signal } = spawnSync(process.execPath, ["--test", file], { stdio: "inherit" });
+  // --test-force-exit: a test that failed before closing its connections would otherwise
+  // keep the file's process alive (reconnecting to a stopped server) and the suite hung.
+  const { status, signal } = spawnSync(process.execPath, ["--test", "--test-force-exit", file], { stdio: "inherit" });
   if (status !== 0) failed.push(`${file} (${signal ?? `exit ${status}`})`);
 }
 if (failed.length) {
