@@ -3,25 +3,43 @@
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
 
-.PHONY: run test build bench bench-floor bench-scale bench-many loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak
+.PHONY: run test build bench bench-floor bench-scale bench-many loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
 	redis-server ./redis.conf --port $(PORT) --loadmodule $(abspath $(MODULE))
 
-## test: formatting, lints, unit tests, integration tests and the redis-cli suite
-test: deps test-ruby
-	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
-	cargo test
+## Every suite runs in an order drawn from TEST_SEED (0 to 65534, minitest's range): a fresh
+## one per `make` run, printed; `make test TEST_SEED=1234` replays that order. Each suite runs
+## through .ci/suite, which keeps its log in target/ci/ and, when it fails, names the suite, the
+## failed tests, the seed and the server (target/ci/failures; .ci/run prints it last).
+ifndef TEST_SEED
+TEST_SEED := $(shell od -An -N2 -tu2 /dev/urandom | awk '{ print $$1 % 65535 }')
+endif
+export TEST_SEED
+SUITE := $(CURDIR)/.ci/suite
+
+## test: lints first (they fail in seconds), then the Rust tests, the Python and Node clients
+## and the gem on every Sidekiq
+test: deps lint test-rust test-python test-node test-ruby
+	@echo "== make test passed (TEST_SEED=$(TEST_SEED))"
+
+## lint: cargo fmt and clippy (warnings are errors)
+lint:
+	@echo "== TEST_SEED=$(TEST_SEED)"
+	$(SUITE) fmt -- cargo fmt --all -- --check
+	$(SUITE) clippy -- cargo clippy --all-targets -- -D warnings
 
 ## test-ruby: the Ruby gem (clients/ruby) against real Sidekiq 6.4.1, 7.3.9 and 8.1.7 (Ruby 3.3,
 ## built once from ../shared/ruby) processes, and its gem build; SIDEKIQ_VERSIONS="6 7 8" picks
 SHARED_RUBY ?= $(abspath ../shared/ruby)
 SIDEKIQ_VERSIONS ?= 6 7 8
+# The gem's test files (default: all); test-compat leaves out the server-independent ones.
+RUBY_TESTS ?=
 test-ruby: deps
 	cargo build --release --lib
-	SHARED_RUBY=$(SHARED_RUBY) SIDEKIQ_VERSIONS="$(SIDEKIQ_VERSIONS)" clients/ruby/test/run.sh
+	SHARED_RUBY=$(SHARED_RUBY) SIDEKIQ_VERSIONS="$(SIDEKIQ_VERSIONS)" \
+		$(SUITE) ruby -- clients/ruby/test/run.sh $(RUBY_TESTS)
 
 ## bench-ruby: the gem's client and Sidekiq jobs/s against the Lua design of bench/lua (clients/ruby/bench)
 bench-ruby: deps
@@ -47,11 +65,11 @@ test-valgrind: deps
 	CARGO_TARGET_DIR=target/valgrind CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
 		cargo build --release --lib --features system-alloc
 	rm -rf target/valgrind/logs && mkdir -p target/valgrind/logs
-	REDIS_SERVER="$$(./scripts/valgrind-server.sh)" \
+	REDIS_SERVER="$$(.ci/locked-build redis-7.2.6-libc)" \
 	REDIS_UNIQUE_MODULE=$(CURDIR)/target/valgrind/release/libredis_unique.so \
 	REDIS_VALGRIND=$(CURDIR)/target/valgrind/logs \
-		cargo test --no-fail-fast $(addprefix --test ,$(VALGRIND_TESTS)) -- $(VALGRIND_SKIP)
-	./scripts/valgrind-check.sh target/valgrind/logs
+		$(SUITE) valgrind -- cargo test --no-fail-fast $(addprefix --test ,$(VALGRIND_TESTS)) -- $(VALGRIND_SKIP)
+	$(SUITE) valgrind-check -- ./scripts/valgrind-check.sh target/valgrind/logs
 
 ## soak: a million contended LOCK/renew/UNLOCK/WAIT operations with a fenced resource through
 ## Sentinel failovers (primary, 2 replicas, 3 Sentinels), then again with WAIT 1 100 after LOCK;
@@ -126,17 +144,18 @@ $(PY_VENV)/.installed: clients/python/pyproject.toml
 ## python-venv: clients/python/.venv with the package, its test extras, celery, rq and pytest
 python-venv: $(PY_VENV)/.installed
 
-## test-python: the Python client's tests (real redis-server, Celery and RQ workers)
+## test-python: the Python client's tests (real redis-server, Celery and RQ workers);
+## PYTEST_ARGS adds pytest arguments
+PYTEST_ARGS ?=
 test-python: deps python-venv
 	cargo build --release --lib
-	cd clients/python && .venv/bin/python -m pytest -q
+	cd clients/python && $(SUITE) python -- .venv/bin/python -m pytest -q -p randomly --randomly-seed=$(TEST_SEED) $(PYTEST_ARGS)
 
 ## bench-python: lock+unlock pairs/s through redis-py, the client against the Lua design
 bench-python: deps python-venv
 	cargo build --release --lib
 	$(PY_VENV)/bin/python clients/python/bench/bench.py
 
-test: test-python
 bench: bench-python
 
 ## ---- Every supported server: Redis 7.0 is the redis-server on the PATH (`make test`);
@@ -153,24 +172,41 @@ COMPAT_SIDEKIQ ?= 8
 COMPAT_SUITES ?= $(strip test-rust $(patsubst clients/%/,test-%,$(sort $(filter-out clients/conformance/,$(wildcard clients/*/)))))
 
 .PHONY: test-compat test-suites test-rust
-## test-compat: every suite (COMPAT_SUITES) on each server of COMPAT_SERVERS
+# Per server, the suites skip only what does not depend on the server, and which `make test`
+# ran once already: Rust's unit and property tests and doctests (only the integration tests,
+# which start servers, run: `--test '*'`), the gem's `gem build` test and the Node package's
+# `npm pack` test, and the Python extras' test (fresh venvs installed from PyPI, each running
+# the README's example). The Node build and the Python venv are made once, not per server.
+COMPAT_RUST_TESTS ?= --test '*'
+COMPAT_RUBY_TESTS ?= $(filter-out test/gem_build_test.rb,$(patsubst clients/ruby/%,%,$(wildcard clients/ruby/test/*_test.rb)))
+COMPAT_NODE_SKIP ?= pack
+COMPAT_PYTEST_ARGS ?= --ignore=tests/test_extras.py
+## test-compat: every suite (COMPAT_SUITES) on each server of COMPAT_SERVERS; a server not
+## built yet is built (.ci/locked-build waits for a build already under way, as .ci/run's)
 test-compat: deps build
 	@[ -x $(SERVERS_DIR)/build.sh ] || { echo "no $(SERVERS_DIR)/build.sh: set SERVERS_DIR" >&2; exit 1; }
 	@set -e; for name in $(COMPAT_SERVERS); do \
-	    server=$$(nice -n 10 $(SERVERS_DIR)/build.sh $$name); \
+	    server=$$(SERVERS_DIR=$(abspath $(SERVERS_DIR)) nice -n 10 .ci/locked-build $$name); \
 	    cli=$$(ls "$$(dirname "$$server")"/redis-cli "$$(dirname "$$server")"/valkey-cli 2>/dev/null | head -1); \
 	    echo "== $$name: $(COMPAT_SUITES) with $$server and $${cli:-redis-cli}"; \
 	    REDIS_SERVER=$$server REDIS_CLI=$$cli REDIS_UNIQUE_MODULE=$(CURDIR)/$(MODULE) \
 	        $(MAKE) --no-print-directory test-suites SIDEKIQ_VERSIONS="$(COMPAT_SIDEKIQ)" \
+	        RUST_TESTS="$(COMPAT_RUST_TESTS)" RUBY_TESTS="$(COMPAT_RUBY_TESTS)" TEST_SKIP="$(COMPAT_NODE_SKIP)" \
+	        PYTEST_ARGS="$(COMPAT_PYTEST_ARGS)" \
 	        || { echo "== FAILED on $$name" >&2; exit 1; }; \
 	done
 
 ## test-suites: every suite of COMPAT_SUITES against REDIS_SERVER (default: redis-server on the PATH)
 test-suites: $(COMPAT_SUITES)
 
-## test-rust: unit tests, integration tests and the redis-cli suite (no lints)
+## test-rust: unit tests, integration tests and the redis-cli suite (no lints), each test
+## binary's tests started in TEST_SEED's order (.ci/shuffled-test; they run on threads);
+## RUST_TESTS narrows it (test-compat: `--test '*'`, the integration tests, which start servers)
+RUST_TESTS ?=
+HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 test-rust:
-	cargo test
+	$(SUITE) rust -- cargo test $(RUST_TESTS) \
+		--config 'target.$(HOST_TRIPLE).runner = "$(CURDIR)/.ci/shuffled-test"'
 
 ## ---- Node.js client (clients/node): dependencies from the committed lockfile (npm ci)
 .PHONY: test-node bench-node node-deps
@@ -181,15 +217,22 @@ clients/node/node_modules/.installed: clients/node/package-lock.json
 node-deps: clients/node/node_modules/.installed
 
 ## test-node: the Node client's tests (real redis-server, real BullMQ workers in child processes)
-test-node: deps node-deps
+test-node: deps node-deps clients/node/dist/.built
 	cargo build --release --lib
-	cd clients/node && npm run --silent build && npm test
+	cd clients/node && $(SUITE) node -- npm test --silent
+
+# The package's build (tsc, ESM and CommonJS), redone only when its sources change.
+NODE_DIST := clients/node/dist/.built
+$(NODE_DIST): $(wildcard clients/node/src/*.ts clients/node/src/**/*.ts) clients/node/package.json \
+		clients/node/tsconfig.json clients/node/tsconfig.cjs.json clients/node/scripts/cjs-package.mjs \
+		clients/node/node_modules/.installed
+	cd clients/node && npm run --silent build
+	touch $@
 
 ## bench-node: Mutex pairs/s against redis-semaphore, BullMQ jobs/s with and without GroupLimit
 bench-node: deps node-deps build
 	cd clients/node && npm run --silent build && npm run --silent bench
 
-test: test-node
 bench: bench-node
 
 ## ---- Release artifacts: one version (Cargo.toml's; scripts/version.sh keeps the clients'
@@ -207,3 +250,19 @@ dist: deps
 ## running one real Sidekiq, RQ and BullMQ job
 test-dist: dist
 	SERVERS_DIR=$(SERVERS_DIR) COMPAT_SERVERS="$(COMPAT_SERVERS)" ./scripts/test-dist.sh
+
+## ---- Flakes: the same suites again and again, each run in another order
+## test-repeat: REPEAT runs (default 3) of REPEAT_SUITES, each with a fresh TEST_SEED; every
+## run goes on to the end, and the failures of all runs (suite, tests, seed, server) are
+## listed at the end (target/ci/failures). SIDEKIQ_VERSIONS picks the gem's Sidekiqs.
+REPEAT ?= 3
+REPEAT_SUITES ?= test-rust test-python test-node test-ruby
+.PHONY: test-repeat
+test-repeat: deps
+	@rm -f target/ci/failures; failed=0; for i in $$(seq $(REPEAT)); do \
+	    seed=$$(od -An -N2 -tu2 /dev/urandom | awk '{ print $$1 % 65535 }'); \
+	    echo "== test-repeat $$i/$(REPEAT): TEST_SEED=$$seed"; \
+	    $(MAKE) --no-print-directory -k $(REPEAT_SUITES) TEST_SEED=$$seed || failed=$$((failed + 1)); \
+	done; \
+	echo "== test-repeat: $$failed of $(REPEAT) runs failed"; \
+	[ $$failed = 0 ] || { cat target/ci/failures; exit 1; }

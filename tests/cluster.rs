@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value, text, token, wait_until};
+use common::{Connection, Server, Value, text, token, wait_for};
 use redis::cluster::ClusterClient;
 
 fn cluster_ok(node: &Server) -> bool {
@@ -67,13 +67,11 @@ fn locks_in_a_three_primary_cluster() {
         nodes[0].port
     )
     .expect("MEET");
-    wait_until(
-        Duration::from_secs(20),
-        "the replica to know the first primary",
-        || text(&mut replica.con(), &["CLUSTER", "NODES"]).contains(&ids[0]),
-    );
+    wait_for("the replica to know the first primary", || {
+        text(&mut replica.con(), &["CLUSTER", "NODES"]).contains(&ids[0])
+    });
     call!(&mut replica.con(), "CLUSTER", "REPLICATE", &ids[0]).expect("REPLICATE");
-    wait_until(Duration::from_secs(30), "the cluster", || {
+    wait_for("the cluster", || {
         nodes.iter().all(cluster_ok)
             && text(&mut replica.con(), &["INFO", "replication"]).contains("master_link_status:up")
     });
@@ -249,18 +247,14 @@ fn locks_in_a_three_primary_cluster() {
         .expect("WAIT");
     // The primary only accepts a manual failover from a node it knows as its
     // replica, which gossip tells it a moment after the replica's own view.
-    wait_until(
-        Duration::from_secs(20),
-        "the primary to list its replica",
-        || {
-            let replicas: Vec<String> = redis::cmd("CLUSTER")
-                .arg("REPLICAS")
-                .arg(&ids[0])
-                .query(&mut nodes[0].con())
-                .unwrap_or_default();
-            replicas.iter().any(|r| r.starts_with(&ids[3]))
-        },
-    );
+    wait_for("the primary to list its replica", || {
+        let replicas: Vec<String> = redis::cmd("CLUSTER")
+            .arg("REPLICAS")
+            .arg(&ids[0])
+            .query(&mut nodes[0].con())
+            .unwrap_or_default();
+        replicas.iter().any(|r| r.starts_with(&ids[3]))
+    });
     // A manual failover that times out (5 s) is asked for again.
     let promoted_in_time = (0..3000).any(|i| {
         if i % 600 == 0 {

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Server, Value, field, holders, int, token, wait_until, with_meta};
+use common::{Server, Value, field, holders, int, token, wait_for, with_meta};
 
 fn bulk(s: &str) -> Value {
     Value::BulkString(s.as_bytes().to_vec())
@@ -197,24 +197,21 @@ fn limit_zero_is_a_counting_lock() {
 fn an_expired_holder_is_invisible_and_frees_its_slot() {
     let server = Server::start();
     let con = &mut server.con();
-    let t1 = token(call!(
-        con,
-        "UNIQUE.LOCK",
-        "k",
-        "short",
-        "LIMIT",
-        2,
-        "TTL",
-        30
-    ));
-    token(call!(con, "UNIQUE.LOCK", "k", "forever", "LIMIT", 2));
-    assert_eq!(
-        call!(con, "UNIQUE.LOCK", "k", "third", "LIMIT", 2),
-        Ok(Value::Nil)
-    );
-    wait_until(Duration::from_secs(5), "the lease to end", || {
-        holders(con, "k") == ["forever"]
-    });
+    // One pipeline, one read on the server: the third LOCK meets the short
+    // lease still running, however slow the machine is between commands.
+    let replies: Vec<Value> = redis::pipe()
+        .cmd("UNIQUE.LOCK")
+        .arg(&["k", "short", "LIMIT", "2", "TTL", "300"])
+        .cmd("UNIQUE.LOCK")
+        .arg(&["k", "forever", "LIMIT", "2"])
+        .cmd("UNIQUE.LOCK")
+        .arg(&["k", "third", "LIMIT", "2"])
+        .query(con)
+        .expect("the pipeline");
+    let t1 = token(Ok(replies[0].clone()));
+    token(Ok(replies[1].clone()));
+    assert_eq!(replies[2], Value::Nil, "full while the lease runs");
+    wait_for("the lease to end", || holders(con, "k") == ["forever"]);
     assert_eq!(
         call!(con, "UNIQUE.UNLOCK", "k", "short"),
         Ok(Value::Int(0)),
@@ -241,9 +238,7 @@ fn the_key_expires_with_its_latest_lease_or_not_at_all() {
     assert!((1..=20_000).contains(&pttl(con, "k")));
     // When every lease has run out, Redis itself deletes the key.
     call!(con, "UNIQUE.LOCK", "gone", "a", "TTL", 20).expect("lock");
-    wait_until(Duration::from_secs(5), "Redis to expire the key", || {
-        !exists(con, "gone")
-    });
+    wait_for("Redis to expire the key", || !exists(con, "gone"));
 }
 
 #[test]
@@ -253,7 +248,7 @@ fn a_crashed_jobs_lock_frees_itself_when_the_lease_ends() {
     // Long enough for the next command to see it held, on a loaded machine.
     call!(con, "UNIQUE.LOCK", "user:1", "crashed", "TTL", 1000).expect("lock");
     assert_eq!(call!(con, "UNIQUE.LOCK", "user:1", "next"), Ok(Value::Nil));
-    wait_until(Duration::from_secs(5), "the lease to end", || {
+    wait_for("the lease to end", || {
         matches!(
             call!(con, "UNIQUE.LOCK", "user:1", "next"),
             Ok(Value::Int(_))

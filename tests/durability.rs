@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{Connection, Server, Value, digest, token, wait_until};
+use common::{Connection, Server, Value, digest, token, wait_for};
 
 /// Holders enough on one key for its indexed layout: leases of different
 /// lengths (or none, every `unleased`-th), owners, META and a custom type on
@@ -282,7 +280,7 @@ fn no_acknowledged_grant_is_lost_to_kill_9() {
             })
         })
         .collect();
-    wait_until(Duration::from_secs(30), "2000 acknowledged grants", || {
+    wait_for("2000 acknowledged grants", || {
         acked.lock().map(|a| a.len()).unwrap_or(0) >= 2000
     });
     server.kill(); // while the writers are still writing

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value, info_field, wait_until};
+use common::{Connection, Server, Value, info_field, wait_for};
 
 /// Keys per round, rounds, and the waiters blocked (and served) per round.
 const KEYS: usize = 2_000;
@@ -274,7 +274,7 @@ fn blocked(con: &mut Connection) -> i64 {
 fn settled_used_memory(con: &mut Connection) -> i64 {
     let mut lowest = i64::MAX;
     let mut since = Instant::now();
-    wait_until(Duration::from_secs(15), "used_memory to settle", || {
+    wait_for("used_memory to settle", || {
         let now = info_field(con, "memory", "used_memory");
         if now < lowest {
             lowest = now;
@@ -305,9 +305,7 @@ fn waits(
         workload.wait(i, 10_000, &mut one);
         w.send_packed_command(&one).expect("send");
     }
-    wait_until(Duration::from_secs(10), "the waiters to block", || {
-        blocked(con) == WAITERS as i64
-    });
+    wait_for("the waiters to block", || blocked(con) == WAITERS as i64);
     buf.clear();
     for i in 0..WAITERS {
         workload.free(i, &mut buf);
@@ -327,13 +325,9 @@ fn waits(
     assert_eq!(reply, [Value::Nil], "the wait runs out");
     let mut gone = server.con();
     gone.send_packed_command(&buf).expect("send");
-    wait_until(Duration::from_secs(10), "the waiter to block", || {
-        blocked(con) == 1
-    });
+    wait_for("the waiter to block", || blocked(con) == 1);
     drop(gone);
-    wait_until(Duration::from_secs(10), "the waiter to go", || {
-        blocked(con) == 0
-    });
+    wait_for("the waiter to go", || blocked(con) == 0);
     buf.clear();
     workload.unhold(WAITERS, &mut buf);
     for i in 0..WAITERS {
@@ -379,12 +373,12 @@ fn run(workload: &dyn Workload) -> (u64, i64) {
 
     // Everything deleted: the leases of 1 ms have run out; the sweep and the
     // background reaper (or expiry) remove them.
-    wait_until(Duration::from_secs(10), "an empty keyspace", || {
+    wait_for("an empty keyspace", || {
         workload.sweep(&mut con);
         redis::cmd("DBSIZE").query::<i64>(&mut con).expect("DBSIZE") == 0
     });
     // serverCron shrinks the emptied main and expires tables: wait for it.
-    wait_until(Duration::from_secs(10), "the hash tables to shrink", || {
+    wait_for("the hash tables to shrink", || {
         let stats: String = redis::cmd("DEBUG")
             .arg("HTSTATS")
             .arg(0)
@@ -397,6 +391,8 @@ fn run(workload: &dyn Workload) -> (u64, i64) {
     (ops, after - before)
 }
 
+const MEMORY_SLACK: i64 = 16 << 10;
+
 #[test]
 fn a_million_operations_give_their_memory_back() {
     let start = Instant::now();
@@ -408,8 +404,12 @@ fn a_million_operations_give_their_memory_back() {
          control (SET/DEL/BLPOP/SCAN): {control_ops} ops, +{control_growth} B"
     );
     assert!(lock_ops >= 1_000_000, "{lock_ops} operations");
+    // Two servers never end byte for byte alike (allocator size classes,
+    // a client's buffers, the metrics' minute that turned during one run):
+    // 16 KiB of slack, where a leak of one byte in 64 operations would be
+    // 16 KiB over the million.
     assert!(
-        lock_growth <= control_growth.max(0),
+        lock_growth <= control_growth.max(0) + MEMORY_SLACK,
         "the module kept {lock_growth} B, the control {control_growth} B"
     );
 }

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{Connection, Server, Value, holders, token, wait_until};
+use common::{Connection, Server, Value, holders, token, wait_for};
 use redis::PubSub;
 
 /// A server with keyspace events of the module (class `d`) and an AOF;
@@ -50,7 +50,7 @@ fn start_waiter(server: &Server, args: &[&str]) -> JoinHandle<Result<Value, Stri
         cmd.arg(&args);
         common::run(&cmd, &mut con)
     });
-    wait_until(Duration::from_secs(5), "the waiter to block", || {
+    wait_for("the waiter to block", || {
         waiting(&mut observer) == before + 1
     });
     handle
@@ -136,7 +136,7 @@ fn commands(bytes: &[u8]) -> Vec<Vec<String>> {
 /// each as (key, operation, first argument after the operation).
 fn effects_after(server: &Server, skip: usize, n: usize) -> Vec<(String, String, String)> {
     let mut found = Vec::new();
-    wait_until(Duration::from_secs(5), "the effects in the AOF", || {
+    wait_for("the effects in the AOF", || {
         found = applied(&server.dir);
         found.len() >= skip + n
     });
@@ -239,9 +239,7 @@ fn reap_of_expired_holders_announces_and_replicates_the_prune_before_the_grant()
     let mut pubsub = subscribe(&mut sub);
     let waiter = a_lease_runs_out_while_b_waits(&server);
     assert_eq!(events(&mut pubsub, 2), ["unique.lock", "unique.lock"]);
-    wait_until(Duration::from_secs(5), "a's lease to run out", || {
-        holders(con, "k") == ["x"]
-    });
+    wait_for("a's lease to run out", || holders(con, "k") == ["x"]);
     let before = applied(&server.dir).len();
     let reply = call!(con, "UNIQUE.REAP", "0");
     assert!(

@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{Connection, Server, Value, digest, holders, token, wait_until};
+use common::{Connection, Server, Value, digest, holders, token, wait_for, wait_until};
 
 /// `n` locks, each with a holder that never expires and one whose lease has
 /// already ended by the time this returns (the key itself does not expire).
@@ -32,9 +32,7 @@ fn locks_with_one_expired_holder(con: &mut Connection, n: usize) {
         ));
     }
     let last = format!("lock:{}", n - 1);
-    wait_until(Duration::from_secs(5), "the leases to end", || {
-        holders(con, &last) == ["live"]
-    });
+    wait_for("the leases to end", || holders(con, &last) == ["live"]);
 }
 
 fn reap(con: &mut Connection, cursor: &str, extra: &[&str]) -> (String, i64) {
@@ -270,7 +268,7 @@ fn the_background_reaper_removes_expired_holders_on_its_own() {
             20
         ));
     }
-    wait_until(Duration::from_secs(10), "the reaper", || {
+    wait_for("the reaper", || {
         let m = common::metrics_json(con, &[]);
         m["holders"] == 200 && m["locks"] == 200 && m["total"]["expired"] == 250
     });
@@ -302,7 +300,7 @@ fn with_interval_zero_nothing_is_reaped_in_the_background() {
     assert_eq!(common::metrics_json(con, &[])["total"]["expired"], 0);
     // Turned on, it cleans up.
     call!(con, "CONFIG", "SET", "unique.reap-interval", 10).expect("CONFIG SET");
-    wait_until(Duration::from_secs(5), "the reaper", || {
+    wait_for("the reaper", || {
         common::metrics_json(con, &[])["holders"] == 20
     });
 }
@@ -327,10 +325,10 @@ fn a_replica_never_reaps_and_follows_the_primarys_reaper() {
     );
 
     call!(p, "CONFIG", "SET", "unique.reap-interval", 10).expect("CONFIG SET");
-    wait_until(Duration::from_secs(5), "the primary's reaper", || {
+    wait_for("the primary's reaper", || {
         common::metrics_json(p, &[])["holders"] == 30
     });
-    wait_until(Duration::from_secs(5), "the replica to follow", || {
+    wait_for("the replica to follow", || {
         let _: i64 = redis::cmd("WAIT").arg(1).arg(1_000).query(p).unwrap_or(0);
         digest(p) == digest(r)
     });
@@ -363,7 +361,7 @@ fn the_reaper_walks_every_database() {
         seen.insert(db);
     }
     let con = &mut server.con();
-    wait_until(Duration::from_secs(5), "every database reaped", || {
+    wait_for("every database reaped", || {
         common::metrics_json(con, &[])["holders"] == 3
     });
     assert_eq!(seen.len(), 3);

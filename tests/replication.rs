@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Connection, Rng, Server, Value, digest, holders, token, wait_until};
+use common::{Connection, Rng, Server, Value, digest, holders, token, wait_for};
 
 /// Waits until the replica has everything the primary sent and both hold the
 /// same data. Keys that Redis expires on the primary reach the replica as DEL
@@ -120,7 +120,7 @@ fn a_replica_with_another_configuration_ends_with_identical_data() {
 
     // Leases still running out after the workload keep both sides equal too:
     // the replica waits for the primary's deletions instead of expiring.
-    wait_until(Duration::from_secs(5), "short leases to end", || {
+    wait_for("short leases to end", || {
         let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(p).unwrap_or_default();
         keys.iter().all(|k| {
             !(0..100_000).contains(&redis::cmd("PTTL").arg(k).query::<i64>(p).unwrap_or(0))
@@ -147,11 +147,9 @@ fn a_replica_refuses_writes_and_shows_live_holders_without_removing_any() {
         matches!(call!(r, "UNIQUE.UNLOCK", "k", "forever"), Err(e) if e.starts_with("READONLY"))
     );
 
-    wait_until(
-        Duration::from_secs(5),
-        "the lease to end on the replica",
-        || holders(r, "k") == ["forever"],
-    );
+    wait_for("the lease to end on the replica", || {
+        holders(r, "k") == ["forever"]
+    });
     // Hidden, not removed: nobody touched the key on the primary, so both
     // still hold the expired holder in memory.
     assert_eq!(
@@ -197,7 +195,7 @@ fn a_replica_writes_the_effects_to_its_own_aof() {
     token(call!(p, "UNIQUE.LOCK", "k", "j", "TTL", 60_000));
     let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(p).expect("WAIT");
     let aof_dir = replica.dir.join("appendonlydir");
-    wait_until(Duration::from_secs(5), "the replica's AOF", || {
+    wait_for("the replica's AOF", || {
         std::fs::read_dir(&aof_dir)
             .into_iter()
             .flatten()

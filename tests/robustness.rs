@@ -351,65 +351,83 @@ fn hostile_input_never_crashes_or_hangs_the_server() {
 /// failover and the end of a slot migration pause the same way) nothing may
 /// be replicated: the server asserts on it and exits. A lease that ends then
 /// must wait for the pause, for the reaper and for a waiter alike.
+///
+/// The leases must end inside the pause, so the pause is taken before they
+/// end and lifted by CLIENT UNPAUSE once they have (its length guesses
+/// nothing). Whether the waiter was queued and the pause taken in time is
+/// checked on the server's clock; on a machine too slow for leases of 300 ms
+/// the case is played again with longer ones.
 #[test]
 fn a_lease_ending_while_writes_are_paused_waits_for_the_pause() {
     // The AOF is on, so a change would be propagated.
     let server = Server::start_with(&["--appendonly", "yes"]);
     let con = &mut server.con();
-    // The reaper's case: one holder's lease ends beside a holder that stays.
-    common::token(call!(
-        con,
-        "UNIQUE.LOCK",
-        "pair",
-        "short",
-        "LIMIT",
-        2,
-        "TTL",
-        100
-    ));
-    common::token(call!(
-        con,
-        "UNIQUE.LOCK",
-        "pair",
-        "long",
-        "LIMIT",
-        2,
-        "TTL",
-        600_000
-    ));
-    // The waiter's case: a client waits for a lock whose lease ends.
-    common::token(call!(con, "UNIQUE.LOCK", "single", "first", "TTL", 100));
-    let mut waiter = server.con();
-    let waiting = std::thread::spawn(move || {
-        call!(
-            &mut waiter,
+    for lease in [300, 3_000, 30_000] {
+        let (pair, single) = (format!("pair:{lease}"), format!("single:{lease}"));
+        // The reaper's case: one holder's lease ends beside a holder that stays.
+        common::token(call!(
+            con,
             "UNIQUE.LOCK",
-            "single",
-            "second",
-            "WAIT",
-            30_000
-        )
-    });
-    common::wait_until(Duration::from_secs(5), "the waiter", || {
-        common::info_field(&mut server.con(), "unique", "unique_waiting") == 1
-    });
-
-    call!(con, "CLIENT", "PAUSE", 800, "WRITE").expect("CLIENT PAUSE");
-    std::thread::sleep(Duration::from_millis(400)); // both leases end, paused
-    assert_eq!(
-        call!(con, "PING"),
-        Ok(Value::SimpleString("PONG".into())),
-        "the server is up"
-    );
-    assert_eq!(
-        common::info_field(con, "unique", "unique_waiting"),
-        1,
-        "no grant while paused"
-    );
-    let granted = common::token(waiting.join().expect("the waiter"));
-    assert!(granted > 0);
-    common::wait_until(Duration::from_secs(5), "the reaper after the pause", || {
-        common::holders(&mut server.con(), "pair") == ["long"]
-    });
-    assert_eq!(common::holders(con, "single"), ["second"]);
+            &pair,
+            "short",
+            "LIMIT",
+            2,
+            "TTL",
+            lease
+        ));
+        common::token(call!(
+            con,
+            "UNIQUE.LOCK",
+            &pair,
+            "long",
+            "LIMIT",
+            2,
+            "TTL",
+            600_000
+        ));
+        // The waiter's case: a client waits for a lock whose lease ends.
+        common::token(call!(con, "UNIQUE.LOCK", &single, "first", "TTL", lease));
+        let ends = common::int(call!(con, "PEXPIRETIME", &single).expect("PEXPIRETIME"));
+        let mut waiter = server.con();
+        let key = single.clone();
+        let waiting = std::thread::spawn(move || {
+            call!(&mut waiter, "UNIQUE.LOCK", &key, "second", "WAIT", 600_000)
+        });
+        common::wait_for("the waiter (or the lease's end)", || {
+            common::info_field(&mut server.con(), "unique", "unique_waiting") == 1
+                || common::holders(&mut server.con(), &single) != ["first"]
+        });
+        call!(con, "CLIENT", "PAUSE", 600_000, "WRITE").expect("CLIENT PAUSE");
+        let queued = common::info_field(con, "unique", "unique_waiting") == 1;
+        if !queued || common::server_time_ms(con) >= ends {
+            call!(con, "CLIENT", "UNPAUSE").expect("CLIENT UNPAUSE");
+            common::token(waiting.join().expect("the waiter"));
+            eprintln!("leases of {lease} ms ended before the pause began: again, longer");
+            continue;
+        }
+        // Both leases end, and the reaper (every 100 ms) and the waiter's
+        // wake-up (every 20 ms while paused) have had their turns.
+        common::wait_for("the leases to end, paused", || {
+            common::server_time_ms(&mut server.con()) >= ends + 500
+        });
+        assert_eq!(
+            call!(con, "PING"),
+            Ok(Value::SimpleString("PONG".into())),
+            "the server is up"
+        );
+        assert_eq!(
+            common::info_field(con, "unique", "unique_waiting"),
+            1,
+            "no grant while paused"
+        );
+        call!(con, "CLIENT", "UNPAUSE").expect("CLIENT UNPAUSE");
+        let granted = common::token(waiting.join().expect("the waiter"));
+        assert!(granted > 0);
+        common::wait_for("the reaper after the pause", || {
+            common::holders(&mut server.con(), &pair) == ["long"]
+        });
+        assert_eq!(common::holders(con, &single), ["second"]);
+        return;
+    }
+    panic!("the leases always ended before the pause began, even at 30 s");
 }

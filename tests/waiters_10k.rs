@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Rng, Server, Value, info_field, wait_until};
+use common::{Connection, Rng, Server, Value, info_field, wait_for, wait_until};
 
 const CLIENTS: usize = 10_000;
 const KEYS: usize = 100;
@@ -104,7 +104,7 @@ fn ten_thousand_waiters_each_get_one_reply() {
         .map(|s| Some(BufReader::new(s)))
         .collect();
     let mut peak = 0;
-    wait_until(Duration::from_secs(60), "the clients to block", || {
+    wait_for("the clients to block", || {
         let waiting = int(&mut con, "waiting");
         let timed_out = int(&mut con, "timed_out");
         peak = peak.max(waiting);
@@ -179,9 +179,7 @@ fn ten_thousand_waiters_each_get_one_reply() {
     assert_eq!(int(&mut con, "waiting"), 0);
     assert_eq!(info_field(&mut con, "clients", "blocked_clients"), 0);
     // The last leases end within 200 ms; their timers fire, none is left.
-    wait_until(Duration::from_secs(10), "no timer armed", || {
-        int(&mut con, "timers_armed") == 0
-    });
+    wait_for("no timer armed", || int(&mut con, "timers_armed") == 0);
     eprintln!(
         "{CLIENTS} clients, peak waiting {peak}; {} granted, {nils} timed out, {gone} \
          disconnected, {unlocks} UNLOCKs by the driver, {} timed out in all; \
@@ -202,43 +200,68 @@ fn ten_thousand_waiters_each_get_one_reply() {
 /// (its reply queued, redis#6798) but then unblocks it anyway, dropping the
 /// queued reply. The module now keeps the deadline itself (a timer of its
 /// own, Redis's timeout unused), so a wait has exactly one outcome. Here the
-/// waiter's 50 ms pass in a DEBUG SLEEP, then an UNLOCK in the same read
+/// waiter's WAIT passes in a DEBUG SLEEP, then an UNLOCK in the same read
 /// frees the slot before the deadline timer can run: the waiter gets the
 /// grant's token, and holds the lock that token names.
+///
+/// The waiter must still be queued when the sleep starts. An INFO in the same
+/// read, before the sleep, tells whether it was; when the machine was too slow
+/// for a 50 ms WAIT (the 10,000 clients above run beside this test), the case
+/// is played again with a longer one, whose sleep is longer too.
 #[test]
 fn a_grant_in_the_iteration_of_the_timeout_is_replied() {
     let server = Server::start();
     let mut con = server.con();
-    assert!(matches!(
-        common::run(redis::cmd("UNIQUE.LOCK").arg("k").arg("h"), &mut con),
-        Ok(Value::Int(_))
-    ));
-    let mut waiter = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
-    let args: Vec<String> = ["UNIQUE.LOCK", "k", "w", "TTL", "60000", "WAIT", "50"]
-        .map(String::from)
-        .to_vec();
-    waiter.write_all(&resp(&args)).expect("send");
-    wait_until(Duration::from_secs(10), "the waiter to block", || {
-        int(&mut con, "waiting") == 1
-    });
-    // One write: both commands run in one event-loop iteration.
-    let mut both = resp(&["DEBUG".into(), "SLEEP".into(), "0.1".into()]);
-    both.extend(resp(&["UNIQUE.UNLOCK".into(), "k".into(), "h".into()]));
-    con.send_packed_command(&both).expect("send");
-    assert_eq!(con.recv_response().expect("sleep"), Value::Okay);
-    assert_eq!(con.recv_response().expect("unlock"), Value::Int(1));
-    let mut reader = BufReader::new(waiter);
-    reader
-        .get_ref()
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let mut reply = String::new();
-    let got = reader.read_line(&mut reply);
-    assert!(got.is_ok(), "the waiter got no reply: {got:?}");
-    assert!(
-        reply.starts_with(':') && reply.ends_with("\r\n"),
-        "its token: {reply:?}"
-    );
-    assert_eq!(common::holders(&mut con, "k"), ["w"], "and the lock");
-    assert_eq!(int(&mut con, "timers_armed"), 0, "its deadline was stopped");
+    for wait_ms in [50u64, 500, 5_000, 30_000] {
+        let key = format!("k{wait_ms}");
+        assert!(matches!(
+            common::run(redis::cmd("UNIQUE.LOCK").arg(&key).arg("h"), &mut con),
+            Ok(Value::Int(_))
+        ));
+        let timed_out = int(&mut con, "timed_out");
+        let waiter = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+        let wait = wait_ms.to_string();
+        let args: Vec<String> = ["UNIQUE.LOCK", &key, "w", "TTL", "60000", "WAIT", &wait]
+            .map(String::from)
+            .to_vec();
+        (&waiter).write_all(&resp(&args)).expect("send");
+        wait_for("the waiter to block (or its wait to run out)", || {
+            int(&mut con, "waiting") == 1 || int(&mut con, "timed_out") > timed_out
+        });
+        // One write: the three commands run in one event-loop iteration.
+        let sleep = format!("{:.3}", (wait_ms + 50) as f64 / 1000.0);
+        let mut all = resp(&["INFO".into(), "unique".into()]);
+        all.extend(resp(&["DEBUG".into(), "SLEEP".into(), sleep]));
+        all.extend(resp(&["UNIQUE.UNLOCK".into(), key.clone(), "h".into()]));
+        con.send_packed_command(&all).expect("send");
+        let info: String =
+            redis::from_redis_value(con.recv_response().expect("INFO")).expect("INFO text");
+        assert_eq!(con.recv_response().expect("sleep"), Value::Okay);
+        assert_eq!(con.recv_response().expect("unlock"), Value::Int(1));
+        let mut reader = BufReader::new(waiter);
+        reader
+            .get_ref()
+            .set_read_timeout(Some(common::patient()))
+            .expect("timeout");
+        let mut reply = String::new();
+        let got = reader.read_line(&mut reply);
+        assert!(got.is_ok(), "the waiter got no reply: {got:?}");
+        if !info.lines().any(|l| l.trim() == "unique_waiting:1") {
+            // Its WAIT ran out before the sleep: a nil, and the case again, longer.
+            assert!(
+                reply.starts_with("$-1") || reply.starts_with("*-1"),
+                "{reply:?}"
+            );
+            eprintln!("a WAIT of {wait_ms} ms ran out before the DEBUG SLEEP came: again, longer");
+            continue;
+        }
+        assert!(
+            reply.starts_with(':') && reply.ends_with("\r\n"),
+            "its token: {reply:?}"
+        );
+        assert_eq!(common::holders(&mut con, &key), ["w"], "and the lock");
+        assert_eq!(int(&mut con, "timers_armed"), 0, "its deadline was stopped");
+        return;
+    }
+    panic!("the waiter never stayed queued until the DEBUG SLEEP, even with a WAIT of 30 s");
 }

@@ -58,6 +58,9 @@ pub fn module_path() -> &'static Path {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let status = Command::new(env!("CARGO"))
             .args(["build", "--release", "--lib", "--quiet"])
+            // Set for the test binary only (.ci/shuffled-test): a cargo that saw it would
+            // rebuild the module from scratch.
+            .env_remove("RUSTC_BOOTSTRAP")
             .current_dir(root)
             .status()
             .expect("cargo runs");
@@ -66,6 +69,24 @@ pub fn module_path() -> &'static Path {
         assert!(path.exists(), "{} was not built", path.display());
         path
     })
+}
+
+/// How long a test waits for a condition before it fails: a server, a replica, a
+/// reaper tick or a waiter's grant comes in milliseconds on an idle machine, but CI runs
+/// on 2 shared cores with four suites, background builds, and under valgrind (20 times
+/// slower). A bound only costs time when the test fails anyway, so it is generous: 60 s,
+/// 5 minutes under valgrind. Tests wait with [`wait_for`], never a fixed sleep.
+pub fn patient() -> Duration {
+    if valgrind_logs().is_some() {
+        Duration::from_secs(300)
+    } else {
+        Duration::from_secs(60)
+    }
+}
+
+/// Polls `condition` every few ms until it holds; fails after [`patient`].
+pub fn wait_for(what: &str, condition: impl FnMut() -> bool) {
+    wait_until(patient(), what, condition)
 }
 
 /// Polls `condition` every few ms until it holds or `limit` passes.
@@ -113,8 +134,9 @@ impl Server {
     fn start_on(extra: &[&str], pick_port: fn() -> u16) -> Self {
         let dir = temp_dir("test");
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        // A free port can be taken between our probe and the server's bind: retry.
-        for _ in 0..5 {
+        // A free port can be taken between our probe and the server's bind: retry,
+        // in the same directory, keeping each failed try's log beside it.
+        for attempt in 1..=5 {
             let port = pick_port();
             let child = spawn(port, &dir, &args);
             let mut server = Self {
@@ -128,9 +150,15 @@ impl Server {
             }
             let _ = server.child.kill();
             let _ = server.child.wait();
+            let _ = std::fs::rename(
+                dir.join("redis.log"),
+                dir.join(format!("redis-try-{attempt}.log")),
+            );
+            // Dropping it must not remove the directory the next try runs in.
+            server.dir = PathBuf::new();
         }
         panic!(
-            "{} did not start; see {}/redis.log",
+            "{} did not start in 5 tries; see {}/redis-try-*.log",
             server_binary().to_string_lossy(),
             dir.display()
         );
@@ -138,7 +166,7 @@ impl Server {
 
     fn wait_ready(&mut self) -> bool {
         let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) * patience() {
+        while start.elapsed() < patient() {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
             }
@@ -221,7 +249,7 @@ impl Server {
 
     pub fn wait_in_sync(&self) {
         let mut con = self.con();
-        let limit = Duration::from_secs(10) * patience();
+        let limit = patient();
         wait_until(limit, "the replica link", || {
             let info: String = redis::cmd("INFO")
                 .arg("replication")

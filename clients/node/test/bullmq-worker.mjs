@@ -2,7 +2,7 @@
 // GroupLimit, recording how many jobs of its group run at once (INCR on start, DECR at
 // the end, both while the slot is held, so the counter is the group's holders exactly).
 // With RATE_MAX and RATE_MS the group also has a rate (GroupLimit's `limiter`), and each
-// job records its start time.
+// job records its grant's time on the server's clock.
 //   node test/bullmq-worker.mjs   (env: PORT, QUEUE, CONCURRENCY, LIMIT, LEASE, JOB_MS, STALLED_MS,
 //                                  RATE_MAX, RATE_MS)
 import { Worker } from "bullmq";
@@ -33,8 +33,13 @@ reaper.start(env("REAP_MS", 1000));
 const worker = new Worker(
   queueName,
   limit.wrap(async (job) => {
-    const startedAt = Date.now();
-    if (process.env.RATE_MAX) await redis.rpush(`starts:${job.data.group}`, String(startedAt));
+    // With a rate: when the server granted this job's slot, on its own clock (the hold's
+    // token, unix µs), not the worker's clock after the grant.
+    if (process.env.RATE_MAX) {
+      const held = (await limit.client.holders(`unique:group:${queueName}:${job.data.group}`))
+        .find((h) => h.jid === String(job.id));
+      await redis.rpush(`grants:${job.data.group}`, String(held?.token ?? "none"));
+    }
     const running = await redis.incr(`running:${job.data.group}`);
     await redis.rpush(`seen:${job.data.group}`, String(running));
     await redis.rpush("started", String(job.id));

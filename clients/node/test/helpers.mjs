@@ -26,8 +26,16 @@ export function freePort() {
   });
 }
 
+/**
+ * How long a test waits for a condition before it fails. A server, a worker or a job comes in
+ * well under a second on an idle machine, but CI runs on 2 shared cores with other suites,
+ * background builds and servers under valgrind: the bound only costs time when the test fails
+ * anyway, so it is generous. Tests poll with waitFor, never a fixed sleep.
+ */
+export const PATIENCE = 60_000;
+
 /** Polls `condition` every `interval` ms until it returns a truthy value, at most `timeout` ms. */
-export async function waitFor(condition, { timeout = 10_000, interval = 10, message = "condition" } = {}) {
+export async function waitFor(condition, { timeout = PATIENCE, interval = 10, message = "condition" } = {}) {
   const deadline = Date.now() + timeout;
   for (;;) {
     const value = await condition();

@@ -209,14 +209,14 @@ def test_monitor_frees_the_locks_of_a_killed_worker(cel, server):
         t1, t2 = tag(), tag()
         a = mod.ue_skip.apply_async((t1,), queue=queue)
         b = mod.we_skip.apply_async((t2,), queue=queue)
-        wait_for(lambda: runs(r, t1) and runs(r, t2), timeout=60, message="both tasks running")
+        wait_for(lambda: runs(r, t1) and runs(r, t2), message="both tasks running")
         owner = "doomed@%s:%d" % (os.uname().nodename, doomed.pid)
         held = c.holders(mod.ue_skip.unique_key([t1], {})) + c.holders(mod.we_skip.unique_key([t2], {}) + ":run")
         assert [(h.jid, h.owner) for h in held] == [(a.id, owner), (b.id, owner)]
         assert all(h.ttl <= 60 for h in held)
         os.killpg(doomed.pid, signal.SIGKILL)
         doomed.wait()
-        wait_for(lambda: reaped, timeout=30, interval=0.1, message="the monitor to reap the dead worker")
+        wait_for(lambda: reaped, interval=0.1, message="the monitor to reap the dead worker")
         assert reaped[0][:2] == ("doomed@%s" % os.uname().nodename, doomed.pid) and reaped[0][2] == 2
         assert c.holders(mod.ue_skip.unique_key([t1], {})) == []
         assert c.holders(mod.we_skip.unique_key([t2], {}) + ":run") == []

@@ -43,7 +43,9 @@ def test_a_semaphore_with_a_rate_waits_for_the_rate(r):
             spaced.append(s.token)
     # Tokens read as the server's unix µs: one grant per 200 ms.
     gaps = [(b - a) / 1000 for a, b in zip(spaced, spaced[1:])]
-    assert all(195 <= g <= 300 for g in gaps), gaps
+    # At most one period more: a timer the loaded machine ran late, not a grant that waited
+    # for a second period.
+    assert all(195 <= g < 400 for g in gaps), gaps
 
 
 @pytest.fixture()
@@ -69,7 +71,7 @@ def test_300_calls_never_exceed_3_at_once_nor_50_a_second(rated_worker):
     mod, client = rated_worker
     for i in range(300):
         mod.rated_call.apply_async((i,), queue="rated")
-    wait_for(lambda: client.llen("rated:runs") == 300, timeout=60, interval=0.1,
+    wait_for(lambda: client.llen("rated:runs") == 300, interval=0.1,
              message="300 calls to finish")
     runs = [json.loads(x) for x in client.lrange("rated:runs", 0, -1)]
     assert sorted(run["i"] for run in runs) == list(range(300))
@@ -81,16 +83,12 @@ def test_300_calls_never_exceed_3_at_once_nor_50_a_second(rated_worker):
         most_inside = max(most_inside, inside)
     assert most_inside <= 3, most_inside
     assert most_inside == 3, "the limit was reached (so it was tested)"
-    # At most 50 in any second. On the server's clock, as the grants' tokens
-    # read (unix µs): exactly. From the jobs' own start times, each taken just
-    # after its grant: in any window one grant interval (20 ms) short of a
-    # second, since a start is later than its grant by a varying delay.
+    # At most 50 in any second, on the server's clock: the grants' tokens (unix µs), exact,
+    # where the tasks' own start times would follow their grants by a varying delay.
     grants = [run["token"] / 1_000_000 for run in runs]
-    starts = [run["start"] for run in runs]
     assert most_in_any_window(grants, 1.0) <= 50
     assert most_in_any_window(grants, 1.0) >= 45, "the rate was reached (so it was tested)"
-    assert most_in_any_window(starts, 0.98) <= 50
-    elapsed = max(starts) - min(starts)
-    assert elapsed >= 299 / 50 - 0.05, "the rate held the pace: %.2f s" % elapsed
+    elapsed = max(grants) - min(grants)
+    assert elapsed >= 299 / 50 - 0.001, "the rate held the pace: %.3f s" % elapsed
     print("300 calls in %.2f s, at most %d at once, %d in any second (server clock)"
           % (elapsed, most_inside, most_in_any_window(grants, 1.0)))

@@ -50,7 +50,7 @@ def rq_env(server):
     conn = server.client(db=DB)
     workers = [start_worker(server, url, "rqw%d-%s" % (i, uuid.uuid4().hex[:6]), ["default"]) for i in (1, 2)]
     try:
-        wait_for(lambda: len(Worker.all(connection=conn)) >= 2, timeout=60, interval=0.1, message="2 RQ workers")
+        wait_for(lambda: len(Worker.all(connection=conn)) >= 2, interval=0.1, message="2 RQ workers")
         yield rq_jobs, url, conn
     finally:
         for w in workers:
@@ -72,7 +72,7 @@ def runs(r, t):
 
 
 def finished(job, status="finished"):
-    wait_for(lambda: job.get_status(refresh=True) == status, timeout=30, message="job %s %s" % (job.id, status))
+    wait_for(lambda: job.get_status(refresh=True) == status, message="job %s %s" % (job.id, status))
 
 
 def test_until_executed_skip_raise_and_release(rqe):

@@ -30,7 +30,7 @@ class ExamplesTest < Minitest::Test
     refute(list("examples:sync").any? { |e| e[2] == c }, "never two syncs of user 1 at once")
     wait_until(message: "the first sync of user 1 done") { list("examples:sync").any? { |e| e[0] == "done" && e[2] == a } }
     copy.add_to_queue
-    wait_until(timeout: 15, message: "the rescheduled sync ran") { list("examples:sync").any? { |e| e[0] == "done" && e[2] == copy.jid } }
+    wait_until(message: "the rescheduled sync ran") { list("examples:sync").any? { |e| e[0] == "done" && e[2] == copy.jid } }
     starts = list("examples:sync").select { |e| e[1] == 1 }
     # user 1's runs never overlap: each start comes after the previous done
     assert_equal %w[start done start done], starts.map(&:first)
@@ -41,7 +41,7 @@ class ExamplesTest < Minitest::Test
     conn.call("DEL", "examples:export:seen", "examples:export:running")
     jids = Array.new(9) { ExportBatchJob.perform_async(0.3) }
     assert_equal 9, jids.compact.size
-    wait_until(timeout: 20, message: "9 exports done") do
+    wait_until(message: "9 exports done") do
       list("examples:export:seen").size == 9 && conn.call("GET", "examples:export:running").to_i.zero?
     end
     seen = list("examples:export:seen")

@@ -37,7 +37,7 @@ class NamespaceTest < Minitest::Test
     conn.call("LPUSH", "app:queue:default", JSON.generate("class" => "X", "jid" => "j-#{token}", "args" => []))
     app = File.expand_path("app/namespaced_app.rb", __dir__)
     process = H::SidekiqProcess.new(app: app, redis_url: TestSuite.url, queues: %w[default])
-    H.wait_until(timeout: 30, message: "the namespaced process to stop\n#{process.log}") { process.exited? }
+    H.wait_until(message: "the namespaced process to stop\n#{process.log}") { process.exited? }
     assert_includes process.log, "RedisUnique::ConfigurationError"
     assert_includes process.log, "does not work under a Redis namespace"
     assert_equal 1, conn.call("LLEN", "app:queue:default"), "no job was taken"

@@ -42,7 +42,8 @@ class RateTest < Minitest::Test
                                                                       ttl: 10, wait: 5)
     tokens = Array.new(3) { limiter.within { |t| t } }
     gaps = tokens.each_cons(2).map { |a, b| (b - a) / 1000.0 }
-    assert(gaps.all? { |g| g >= 195 && g <= 300 }, "one grant per 200 ms: #{gaps}")
+    # At most one period more: a timer the loaded machine ran late, not a second period.
+    assert(gaps.all? { |g| g >= 195 && g < 400 }, "one grant per 200 ms: #{gaps}")
     assert_empty client.locked_by(key), "every slot was released"
     # No slot within the wait: LimitReached, saying when the rate allows the next.
     quick = RedisUnique::Limiter.new(TestSuite.raw_connection, "#{key}:q", concurrency: 1,
@@ -64,24 +65,29 @@ class RateTest < Minitest::Test
 
   def test_300_jobs_never_exceed_3_at_once_nor_50_a_second
     # Two processes of 4 threads each: more threads than the limit, so the limit is what
-    # holds them back.
-    2.times { TestSuite.start_sidekiq(queues: %w[rated], concurrency: 4) }
+    # holds them back. Stopped at the end: left running, they would change what later
+    # tests see (the Owners page, the processes' list).
+    sidekiqs = Array.new(2) { TestSuite.start_sidekiq(queues: %w[rated], concurrency: 4) }
     api_key = "partner-#{token}"
     ::Sidekiq::Client.push_bulk("class" => RatedPartnerCallJob, "queue" => "rated",
                                 "args" => Array.new(300) { |i| [api_key, token, i] })
-    wait_until(timeout: 60, message: "300 rated jobs") { conn.call("LLEN", "rated:#{token}") == 300 }
+    wait_until(timeout: 120, message: "300 rated jobs") { conn.call("LLEN", "rated:#{token}") == 300 }
     runs = conn.call("LRANGE", "rated:#{token}", 0, -1).map { |r| JSON.parse(r) }
     assert_equal (0...300).to_a, runs.map { |r| r["i"] }.sort, "every job ran once"
+    # At most 3 at once, from the jobs' own start and end times, both inside the hold.
     edges = runs.flat_map { |r| [[r["start"], 1], [r["end"], -1]] }.sort
     inside = 0
     most = edges.map { |_, step| inside += step }.max
     assert_equal 3, most, "at most 3 at once, and the limit was reached"
-    # From the jobs' own start times, each taken just after its grant: at most 50 in any
-    # window one grant interval (20 ms) short of a second, since a start follows its
-    # grant by a varying delay (the server's own guarantee is exact: tests/rate.rs).
-    starts = runs.map { |r| r["start"] }
-    assert_operator most_in_any_window(starts, 0.98), :<=, 50
-    assert_operator most_in_any_window(starts, 1.0), :>=, 45, "the rate was reached, so it was tested"
-    assert_operator starts.max - starts.min, :>=, 299 * 0.02 - 0.05, "the rate held the pace"
+    # At most 50 in any second, on the server's clock: the grants' tokens (unix µs), exact,
+    # where the jobs' own start times would follow their grants by a varying delay.
+    grants = runs.map { |r| r["token"] }
+    refute_includes grants, nil, "every job found its hold"
+    grants = grants.map { |t| t / 1_000_000.0 }
+    assert_operator most_in_any_window(grants, 1.0), :<=, 50
+    assert_operator most_in_any_window(grants, 1.0), :>=, 45, "the rate was reached, so it was tested"
+    assert_operator grants.max - grants.min, :>=, 299 * 0.02 - 0.001, "the rate held the pace"
+  ensure
+    (sidekiqs || []).each { |p| TestSuite.stop_sidekiq(p) }
   end
 end

@@ -61,7 +61,7 @@ class ReliableFetchChaosTest < Minitest::Test
     thresholds = Array.new(KILLS) { |i| (JOBS * (i + 1) / (KILLS + 2)) + rng.rand(-40..40) }
     kills = {} # pid => time of death
     thresholds.each do |at|
-      victim = wait_until(timeout: 60, interval: 0.02, message: "#{at} jobs ended and a busy process to kill") do
+      victim = wait_until(interval: 0.02, message: "#{at} jobs ended and a busy process to kill") do
         next nil if ends.call < at
 
         busy = @procs.select { |p| ready?(p) && !kills.key?(p.pid) && in_flight(p).positive? }
@@ -81,7 +81,7 @@ class ReliableFetchChaosTest < Minitest::Test
     wait_until(timeout: dead_after + 90, interval: 0.1, message: "all #{JOBS} jobs ended (#{ends.call} ends)") do
       done_jids.size == JOBS
     end
-    wait_until(timeout: 10, message: "working lists empty") do
+    wait_until(message: "working lists empty") do
       conn.call("KEYS", "#{RF::WORKING_PREFIX}*").all? { |k| conn.call("LLEN", k).zero? }
     end
     elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started

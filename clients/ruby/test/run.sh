@@ -5,11 +5,14 @@
 #   8: Sidekiq 8.1.7 on Ruby 3.3.8, built once from ../shared/ruby (ruby33-env.sh, cached).
 # `make test-ruby` calls it; `make test-compat` runs it with SIDEKIQ_VERSIONS=8 on every server.
 # Extra arguments are test files (default: all of test/*_test.rb).
+# Minitest runs them in an order drawn from SEED, or from TEST_SEED (make's, printed by
+# minitest as "Run options: --seed N"); SEED=N clients/ruby/test/run.sh replays an order.
 set -eu
 cd "$(dirname "$0")/.."
 SHARED_RUBY=${SHARED_RUBY:-$(cd ../.. && pwd)/../shared/ruby}
 export SHARED_RUBY
 [ $# -gt 0 ] || set -- test/*_test.rb
+if [ -z "${SEED:-}" ] && [ -n "${TEST_SEED:-}" ]; then SEED=$TEST_SEED; export SEED; fi
 run() { "$ruby" -W0 -Ilib -Itest -e 'files = ARGV.dup; ARGV.clear; files.each { |f| require File.expand_path(f) }' "$@"; }
 need() { [ -x "$SHARED_RUBY/$1" ] || { echo "no $SHARED_RUBY/$1: set SHARED_RUBY" >&2; exit 1; }; }
 
@@ -43,7 +46,8 @@ for version in ${SIDEKIQ_VERSIONS:-6 7 8}; do
     8)
         need sidekiq8-env.sh
         need ruby33-env.sh
-        ruby=$("$SHARED_RUBY/ruby33-env.sh")
+        # Under the lock that .ci/run's background build of Ruby 3.3 holds, if one runs.
+        ruby=$(SHARED_RUBY=$SHARED_RUBY ../../.ci/locked-build ruby33)
         echo "== redis-unique gem: Sidekiq 8.1.7 ($SHARED_RUBY), Ruby $("$ruby" -e 'print RUBY_VERSION')"
         RUBYLIB=$("$SHARED_RUBY/sidekiq8-env.sh"):$(debian_libs) run "$@" ;;
     *)

@@ -72,7 +72,7 @@ class ServerSideTest < Minitest::Test
     wait_events("done")
     assert_equal [jid], client.locked_by(digest)
     assert_nil UntilExpiredDefaultJob.perform_async(token, {})
-    wait_until(timeout: 6, message: "lock expired") { client.locked_by(digest).empty? }
+    wait_until(message: "lock expired") { client.locked_by(digest).empty? }
     assert UntilExpiredDefaultJob.set(queue: "parked").perform_async(token, {})
   end
 
@@ -141,7 +141,7 @@ class ServerSideTest < Minitest::Test
     end
     assert_operator waiting, :>=, 2
     release
-    done = wait_events("done", 3, timeout: 20)
+    done = wait_events("done", 3)
     assert_equal jids.sort, done.map { |e| e["jid"] }.sort
     assert_equal "1", conn.call("GET", "maxrunning:#{token}"), "never more than one at a time"
   end

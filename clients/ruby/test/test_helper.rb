@@ -49,12 +49,14 @@ module TestSuite
       @conn ||= RedisUnique::Connection.new(raw_connection)
     end
 
+    # The test app's processes beat every second (BEAT_PAUSE; Sidekiq's own pause is 5 or
+    # 10 s): dead once three beats were missed.
     def dead_after
-      H.sidekiq7? ? 14 : 8 # beats every 10 s on Sidekiq 7, every 5 s on 6
+      3
     end
 
     def sidekiq_env
-      { "REAPER_INTERVAL" => "1", "REAPER_DEAD_AFTER" => dead_after.to_s, "POLL_INTERVAL" => "1" }
+      { "REAPER_INTERVAL" => "1", "REAPER_DEAD_AFTER" => dead_after.to_s, "POLL_INTERVAL" => "1", "BEAT_PAUSE" => "1" }
     end
 
     # Two Sidekiq processes working the default queue (started once).
@@ -75,6 +77,13 @@ module TestSuite
       (@extra ||= []) << p
       p.wait_ready(conn)
       p
+    end
+
+    # Stops a process of start_sidekiq: each test stops what it started, so that no later
+    # test sees its heartbeat, its queue's consumer or its owner identity.
+    def stop_sidekiq(process)
+      process.stop
+      @extra&.delete(process)
     end
 
     def shutdown
@@ -114,7 +123,7 @@ module TestHelpers
   end
 
   # Waits until `n` events named `event` were recorded; returns them.
-  def wait_events(event, n = 1, tok = token, timeout: 15)
+  def wait_events(event, n = 1, tok = token, timeout: H::PATIENCE)
     H.wait_until(timeout: timeout, message: "#{n} #{event} event(s) for #{tok}: #{events(tok).inspect}") do
       found = events(tok).select { |e| e["event"] == event }
       found.size >= n ? found : nil

@@ -74,7 +74,7 @@ class WebBrowserTest < Minitest::Test
   end
 
   def wait_for(message = "the page", &block)
-    wait_until(timeout: 15, interval: 0.05, message: message) do
+    wait_until(interval: 0.05, message: message) do
       block.call
     rescue Selenium::WebDriver::Error::NoSuchElementError, Selenium::WebDriver::Error::StaleElementReferenceError
       nil

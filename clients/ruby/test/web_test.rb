@@ -202,7 +202,7 @@ class WebTest < Minitest::Test
     digest = digest_of(UntilExecutedDefaultJob, token, { "hold" => true })
     wait_events("start")
     # Sidekiq publishes its running jobs with each heartbeat (every 5 s on 6.4, 10 s on 7).
-    row = wait_until(timeout: 30, interval: 0.5, message: "the job shown running") do
+    row = wait_until(interval: 0.5, message: "the job shown running") do
       get_ok("/locks/lock", key: digest)[%r{<tr class="holder">.*?</tr>}m].then { |r| r&.include?(">running<") && r }
     end
     assert_includes row, %(<code class="jid">#{jid}</code>)

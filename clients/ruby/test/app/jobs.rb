@@ -146,9 +146,14 @@ class RatedPartnerCallJob
 
   def perform(api_key, token, i)
     started = Time.now.to_f
+    # When the server granted this job's slot, on its own clock: the hold's token (unix µs).
+    run_key = RedisUnique::Sidekiq.digest_for({ "class" => self.class.name, "queue" => "rated",
+                                                "args" => [api_key, token, i] }, self.class) + ":RUN"
+    held = TestJobs.conn.call("UNIQUE.LOCKEDBY", run_key, "WITHMETA")
+                   .map { |h| RedisUnique::Client.holder(h) }.find { |h| h.jid == jid }
     sleep(0.02 + (i % 5) * 0.01) # the call: 20 to 60 ms, so that both limits bind in turn
-    TestJobs.conn.call("RPUSH", "rated:#{token}", JSON.generate("i" => i, "start" => started,
-                                                                 "end" => Time.now.to_f, "key" => api_key))
+    TestJobs.conn.call("RPUSH", "rated:#{token}", JSON.generate("i" => i, "start" => started, "end" => Time.now.to_f,
+                                                                 "key" => api_key, "token" => held&.token))
   end
 end
 
