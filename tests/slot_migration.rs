@@ -707,11 +707,7 @@ fn a_lock_of_thousands_of_holders_moves_exactly() {
     let at = common::int(call!(&mut b.con(), "PEXPIRETIME", &key).expect("PEXPIRETIME"));
     assert_eq!(at, expiry, "the key's expiry");
     assert_eq!(gauges(b), (1, (n - n / 10) as i64));
-    wait_until(
-        Duration::from_secs(5),
-        "the source to drop the moved key",
-        || gauges(a) == (0, 0),
-    );
+    wait_for("the source to drop the moved key", || gauges(a) == (0, 0));
     let con = &mut b.con();
     let renewed = token(call!(
         con,
