@@ -47,23 +47,39 @@ class ReaperTest < Minitest::Test
     TestSuite.stop_sidekiq(stop_after) if stop_after
   end
 
+  # The suite's live Sidekiq processes run their own reapers every second on database 0,
+  # on the same leader lock and owners set: the tests of one reaper's decisions take a
+  # database of their own, where no process would take the lead or forget an identity
+  # between two steps.
+  def own_url
+    TestSuite.url.sub(%r{/0\z}, "/1")
+  end
+
+  def own_conn
+    @own_conn ||= RedisUnique::Connection.new(TestSuite.raw_connection(own_url))
+  end
+
+  def own_client
+    @own_client ||= RedisUnique::Client.new(TestSuite.raw_connection(own_url))
+  end
+
   def reaper(identity, dead_after: 30)
-    RedisUnique::Sidekiq::Reaper.new(TestSuite.raw_connection, identity: identity, interval: 1, dead_after: dead_after)
+    RedisUnique::Sidekiq::Reaper.new(TestSuite.raw_connection(own_url), identity: identity, interval: 1, dead_after: dead_after)
   end
 
   def test_one_leader_at_a_time_and_takeover
     a = reaper("host:1:#{token}")
     b = reaper("host:2:#{token}")
-    conn.call("DEL", RedisUnique::Sidekiq::LEADER_KEY)
+    own_conn.call("DEL", RedisUnique::Sidekiq::LEADER_KEY)
     assert a.leader?
     refute b.leader?, "the other stands by"
     assert a.leader?, "the leader renews its lease"
-    holder = client.holders(RedisUnique::Sidekiq::LEADER_KEY).first
+    holder = own_client.holders(RedisUnique::Sidekiq::LEADER_KEY).first
     assert_in_delta 3, holder.ttl, 0.5
-    client.unlock(RedisUnique::Sidekiq::LEADER_KEY, a.identity)
+    own_client.unlock(RedisUnique::Sidekiq::LEADER_KEY, a.identity)
     assert b.leader?, "takes over when the leader goes"
   ensure
-    conn.call("DEL", RedisUnique::Sidekiq::LEADER_KEY)
+    own_conn.call("DEL", RedisUnique::Sidekiq::LEADER_KEY)
   end
 
   def test_dead_and_live_identities
@@ -73,25 +89,25 @@ class ReaperTest < Minitest::Test
     alive = "alive:3:#{token}"        # fresh beat
     newbie = "newbie:4:#{token}"      # just registered, no heartbeat yet
     old = Time.now.to_f - 120
-    [ghost, stale, alive].each { |id| conn.call("ZADD", RedisUnique::Sidekiq::OWNERS_KEY, old, id) }
-    conn.call("ZADD", RedisUnique::Sidekiq::OWNERS_KEY, Time.now.to_f, newbie)
-    conn.call("HSET", stale, "beat", (Time.now.to_f - 60).to_s)
-    conn.call("HSET", alive, "beat", Time.now.to_f.to_s)
-    [ghost, stale, alive, newbie].each { |id| client.lock("k:#{id}", "j", owner: id) }
+    [ghost, stale, alive].each { |id| own_conn.call("ZADD", RedisUnique::Sidekiq::OWNERS_KEY, old, id) }
+    own_conn.call("ZADD", RedisUnique::Sidekiq::OWNERS_KEY, Time.now.to_f, newbie)
+    own_conn.call("HSET", stale, "beat", (Time.now.to_f - 60).to_s)
+    own_conn.call("HSET", alive, "beat", Time.now.to_f.to_s)
+    [ghost, stale, alive, newbie].each { |id| own_client.lock("k:#{id}", "j", owner: id) }
     dead = r.dead_identities
     assert_includes dead, ghost
     assert_includes dead, stale
     refute_includes dead, alive
     refute_includes dead, newbie
-    conn.call("DEL", RedisUnique::Sidekiq::LEADER_KEY)
+    own_conn.call("DEL", RedisUnique::Sidekiq::LEADER_KEY)
     result = r.tick
     assert_equal 1, result[ghost]
     assert_equal 1, result[stale]
-    assert_equal [], client.locked_by("k:#{ghost}")
-    assert_equal ["j"], client.locked_by("k:#{alive}")
-    assert_equal ["j"], client.locked_by("k:#{newbie}")
+    assert_equal [], own_client.locked_by("k:#{ghost}")
+    assert_equal ["j"], own_client.locked_by("k:#{alive}")
+    assert_equal ["j"], own_client.locked_by("k:#{newbie}")
   ensure
-    conn.call("ZREM", RedisUnique::Sidekiq::OWNERS_KEY, alive, newbie, r.identity) if r
-    conn.call("DEL", RedisUnique::Sidekiq::LEADER_KEY)
+    own_conn.call("ZREM", RedisUnique::Sidekiq::OWNERS_KEY, alive, newbie, r.identity) if r
+    own_conn.call("DEL", RedisUnique::Sidekiq::LEADER_KEY, *[ghost, stale, alive, newbie].flat_map { |id| [id, "k:#{id}"] }) if newbie
   end
 end
