@@ -295,7 +295,11 @@ class WebTest < Minitest::Test
   def test_owners_page_and_freeing_a_dead_owners_locks
     live = TestSuite.workers.first.identity
     dead = "deadhost:#{900_000 + rand(90_000)}:#{SecureRandom.hex(6)}"
-    conn.call("ZADD", RedisUnique::Web::OWNERS_KEY, "NX", Time.now.to_i.to_s, dead)
+    # Registered an hour ahead: the suite's live reapers take an identity without a heartbeat
+    # for dead only `dead_after` seconds after it registered, and would otherwise free its
+    # locks themselves in the middle of this test on a slow machine. The page does not read
+    # the time.
+    conn.call("ZADD", RedisUnique::Web::OWNERS_KEY, "NX", (Time.now.to_i + 3600).to_s, dead)
     3.times { |i| client.lock(key(":dead#{i}"), "jd#{i}", ttl: 600, owner: dead) }
     client.lock(key(":live"), "jl", ttl: 600, owner: live)
     client.lock(key(":queued"), "jq", ttl: 600, owner: "queued")
