@@ -25,7 +25,9 @@ use std::collections::HashSet;
 use std::ffi::CStr;
 use std::fmt;
 
-use crate::lock::{Holder, Lock, Rate, RateLimit, validate_jid, validate_owner, validate_type};
+use crate::lock::{
+    DEFAULT_TYPE, Holder, Lock, Rate, RateLimit, validate_jid, validate_owner, validate_type,
+};
 
 /// The internal command that carries an effect to replicas and the AOF
 /// (`commands/apply.rs`), as it is registered and written.
@@ -42,7 +44,7 @@ pub const APPLY_COMMAND_NAME: &str = match APPLY_COMMAND.to_str() {
 /// (`commands/apply.rs`).
 ///
 /// ```text
-/// unique.apply key now HOLD jid token acquired_at expires_at type owner meta
+/// unique.apply key now HOLD jid token acquired_at expires_at [type [owner [meta]]]
 /// unique.apply key now RELEASE jid
 /// unique.apply key now REAP owner
 /// unique.apply key now PRUNE
@@ -51,7 +53,8 @@ pub const APPLY_COMMAND_NAME: &str = match APPLY_COMMAND.to_str() {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApplyOp {
     /// Puts a holder exactly as given (a grant or a renewal), in the fields of
-    /// [`write_holder`].
+    /// [`write_holder`]; the trailing ones may be left out where they have
+    /// their default value ([`HOLD_DEFAULTS`]).
     Hold,
     /// Removes one holder, by jid.
     Release,
@@ -91,6 +94,12 @@ impl ApplyOp {
             .find(|op| word.eq_ignore_ascii_case(op.word().to_bytes()))
     }
 }
+
+/// The values of a holder's last three fields (type, owner, meta) that
+/// `UNIQUE.APPLY ... HOLD` may leave out, from the end: a holder of the
+/// default type with no owner and no meta goes as its first four fields.
+/// The RDB encoding always writes all seven.
+pub const HOLD_DEFAULTS: [&[u8]; 3] = [DEFAULT_TYPE.as_bytes(), b"", b""];
 
 /// The encoding this build writes; it reads this one and every older one.
 pub const ENCODING_VERSION: i32 = 2;

@@ -129,6 +129,58 @@ fn a_replica_with_another_configuration_ends_with_identical_data() {
     wait_digests_equal(p, r);
 }
 
+/// A holder's effect leaves out the trailing fields that have their default
+/// (the default type, no owner, no META): each shape arrives whole, a default
+/// between two given fields included.
+#[test]
+fn every_shape_of_a_holders_effect_arrives_whole() {
+    let primary = Server::start();
+    let replica = primary.start_replica(&[]);
+    let (p, r) = (&mut primary.con(), &mut replica.con());
+    let shapes: [&[&str]; 5] = [
+        &[],
+        &["TYPE", "until_executed"],
+        &["OWNER", "w1"],
+        &["META", r#"{"n":1}"#],
+        &[
+            "TYPE",
+            "until_executed",
+            "OWNER",
+            "w1",
+            "META",
+            r#"{"n":1}"#,
+        ],
+    ];
+    for (i, options) in shapes.iter().enumerate() {
+        let key = format!("shape:{i}");
+        token(call!(p, "UNIQUE.LOCK", &key, "j", "TTL", 600_000, *options));
+        // A renewal, whose acquired_at is no longer the effect's time.
+        token(call!(p, "UNIQUE.LOCK", &key, "j", "TTL", 700_000, *options));
+    }
+    wait_digests_equal(p, r);
+    for i in 0..shapes.len() {
+        let key = format!("shape:{i}");
+        let fields = |con: &mut Connection| -> Vec<Value> {
+            let holders = common::with_meta(con, &key);
+            let [holder] = holders.as_slice() else {
+                panic!("{key}: {holders:?}");
+            };
+            [
+                "jid",
+                "token",
+                "type",
+                "owner",
+                "meta",
+                "acquired_at",
+                "expires_at",
+            ]
+            .map(|name| common::field(holder, name))
+            .to_vec()
+        };
+        assert_eq!(fields(r), fields(p), "{key}");
+    }
+}
+
 #[test]
 fn a_replica_refuses_writes_and_shows_live_holders_without_removing_any() {
     // No background reaper on the primary: the expired holder must stay.

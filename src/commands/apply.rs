@@ -87,9 +87,9 @@ impl<'a> Effect<'a> {
             (Some(ApplyOp::ReapOwner), [owner]) => Ok(Self::ReapOwner(owner)),
             (Some(ApplyOp::PruneOnly), []) => Ok(Self::PruneOnly),
             (Some(ApplyOp::Rate), _) => {
-                let mut input = Args(rest.iter());
+                let mut input = Args::new(rest);
                 match codec::read_rate(&mut input) {
-                    Ok(rate) if input.0.len() == 0 => Ok(Self::Rate(rate)),
+                    Ok(rate) if input.is_empty() => Ok(Self::Rate(rate)),
                     Ok(_) | Err(DecodeError::Io) => Err(RedisError::WrongArity),
                     Err(e) => Err(RedisError::String(format!(
                         "ERR invalid rate in UNIQUE.APPLY: {e}"
@@ -102,11 +102,19 @@ impl<'a> Effect<'a> {
 }
 
 /// The holder of `HOLD`, in the fields and with the checks of the encoding
-/// (`codec::read_holder`); a bad field is named in the error.
+/// (`codec::read_holder`), the trailing fields left out taking their default
+/// (`codec::HOLD_DEFAULTS`); a bad field is named in the error.
 fn parse_holder(args: &[RedisString]) -> Result<Holder, RedisError> {
-    let mut input = Args(args.iter());
+    let omitted = (codec::HOLD_DEFAULTS.len() + 4).checked_sub(args.len());
+    let Some(defaults) = omitted.and_then(|n| {
+        let from = codec::HOLD_DEFAULTS.len().checked_sub(n)?;
+        codec::HOLD_DEFAULTS.get(from..)
+    }) else {
+        return Err(RedisError::WrongArity);
+    };
+    let mut input = Args::new(args).then(defaults);
     match codec::read_holder(&mut input) {
-        Ok(holder) if input.0.len() == 0 => Ok(holder),
+        Ok(holder) if input.is_empty() => Ok(holder),
         Ok(_) | Err(DecodeError::Io) => Err(RedisError::WrongArity),
         Err(DecodeError::Corrupt(field)) => Err(RedisError::String(format!(
             "ERR invalid holder in UNIQUE.APPLY: {field}"
@@ -118,18 +126,51 @@ fn parse_holder(args: &[RedisString]) -> Result<Holder, RedisError> {
 }
 
 /// The arguments of an APPLY as a codec [`Source`]: integers as Redis parses
-/// them, bytes as given; the end of the arguments is a short read.
-struct Args<'a>(std::slice::Iter<'a, RedisString>);
+/// them, bytes as given, then the `defaults` of the fields left out; the end
+/// of both is a short read.
+struct Args<'a> {
+    given: std::slice::Iter<'a, RedisString>,
+    defaults: std::slice::Iter<'static, &'static [u8]>,
+}
+
+impl<'a> Args<'a> {
+    fn new(given: &'a [RedisString]) -> Self {
+        Self {
+            given: given.iter(),
+            defaults: [].iter(),
+        }
+    }
+
+    /// The same arguments followed by the values of fields left out.
+    fn then(self, defaults: &'static [&'static [u8]]) -> Self {
+        Self {
+            defaults: defaults.iter(),
+            ..self
+        }
+    }
+
+    /// Whether every argument and default was read.
+    fn is_empty(&self) -> bool {
+        self.given.len() == 0 && self.defaults.len() == 0
+    }
+}
 
 impl Source for Args<'_> {
     fn unsigned(&mut self) -> Result<u64, DecodeError> {
         u64::try_from(self.signed()?).map_err(|_| DecodeError::Corrupt("not an integer"))
     }
     fn signed(&mut self) -> Result<i64, DecodeError> {
-        let arg = self.0.next().ok_or(DecodeError::Io)?;
+        let arg = self.given.next().ok_or(DecodeError::Io)?;
         parse_int(arg).map_err(|_| DecodeError::Corrupt("not an integer"))
     }
     fn buffer(&mut self) -> Result<Vec<u8>, DecodeError> {
-        self.0.next().map(|a| a.to_vec()).ok_or(DecodeError::Io)
+        match self.given.next() {
+            Some(arg) => Ok(arg.to_vec()),
+            None => self
+                .defaults
+                .next()
+                .map(|d| d.to_vec())
+                .ok_or(DecodeError::Io),
+        }
     }
 }

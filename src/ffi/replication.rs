@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_longlong};
 use redis_module::{Context, RedisString, raw};
 
 use super::argv::Argv;
-use crate::codec::{APPLY_COMMAND, ApplyOp, NO_EXPIRY, Sink, write_rate};
+use crate::codec::{APPLY_COMMAND, ApplyOp, HOLD_DEFAULTS, NO_EXPIRY, Sink, write_rate};
 use crate::lock::{Holder, Rate};
 
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF,
@@ -68,15 +68,28 @@ pub fn replicate_rate(ctx: &Context, key: &RedisString, now: i64, rate: &Rate) {
     replicate_apply(ctx, key, argv);
 }
 
-/// Replicates `UNIQUE.APPLY key now HOLD ...`: the holder exactly as it is,
+/// Replicates `UNIQUE.APPLY key now HOLD ...`: `holder` exactly as it is,
 /// with the client's own key string, in the fields and the order of
 /// `codec::write_holder` (jid, token, acquired_at, expires_at, type, owner,
-/// meta). Through RM_Replicate's format: Redis makes each argument once, for
-/// the replication stream itself, instead of module strings made, retained
-/// and freed around it.
+/// meta), less the trailing fields that have their default value (the
+/// default type, no owner, no meta: `codec::HOLD_DEFAULTS`). Each argument
+/// of an effect is a string object Redis makes, feeds and frees, so a plain
+/// grant goes as 7 arguments instead of 10. Through RM_Replicate's format:
+/// Redis makes each argument once, for the replication stream itself,
+/// instead of module strings made, retained and freed around it.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
-    let (jid, lock_type) = (h.jid(), h.lock_type().as_bytes());
-    let (owner, meta) = (h.owner().unwrap_or_default(), h.meta().unwrap_or_default());
+    let jid = h.jid();
+    let tail = [
+        h.lock_type().as_bytes(),
+        h.owner().unwrap_or_default(),
+        h.meta().unwrap_or_default(),
+    ];
+    let tail_len = HOLD_DEFAULTS
+        .iter()
+        .zip(&tail)
+        .rposition(|(default, field)| default != field)
+        .map_or(0, |last| last + 1);
+    let [lock_type, owner, meta] = tail;
     // The numbers go as text made here (`b`), not as `l`: Redis turns a long
     // long into text one division per digit, and these are 13-digit times
     // and tokens. A new grant's acquired_at is `now`: made once.
@@ -88,15 +101,14 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
     let token = token.bytes();
     let expires_at = Decimal::new(h.expires_at().unwrap_or(NO_EXPIRY));
     let expires_at = expires_at.bytes();
-    // SAFETY: `ctx` is the context of the running command; every argument
-    // matches the format (s = a module string, c = C string, b = a pointer
-    // and a length); the buffers outlive the call, which copies them.
-    unsafe {
-        if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(
+    // One call per length: RM_Replicate is variadic, its format says how
+    // many arguments follow.
+    macro_rules! replicate {
+        ($replicate:expr, $format:literal $(, $field:expr)*) => {
+            $replicate(
                 ctx.get_raw(),
                 APPLY_COMMAND.as_ptr(),
-                c"sbcbbbbbbb".as_ptr(),
+                $format.as_ptr(),
                 key.inner,
                 now_text.as_ptr().cast::<c_char>(),
                 now_text.len(),
@@ -108,14 +120,22 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
                 acquired.as_ptr().cast::<c_char>(),
                 acquired.len(),
                 expires_at.as_ptr().cast::<c_char>(),
-                expires_at.len(),
-                lock_type.as_ptr().cast::<c_char>(),
-                lock_type.len(),
-                owner.as_ptr().cast::<c_char>(),
-                owner.len(),
-                meta.as_ptr().cast::<c_char>(),
-                meta.len(),
-            );
+                expires_at.len()
+                $(, $field.as_ptr().cast::<c_char>(), $field.len())*
+            )
+        };
+    }
+    // SAFETY: `ctx` is the context of the running command; every argument
+    // matches the format (s = a module string, c = C string, b = a pointer
+    // and a length); the buffers outlive the call, which copies them.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            match tail_len {
+                0 => replicate!(replicate, c"sbcbbbb"),
+                1 => replicate!(replicate, c"sbcbbbbb", lock_type),
+                2 => replicate!(replicate, c"sbcbbbbbb", lock_type, owner),
+                _ => replicate!(replicate, c"sbcbbbbbbb", lock_type, owner, meta),
+            };
         }
     }
 }
