@@ -102,8 +102,8 @@ type KeyId = (i32, Vec<u8>);
 type Queue<C> = BTreeMap<usize, Waiter<C>>;
 
 /// Every blocked client: a queue per key, oldest first, the key each client
-/// waits on, the wake-ups armed, and whether a queue is being served. `C`
-/// is the handle of a blocked client (a [`Blocked`] in Redis).
+/// waits on, and the wake-ups armed. `C` is the handle of a blocked client
+/// (a [`Blocked`] in Redis).
 struct Waiters<C> {
     queues: HashMap<KeyId, Queue<C>>,
     /// The key each blocked client waits on (also while its queue is served)
@@ -111,9 +111,6 @@ struct Waiters<C> {
     blocked: HashMap<C, (KeyId, usize)>,
     /// The earliest time a wake-up timer is armed for, per key.
     timers: HashMap<KeyId, i64>,
-    /// Set while a queue is being served: grants made for waiters must not
-    /// start serving again.
-    serving: bool,
     /// The client of each waiter by its number, for its deadline timer.
     by_seq: HashMap<usize, C>,
     /// The number of the next waiter.
@@ -129,7 +126,6 @@ impl<C> Default for Waiters<C> {
             queues: HashMap::new(),
             blocked: HashMap::new(),
             timers: HashMap::new(),
-            serving: false,
             by_seq: HashMap::new(),
             next_seq: 0,
             armed: 0,
@@ -171,15 +167,10 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
             .insert(waiter.seq, waiter);
     }
 
-    /// Takes the queue of `id` to serve it; `None` when it has none or a
-    /// queue is being served already.
-    fn start_serving(&mut self, id: &KeyId) -> Option<Queue<C>> {
-        if self.serving {
-            return None;
-        }
-        let queue = self.queues.remove(id)?;
-        self.serving = true;
-        Some(queue)
+    /// Takes the queue of `id` out to serve it; `None` when it has none.
+    /// Its waiters still count as waiting until each is [`Waiters::served`].
+    fn take_queue(&mut self, id: &KeyId) -> Option<Queue<C>> {
+        self.queues.remove(id)
     }
 
     /// `waiter`, taken out to be served, got its reply: it waits no more.
@@ -189,8 +180,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     }
 
     /// Serving `id` is over: the waiters `still` denied keep their place.
-    fn stop_serving(&mut self, id: KeyId, still: Queue<C>) {
-        self.serving = false;
+    fn put_back(&mut self, id: KeyId, still: Queue<C>) {
         if !still.is_empty() {
             // No waiter could block in between: nothing to merge.
             self.queues.insert(id, still);
@@ -283,33 +273,33 @@ thread_local! {
 
 /// Runs `f` on the waiters. `f` must not call out (a retry, Redis): what it
 /// calls could come back here.
-fn with<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
+fn with_waiters<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
     WAITERS.with(|w| f(&mut w.borrow_mut()))
 }
 
 /// How many clients wait on `key` of the selected database.
 pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
-    with(|w| w.waiting_on(selected_db(ctx), key))
+    with_waiters(|w| w.waiting_on(selected_db(ctx), key))
 }
 
 /// How many clients wait, on every key.
 pub fn waiting() -> usize {
-    with(|w| w.waiting())
+    with_waiters(|w| w.waiting())
 }
 
 /// How many of this module's timers are armed: deadlines and wake-ups.
 pub fn timers_armed() -> usize {
-    with(|w| w.armed)
+    with_waiters(|w| w.armed)
 }
 
 /// `ctx.create_timer` for a wake-up, counted in [`timers_armed`] until it
 /// fires. (Wake-ups are never stopped: one that finds nothing to do is cheap.)
 fn arm_wake_up<T: 'static>(ctx: &Context, delay: Duration, callback: fn(&Context, T), data: T) {
-    with(|w| w.count_timer(true));
+    with_waiters(|w| w.count_timer(true));
     ctx.create_timer(
         delay,
         move |ctx: &Context, data: T| {
-            with(|w| w.count_timer(false));
+            with_waiters(|w| w.count_timer(false));
             callback(ctx, data);
         },
         data,
@@ -321,7 +311,7 @@ fn stop_deadline<C>(ctx: &Context, waiter: &Waiter<C>) {
     if let Some(timer) = waiter.deadline
         && ffi::stop_timer(ctx, timer)
     {
-        with(|w| w.count_timer(false));
+        with_waiters(|w| w.count_timer(false));
     }
 }
 
@@ -344,7 +334,7 @@ pub fn block<A: Deref<Target = [u8]>>(
     let Some(client) = ffi::block_client::<Callbacks>(ctx) else {
         return false;
     };
-    let seq = with(|w| w.next_seq());
+    let seq = with_waiters(|w| w.next_seq());
     // Redis keeps a timer's due time in microseconds of a 64-bit clock: a
     // longer wait would overflow it and fire at once. Beyond the longest
     // timer a wait has no deadline at all, so it never ends early.
@@ -354,7 +344,7 @@ pub fn block<A: Deref<Target = [u8]>>(
         None
     };
     if deadline.is_some() {
-        with(|w| w.count_timer(true));
+        with_waiters(|w| w.count_timer(true));
     }
     let waiter = Waiter {
         client,
@@ -365,7 +355,7 @@ pub fn block<A: Deref<Target = [u8]>>(
         deadline,
         user: ffi::caller_name(ctx).ok().map(Vec::into_boxed_slice),
     };
-    with(|w| w.push((selected_db(ctx), key.to_vec()), waiter));
+    with_waiters(|w| w.push((selected_db(ctx), key.to_vec()), waiter));
     if let Some(at) = lease_end {
         wake_at(ctx, key, at);
     }
@@ -380,49 +370,83 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
     }
 }
 
-/// Serves the queue of `key` (selected database), oldest waiter first; each
-/// waiter gets or not according to its own call. Those still denied stay, in
-/// order, and a wake-up is armed for the next lease to end.
+/// One pass of the serving rule over a key's queue: oldest waiter first,
+/// each retried on its own call (`retry`); a grant or an error ends its wait,
+/// a denial keeps its place, in order. The rule of who is served, in what
+/// order and when to look again lives here and nowhere else.
+fn serve_pass<C>(queue: Queue<C>, mut retry: impl FnMut(&Waiter<C>) -> Served) -> Pass<C> {
+    let mut pass = Pass {
+        ended: Vec::new(),
+        still: Queue::new(),
+        wake_at: None,
+    };
+    for waiter in queue.into_values() {
+        let reply = match retry(&waiter) {
+            Served::Granted(token) => WaiterReply::Token(token),
+            Served::Failed(e) => WaiterReply::Error(e),
+            Served::Denied { lease_end } => {
+                pass.wake_at = match (pass.wake_at, lease_end) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                pass.still.insert(waiter.seq, waiter);
+                continue;
+            }
+        };
+        pass.ended.push((waiter, reply));
+    }
+    if pass.still.is_empty() {
+        pass.wake_at = None;
+    }
+    pass
+}
+
+/// What one [`serve_pass`] decided.
+struct Pass<C> {
+    /// The waiters whose wait ends, with their reply, in queue order.
+    ended: Vec<(Waiter<C>, WaiterReply)>,
+    /// The waiters still denied, in their order.
+    still: Queue<C>,
+    /// When to serve the key again: the earliest end of lease (or instant
+    /// the rate allows) any denial gave, while someone still waits.
+    wake_at: Option<i64>,
+}
+
+/// The serving loop of `key` (selected database): takes its queue out, runs
+/// [`serve_pass`] over it with each waiter's retry, then replies to the
+/// waiters whose wait ended, puts the others back and arms a wake-up for the
+/// next lease to end. Called by the command or timer that may have freed a
+/// slot, never from a retry: a retry reports what it freed instead (its
+/// `Freed`, dropped: the waiters after it in this pass see the slot), so the
+/// loop never runs inside itself and needs no guard.
 fn serve(ctx: &Context, key: &[u8]) {
     let id = (selected_db(ctx), key.to_vec());
-    let Some(queue) = with(|w| w.start_serving(&id)) else {
+    let Some(queue) = with_waiters(|w| w.take_queue(&id)) else {
         return;
     };
-    let mut still = Queue::new();
-    let mut next_lease_end: Option<i64> = None;
     let mut permissions = Permissions::default();
-    for waiter in queue.into_values() {
-        let served = if waiter
+    let pass = serve_pass(queue, |waiter| {
+        if waiter
             .user
             .as_deref()
             .is_some_and(|u| !permissions.may_lock(ctx, u, key))
         {
-            Served::Failed(NO_KEY_PERMISSION.to_owned())
-        } else {
-            // A bug in one retry ends that wait with an error; the queue,
-            // and the serving state, must survive it.
-            catch_unwind(AssertUnwindSafe(|| (waiter.retry)(ctx, &waiter.args)))
-                .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()))
-        };
-        let reply = match served {
-            Served::Granted(token) => WaiterReply::Token(token),
-            Served::Failed(e) => WaiterReply::Error(e),
-            Served::Denied { lease_end } => {
-                next_lease_end = match (next_lease_end, lease_end) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-                still.insert(waiter.seq, waiter);
-                continue;
-            }
-        };
-        with(|w| w.served(&waiter));
+            return Served::Failed(NO_KEY_PERMISSION.to_owned());
+        }
+        // A bug in one retry ends that wait with an error; the queue must
+        // survive it.
+        catch_unwind(AssertUnwindSafe(|| (waiter.retry)(ctx, &waiter.args)))
+            .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()))
+    });
+    // Unblocking only queues the reply, which Redis sends after this
+    // command: replying after the pass is replying in its order.
+    for (waiter, reply) in pass.ended {
+        with_waiters(|w| w.served(&waiter));
         stop_deadline(ctx, &waiter);
         ffi::unblock(waiter.client, Some(reply));
     }
-    let waits = !still.is_empty();
-    with(|w| w.stop_serving(id, still));
-    if let Some(at) = next_lease_end.filter(|_| waits) {
+    with_waiters(|w| w.put_back(id, pass.still));
+    if let Some(at) = pass.wake_at {
         wake_at(ctx, key, at);
     }
 }
@@ -451,7 +475,7 @@ impl Permissions {
 /// at or before `at` is armed already.
 fn wake_at(ctx: &Context, key: &[u8], at: i64) {
     let id = (selected_db(ctx), key.to_vec());
-    if !with(|w| w.arm(&id, at)) {
+    if !with_waiters(|w| w.arm(&id, at)) {
         return;
     }
     // A lease is live while now < expires_at: wake at expires_at exactly.
@@ -464,7 +488,7 @@ fn wake_at(ctx: &Context, key: &[u8], at: i64) {
 }
 
 fn wake(ctx: &Context, (id, at): (KeyId, i64)) {
-    with(|w| w.fired(&id, at));
+    with_waiters(|w| w.fired(&id, at));
     serve_key(ctx, id);
 }
 
@@ -476,14 +500,14 @@ const PAUSED_RETRY: Duration = Duration::from_millis(20);
 /// not write.
 pub fn key_gone(ctx: &Context, db: i32, key: &[u8]) {
     let id = (db, key.to_vec());
-    if with(|w| w.has_queue(&id)) {
+    if with_waiters(|w| w.has_queue(&id)) {
         arm_wake_up(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
 
 /// A database or all of them were flushed: serve every waiter, soon after.
 pub fn flushed(ctx: &Context) {
-    for id in with(|w| w.keys()) {
+    for id in with_waiters(|w| w.keys()) {
         arm_wake_up(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
@@ -493,7 +517,7 @@ pub fn flushed(ctx: &Context) {
 /// wake-up comes back after the pause instead.
 fn serve_key(ctx: &Context, (db, key): KeyId) {
     if ffi::writes_paused() {
-        if with(|w| w.has_queue(&(db, key.clone()))) {
+        if with_waiters(|w| w.has_queue(&(db, key.clone()))) {
             arm_wake_up(ctx, PAUSED_RETRY, serve_key, (db, key));
         }
         return;
@@ -514,7 +538,7 @@ pub fn redirect(
     if waiting() == 0 {
         return;
     }
-    for ((_, key), waiter) in with(|w| w.take_queues(moved)) {
+    for ((_, key), waiter) in with_waiters(|w| w.take_queues(moved)) {
         stop_deadline(ctx, &waiter);
         ffi::unblock(waiter.client, Some(WaiterReply::Error(reply(&key))));
     }
@@ -536,8 +560,8 @@ fn time_out(ctx: &Context, waiter: Option<Waiter<Blocked>>) {
 impl TimerHandler for Callbacks {
     /// The deadline of waiter `seq` came: nil, and nothing was added.
     fn fired(ctx: &Context, seq: usize) {
-        with(|w| w.count_timer(false));
-        if let Some(mut waiter) = with(|w| w.deadline_passed(seq)) {
+        with_waiters(|w| w.count_timer(false));
+        if let Some(mut waiter) = with_waiters(|w| w.deadline_passed(seq)) {
             waiter.deadline = None; // it fired: nothing to stop
             let client = waiter.client;
             time_out(ctx, Some(waiter));
@@ -549,7 +573,7 @@ impl TimerHandler for Callbacks {
 impl BlockHandler for Callbacks {
     /// CLIENT UNBLOCK ended the wait: nil, and nothing was added.
     fn on_timeout(ctx: &Context, blocked: Option<Blocked>) -> RedisResult {
-        let forgotten = blocked.and_then(|b| Some((b, with(|w| w.forget(b))?)));
+        let forgotten = blocked.and_then(|b| Some((b, with_waiters(|w| w.forget(b))?)));
         if let Some((blocked, waiter)) = forgotten {
             time_out(ctx, waiter);
             // The reply is this callback's; unblocking only frees the handle.
@@ -560,7 +584,7 @@ impl BlockHandler for Callbacks {
 
     /// The client went away while waiting: forget it, free its handle.
     fn on_disconnect(ctx: &Context, blocked: Blocked) {
-        if let Some(waiter) = with(|w| w.forget(blocked)) {
+        if let Some(waiter) = with_waiters(|w| w.forget(blocked)) {
             if let Some(waiter) = &waiter {
                 stop_deadline(ctx, waiter);
             }
@@ -614,7 +638,7 @@ mod tests {
         assert_eq!(w.waiting_on(0, b"k"), 3);
         assert_eq!(w.waiting_on(1, b"k"), 1, "databases apart");
         assert_eq!(w.waiting_on(0, b"none"), 0);
-        let queue = w.start_serving(&key("k")).expect("a queue");
+        let queue = w.take_queue(&key("k")).expect("a queue");
         assert_eq!(clients(&queue), [1, 2, 3]);
     }
 
@@ -642,11 +666,8 @@ mod tests {
             w.push(key("k"), waiter(c));
         }
         w.push(key("j"), waiter(9));
-        let mut queue = w.start_serving(&key("k")).expect("a queue");
-        assert!(
-            w.start_serving(&key("j")).is_none(),
-            "no serving inside serving"
-        );
+        let mut queue = w.take_queue(&key("k")).expect("a queue");
+        assert!(w.take_queue(&key("k")).is_none(), "taken once");
         assert_eq!(w.waiting(), 5, "being served still counts as waiting");
         // 1 and 3 get their reply; 2 and 4 are still denied.
         let mut still = Queue::new();
@@ -657,13 +678,64 @@ mod tests {
                 still.insert(next.seq, next);
             }
         }
-        w.stop_serving(key("k"), still);
+        w.put_back(key("k"), still);
         assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (3, 2));
-        let queue = w.start_serving(&key("k")).expect("the rest");
+        let queue = w.take_queue(&key("k")).expect("the rest");
         assert_eq!(clients(&queue), [2, 4]);
-        w.stop_serving(key("k"), Queue::new());
+        w.put_back(key("k"), Queue::new());
         assert!(!w.has_queue(&key("k")));
-        assert!(w.start_serving(&key("j")).is_some(), "serving is over");
+        assert!(w.take_queue(&key("j")).is_some(), "other keys apart");
+    }
+
+    fn queue_of(clients: &[u32]) -> Queue<u32> {
+        clients.iter().map(|&c| (c as usize, waiter(c))).collect()
+    }
+
+    #[test]
+    fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
+        let mut tried = Vec::new();
+        let pass = serve_pass(queue_of(&[1, 2, 3, 4, 5]), |w| {
+            tried.push(w.client);
+            match w.client {
+                1 => Served::Denied {
+                    lease_end: Some(300),
+                },
+                2 => Served::Granted(7),
+                3 => Served::Denied {
+                    lease_end: Some(200),
+                },
+                4 => Served::Failed("ERR gone".into()),
+                _ => Served::Denied { lease_end: None },
+            }
+        });
+        assert_eq!(tried, [1, 2, 3, 4, 5], "every waiter, oldest first");
+        let ended: Vec<_> = pass.ended.iter().map(|(w, r)| (w.client, r)).collect();
+        assert_eq!(
+            ended,
+            [
+                (2, &WaiterReply::Token(7)),
+                (4, &WaiterReply::Error("ERR gone".into()))
+            ]
+        );
+        assert_eq!(clients(&pass.still), [1, 3, 5]);
+        assert_eq!(pass.wake_at, Some(200), "the earliest lease to end");
+    }
+
+    #[test]
+    fn a_pass_that_ends_every_wait_arms_no_wake_up() {
+        let pass = serve_pass(queue_of(&[1, 2]), |w| {
+            if w.client == 1 {
+                Served::Denied { lease_end: Some(9) }
+            } else {
+                Served::Granted(1)
+            }
+        });
+        assert_eq!(pass.wake_at, Some(9));
+        let pass = serve_pass(queue_of(&[1, 2]), |_| Served::Granted(1));
+        assert!(pass.still.is_empty());
+        assert_eq!(pass.wake_at, None);
+        let pass = serve_pass(queue_of(&[1]), |_| Served::Denied { lease_end: None });
+        assert_eq!(pass.wake_at, None, "no lease ends: no wake-up");
     }
 
     #[test]
@@ -690,7 +762,7 @@ mod tests {
         assert_eq!(out.client, 2);
         assert_eq!(w.waiting(), 2);
         assert!(w.deadline_passed(2).is_none(), "once");
-        let queue = w.start_serving(&key("k")).expect("a queue");
+        let queue = w.take_queue(&key("k")).expect("a queue");
         assert_eq!(clients(&queue), [1, 3], "the others keep their order");
         let mut queue = queue;
         let (_, first) = queue.pop_first().expect("waiter 1");
@@ -699,7 +771,7 @@ mod tests {
             w.deadline_passed(1).is_none(),
             "a served waiter has no deadline"
         );
-        w.stop_serving(key("k"), queue);
+        w.put_back(key("k"), queue);
         assert_eq!(w.deadline_passed(3).map(|w| w.client), Some(3));
         assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
         assert!(w.by_seq.is_empty());
@@ -716,7 +788,7 @@ mod tests {
             assert_eq!(w.forget(c).flatten().map(|g| g.client), Some(c));
         }
         assert_eq!(w.waiting_on(0, b"k"), 10_000 - 3_333);
-        let queue = w.start_serving(&key("k")).expect("a queue");
+        let queue = w.take_queue(&key("k")).expect("a queue");
         let expected: Vec<u32> = (1..=10_000).filter(|c| c % 3 != 0).collect();
         assert_eq!(clients(&queue), expected);
     }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value, info_field, text, token, wait_for};
+use common::{Connection, Server, Value, info_field, text, token, wait_for, wait_until};
 use redis::cluster::ClusterClient;
 
 /// The hash slot of a key (CRC16/XMODEM of its hash tag or whole name).

@@ -66,7 +66,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
     });
 
-    finish(ctx, key_name, key, now, 0, Change::Replayed(event))?;
+    // A replayed effect frees nothing to serve: grants are the primary's.
+    let _nobody_served = finish(ctx, key_name, key, now, 0, Change::Replayed(event))?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -2,6 +2,7 @@
 //! (replication, keyspace event) in one place, only when something changed.
 
 pub mod apply;
+pub mod decisions;
 pub mod lock;
 pub mod lockedby;
 pub mod metrics;
@@ -18,13 +19,14 @@ use std::ffi::CStr;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
-use crate::codec::ApplyOp;
 use crate::datatype::LockKey;
 use crate::docs::{COMMANDS, CommandDoc};
 use crate::ffi;
 use crate::lock::{Lock, LockError};
 use crate::metrics as counters;
 use crate::waiting;
+use decisions::Replicate;
+pub use decisions::{Change, prune_expired};
 
 /// The signature of every command handler.
 pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
@@ -159,56 +161,43 @@ fn settle(key: &mut LockKey, now: i64) -> Result<(), RedisError> {
     Ok(())
 }
 
-/// What a command changed on one key, besides removing the holders whose
-/// lease had run out (counted apart, see [`finish`]).
+/// Whether a change may have freed a slot of its key, as [`finish`] found.
+/// Serving the key's waiters is the serving loop's (`waiting::slot_freed`),
+/// started by the command or timer that made the change and never from a
+/// waiter's retry: a retry runs inside that loop, and the waiters after it
+/// in the same pass see the slot it freed.
+#[must_use = "serve the key's waiters (Freed::serve_waiters), unless this is a waiter's retry"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change<'a> {
-    /// Nothing but the removal of ended leases, if any: a denial, an UNLOCK
-    /// that found nothing, a bare prune (replicated as `PRUNE` when a lease
-    /// ended, and not at all otherwise).
-    PruneOnly,
-    /// `jid` holds: a new grant (`new`) or a renewal; `spent_rate` when the
-    /// grant spent the key's rate.
-    Hold {
-        jid: &'a [u8],
-        new: bool,
-        spent_rate: bool,
-    },
-    /// UNLOCK removed `jid`'s holder.
-    Release(&'a [u8]),
-    /// REAP OWNER removed at least one holder of this owner.
-    Reap(&'a [u8]),
-    /// UNIQUE.APPLY replayed a primary's effect, with the event it makes.
-    Replayed(Option<&'static CStr>),
-}
+pub struct Freed(bool);
 
-impl Change<'_> {
-    /// The command's own keyspace event.
-    fn event(self) -> Option<&'static CStr> {
-        match self {
-            Self::Hold { new: true, .. } => Some(events::LOCK),
-            Self::Release(_) => Some(events::UNLOCK),
-            Self::Reap(_) => Some(events::REAP),
-            Self::Replayed(event) => event,
-            Self::PruneOnly | Self::Hold { new: false, .. } => None,
+impl Freed {
+    /// Nothing freed (a replayed effect, an unchanged key).
+    pub const NOTHING: Self = Self(false);
+
+    /// Serves the waiters of `name` (selected database) if a slot may have
+    /// freed.
+    pub fn serve_waiters(self, ctx: &Context, name: &[u8]) {
+        if self.0 {
+            waiting::slot_freed(ctx, name);
         }
     }
 }
 
-/// Everything that follows a change of the lock in `key` (named `name`), in
-/// one fixed order, for every command, timer and replayed effect:
+/// Carries out what follows a change of the lock in `key` (named `name`),
+/// as [`Change::effects`] decides, in one fixed order, for every command,
+/// timer and replayed effect:
 ///
 /// 1. settle the key (deleted when empty, else its expiry),
 /// 2. replicate the effect (`UNIQUE.APPLY ...` at `now`, or the APPLY itself),
 /// 3. close the key,
 /// 4. `unique.expire` when `expired` holders ran out,
 /// 5. the command's own event,
-/// 6. and only then serve the clients waiting on the key, whose grants thus
+/// 6. and returns whether the key's waiters are to be served: the caller
+///    serves them next ([`Freed::serve_waiters`]), so that their grants
 ///    follow the change that made room for them: in the replication stream,
 ///    in the AOF and in the events.
 ///
-/// Nothing happens when nothing changed. A replayed effect announces only its
-/// own event and serves nobody: grants are the primary's to make.
+/// Nothing happens when nothing changed.
 pub fn finish(
     ctx: &Context,
     name: &RedisString,
@@ -216,45 +205,34 @@ pub fn finish(
     now: i64,
     expired: usize,
     change: Change<'_>,
-) -> Result<(), RedisError> {
-    let replayed = matches!(change, Change::Replayed(_));
-    if !replayed && expired == 0 && change == Change::PruneOnly {
-        return Ok(());
-    }
+) -> Result<Freed, RedisError> {
+    let Some(effects) = change.effects(expired) else {
+        return Ok(Freed::NOTHING);
+    };
     settle(&mut key, now)?;
-    match change {
-        Change::Hold {
-            jid, spent_rate, ..
-        } => {
+    match effects.replicate {
+        Replicate::Hold { jid, rate } => {
             let lock = key.lock()?;
             if let Some(holder) = lock.and_then(|lock| lock.holder(jid)) {
                 ffi::replicate_hold(ctx, name, now, holder);
             }
-            if let Some(rate) = lock.and_then(Lock::rate).filter(|_| spent_rate) {
+            if let Some(rate) = lock.and_then(Lock::rate).filter(|_| rate) {
                 ffi::replicate_rate(ctx, name, now, rate);
             }
         }
-        Change::Release(jid) => ffi::replicate_effect(ctx, name, now, ApplyOp::Release, Some(jid)),
-        Change::Reap(owner) => {
-            ffi::replicate_effect(ctx, name, now, ApplyOp::ReapOwner, Some(owner));
-        }
-        Change::PruneOnly => ffi::replicate_effect(ctx, name, now, ApplyOp::PruneOnly, None),
+        Replicate::Effect(op, arg) => ffi::replicate_effect(ctx, name, now, op, arg),
         // A replica's own AOF only gets what a module command replicates.
-        Change::Replayed(_) => ctx.replicate_verbatim(),
+        Replicate::Verbatim => ctx.replicate_verbatim(),
     }
     // Serving waiters opens the key again: ours must be closed first.
     drop(key);
-    if expired > 0 && !replayed {
+    if effects.expire_event {
         ffi::notify_module_event(ctx, events::EXPIRE, name);
     }
-    if let Some(event) = change.event() {
+    if let Some(event) = effects.event {
         ffi::notify_module_event(ctx, event, name);
     }
-    let freed = expired > 0 || matches!(change, Change::Release(_) | Change::Reap(_));
-    if freed && !replayed {
-        waiting::slot_freed(ctx, name);
-    }
-    Ok(())
+    Ok(Freed(effects.serve_waiters))
 }
 
 /// One command as lib.rs registers it: its facts (name, flags, arity, key
@@ -400,15 +378,6 @@ macro_rules! command {
     };
 }
 use command;
-
-/// The first step of every command that changes a lock: removes the holders
-/// whose lease has ended at `now`, counts each as `expired` under its own
-/// type, and returns how many went (what [`finish`] reports as expired).
-fn prune_expired(lock: &mut Lock, now: i64) -> usize {
-    lock.prune_each(now, |h| {
-        counters::record(now, Some(h.lock_type()), counters::Event::Expired);
-    })
-}
 
 /// Runs a change on a lock and keeps the holders gauge in step with it.
 fn tracked<T>(lock: &mut Lock, change: impl FnOnce(&mut Lock) -> T) -> T {

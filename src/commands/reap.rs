@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
+use super::decisions::InRedis;
 use super::{ArgError, Change, finish, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::{AclUser, NoCaller, now_ms};
@@ -173,7 +174,7 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
         return 0;
     };
     let (expired, reaped) = tracked(lock, |lock| {
-        let expired = prune_expired(lock, now);
+        let expired = prune_expired(lock, now, &mut InRedis);
         let reaped = owner.map_or(0, |owner| {
             lock.remove_owner_each(owner, |h| {
                 metrics::record(now, Some(h.lock_type()), Event::Reaped);
@@ -189,6 +190,8 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
         _ => Change::PruneOnly,
     };
     // The lock is ours and open: finishing cannot fail.
-    let _ = finish(ctx, name, key, now, expired, change);
+    if let Ok(freed) = finish(ctx, name, key, now, expired, change) {
+        freed.serve_waiters(ctx, name);
+    }
     expired + reaped
 }
