@@ -28,14 +28,14 @@
 //! a waiter gets exactly one outcome: its token, an error, or nil.
 //!
 //! This module knows nothing of LOCK: as Redis's own blocked clients keep
-//! their command, a waiter keeps what retrying it takes (its arguments, a
-//! [`Retry`] function, the lock type it asked for), given by LOCK when it
+//! their command, a waiter keeps what retrying it takes (its call, parsed
+//! once when it blocked, as a [`Call`], and the lock type it asked for),
+//! given by LOCK when it
 //! blocks. The bookkeeping is one [`Waiters`] value, tested without a server.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
-use std::ops::Deref;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
@@ -73,16 +73,19 @@ pub const INTERNAL_ERROR: &str =
 pub const NO_KEY_PERMISSION: &str =
     "NOPERM this user has no permissions to access one of the keys used as arguments";
 
-/// Runs a blocked call (its arguments: command, key, ...) again, as the
-/// longest waiter in its key's queue.
-pub type Retry = fn(&Context, &[Vec<u8>]) -> Served;
+/// A blocked call, as its command parsed it when it blocked: serving it runs
+/// exactly what the client asked for, whatever changed in the configuration
+/// meanwhile.
+pub trait Call {
+    /// Runs the call again, as the longest waiter in its key's queue.
+    fn retry(&self, ctx: &Context) -> Served;
+}
 
-/// One blocked call: its client, its own arguments, how to retry it, and the
-/// lock type it asked for (counted if its wait runs out).
+/// One blocked call: its client, its call, and the lock type it asked for
+/// (counted if its wait runs out).
 struct Waiter<C> {
     client: C,
-    args: Vec<Vec<u8>>,
-    retry: Retry,
+    call: Box<dyn Call>,
     lock_type: Box<str>,
     /// Its number, which its deadline timer carries.
     seq: usize,
@@ -315,22 +318,19 @@ fn stop_deadline<C>(ctx: &Context, waiter: &Waiter<C>) {
     }
 }
 
-/// Blocks the calling client (its command's `args`: name, key, ...) for up
-/// to `timeout_ms` at the end of its key's queue, to be served by `retry`;
+/// Blocks the calling client for up to `timeout_ms` at the end of the queue
+/// of `key` (selected database), to be served by retrying `call`;
 /// `lock_type` is counted if the wait runs out. `lease_end` is the earliest
 /// end of lease among the key's holders, if any has one. False when the
 /// client could not block.
-pub fn block<A: Deref<Target = [u8]>>(
+pub fn block(
     ctx: &Context,
-    args: &[A],
+    key: &[u8],
+    call: Box<dyn Call>,
     timeout_ms: i64,
     lease_end: Option<i64>,
-    retry: Retry,
     lock_type: &str,
 ) -> bool {
-    let Some(key) = args.get(1) else {
-        return false;
-    };
     let Some(client) = ffi::block_client::<Callbacks>(ctx) else {
         return false;
     };
@@ -348,8 +348,7 @@ pub fn block<A: Deref<Target = [u8]>>(
     }
     let waiter = Waiter {
         client,
-        args: args.iter().map(|a| a.to_vec()).collect(),
-        retry,
+        call,
         lock_type: lock_type.into(),
         seq,
         deadline,
@@ -435,7 +434,7 @@ fn serve(ctx: &Context, key: &[u8]) {
         }
         // A bug in one retry ends that wait with an error; the queue must
         // survive it.
-        catch_unwind(AssertUnwindSafe(|| (waiter.retry)(ctx, &waiter.args)))
+        catch_unwind(AssertUnwindSafe(|| waiter.call.retry(ctx)))
             .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()))
     });
     // Unblocking only queues the reply, which Redis sends after this
@@ -597,19 +596,18 @@ impl BlockHandler for Callbacks {
 mod tests {
     use super::*;
 
-    fn never(_: &Context, _: &[Vec<u8>]) -> Served {
-        Served::Failed(String::new())
+    /// A call the tests never retry (serve_pass is given its own retry).
+    struct Never;
+    impl Call for Never {
+        fn retry(&self, _: &Context) -> Served {
+            Served::Failed(String::new())
+        }
     }
 
     fn waiter(client: u32) -> Waiter<u32> {
         Waiter {
             client,
-            args: vec![
-                b"UNIQUE.LOCK".to_vec(),
-                b"k".to_vec(),
-                client.to_string().into_bytes(),
-            ],
-            retry: never,
+            call: Box::new(Never),
             lock_type: "until_executed".into(),
             seq: client as usize,
             deadline: None,

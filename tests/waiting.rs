@@ -412,6 +412,26 @@ fn each_waiter_keeps_its_own_options() {
 }
 
 #[test]
+fn a_setting_changed_while_a_client_waits_does_not_change_its_request() {
+    let server = Server::start_with(&["--unique.max-meta-bytes", "64"]);
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "a"));
+    let meta = r#"{"queue":"critical","attempt":3}"#;
+    let waiter = start_waiter(&server, args(&["k", "b", "WAIT", "10000", "META", meta]));
+    // Smaller than the waiter's META: a new call would be refused now.
+    call!(con, "CONFIG", "SET", "unique.max-meta-bytes", 8).expect("CONFIG SET");
+    assert!(call!(con, "UNIQUE.LOCK", "k2", "c", "META", meta).is_err());
+    call!(con, "UNIQUE.UNLOCK", "k", "a").expect("UNLOCK");
+    let t = token(waiter.join().expect("waiter").0);
+    assert_eq!(int(field_of(con, "k", "b", "token")), t);
+    assert_eq!(
+        field_of(con, "k", "b", "meta"),
+        Value::BulkString(meta.as_bytes().to_vec()),
+        "served as it asked when it blocked"
+    );
+}
+
+#[test]
 fn a_replica_matches_its_primary_after_waiters_were_served() {
     let primary = Server::start();
     let replica = primary.start_replica(&[]);

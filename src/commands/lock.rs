@@ -115,7 +115,16 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
         } => {
             let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
             match wait {
-                Some(ms) if waiting::block(ctx, args, ms, lease_end, serve_waiter, lock_type) => {
+                Some(ms)
+                    if waiting::block(
+                        ctx,
+                        key_name,
+                        Box::new(WaitingLock::new(key_name, jid, &opts)),
+                        ms,
+                        lease_end,
+                        lock_type,
+                    ) =>
+                {
                     Ok(RedisValue::NoReply)
                 }
                 _ => {
@@ -127,27 +136,65 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     }
 }
 
-/// Runs a waiting LOCK (`args`: the command's arguments) again, as the
-/// longest waiter in the queue: the [`waiting::Retry`] of a blocked LOCK.
-pub fn serve_waiter(ctx: &Context, args: &[Vec<u8>]) -> Served {
-    let [_, key_name, jid, options @ ..] = args else {
-        return Served::Failed(RedisError::WrongArity.to_string());
-    };
-    let opts = match parse_options(options, config::max_meta_bytes()) {
-        Ok(opts) => opts,
-        Err(e) => return Served::Failed(e.to_string()),
-    };
-    let key_name = ctx.create_string(key_name.as_slice());
-    // A retry runs inside the serving loop of its key: what its prune freed
-    // goes to the waiters after it in the same pass, not to a new loop.
-    match attempt(ctx, &key_name, jid, &opts, Queue::Served) {
-        Ok((Attempt::Granted(token), _)) => {
-            let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
-            metrics::record(now_ms(), Some(lock_type), Event::Waited);
-            Served::Granted(token)
+/// A LOCK waiting for a slot, as it was parsed when it blocked: its key, jid
+/// and options, owned. A setting changed while it waits (say
+/// `unique.max-meta-bytes`) does not change what it asked for.
+struct WaitingLock {
+    key: Box<[u8]>,
+    jid: Box<[u8]>,
+    limit: Option<u32>,
+    expiry: Option<Expiry>,
+    lock_type: Option<Box<str>>,
+    owner: Option<Box<[u8]>>,
+    meta: Option<Box<str>>,
+    rate: Option<RateLimit>,
+}
+
+impl WaitingLock {
+    fn new(key: &[u8], jid: &[u8], opts: &LockOptions<'_>) -> Self {
+        Self {
+            key: key.into(),
+            jid: jid.into(),
+            limit: opts.limit,
+            expiry: opts.expiry,
+            lock_type: opts.lock_type.map(Into::into),
+            owner: opts.owner.map(Into::into),
+            meta: opts.meta.map(Into::into),
+            rate: opts.rate,
         }
-        Ok((Attempt::Denied { lease_end, .. }, _)) => Served::Denied { lease_end },
-        Err(e) => Served::Failed(e.to_string()),
+    }
+
+    /// Its options as parsed (a served waiter does not wait again).
+    fn options(&self) -> LockOptions<'_> {
+        LockOptions {
+            limit: self.limit,
+            expiry: self.expiry,
+            lock_type: self.lock_type.as_deref(),
+            owner: self.owner.as_deref(),
+            meta: self.meta.as_deref(),
+            rate: self.rate,
+            wait: None,
+        }
+    }
+}
+
+impl waiting::Call for WaitingLock {
+    /// Runs the LOCK again, as the longest waiter in the queue.
+    fn retry(&self, ctx: &Context) -> Served {
+        let opts = self.options();
+        let key_name = ctx.create_string(&*self.key);
+        // A retry runs inside the serving loop of its key: what its prune
+        // freed goes to the waiters after it in the same pass, not to a new
+        // loop.
+        match attempt(ctx, &key_name, &self.jid, &opts, Queue::Served) {
+            Ok((Attempt::Granted(token), _)) => {
+                let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
+                metrics::record(now_ms(), Some(lock_type), Event::Waited);
+                Served::Granted(token)
+            }
+            Ok((Attempt::Denied { lease_end, .. }, _)) => Served::Denied { lease_end },
+            Err(e) => Served::Failed(e.to_string()),
+        }
     }
 }
 
