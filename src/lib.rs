@@ -52,12 +52,18 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         let Ok(flags) = std::ffi::CString::new(command.flags()) else {
             return Status::Err;
         };
-        if !ffi::create_command(ctx, command.name, command.entry, &flags, command.keys()) {
-            ctx.log_warning(&format!("could not register {:?}", command.name));
+        let name = command.name();
+        if !ffi::create_command(ctx, &name, command.entry, &flags, command.keys()) {
+            ctx.log_warning(&format!("could not register {name:?}"));
             return Status::Err;
         }
     }
-    ffi::describe_commands(ctx);
+    ffi::describe_commands(
+        ctx,
+        commands::REGISTRY
+            .iter()
+            .filter_map(commands::Registration::doc),
+    );
     commands::set_acl_categories(ctx);
     // I/O errors handled, and Valkey's atomic slot migration where the
     // server has it (it refuses CLUSTER MIGRATESLOTS until every module

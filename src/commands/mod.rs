@@ -15,12 +15,13 @@ pub mod waiters;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use std::ffi::CStr;
+use std::borrow::Cow;
+use std::ffi::{CStr, CString};
 
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use crate::datatype::LockKey;
-use crate::docs::{COMMANDS, CommandDoc};
+use crate::docs::{self, CommandDoc};
 use crate::ffi;
 use crate::lock::{Lock, LockError};
 use crate::metrics as counters;
@@ -235,32 +236,61 @@ pub fn finish(
     Ok(Freed(effects.serve_waiters))
 }
 
-/// One command as lib.rs registers it: its facts (name, flags, arity, key
-/// specs, docs) in `docs::COMMANDS`, found by name, and its entry point.
+/// What Redis is told about a command when it is registered.
+pub enum Facts {
+    /// A public command: its `docs` entry, which holds its name, flags,
+    /// arity, key specs, ACL categories and docs.
+    Public(&'static CommandDoc),
+    /// The internal `unique.apply`: no docs, no ACL category; its key is the
+    /// first argument.
+    Internal {
+        name: &'static CStr,
+        flags: &'static str,
+    },
+}
+
+/// One command as lib.rs registers it: its facts and its entry point, side
+/// by side.
 pub struct Registration {
-    pub name: &'static CStr,
+    pub facts: Facts,
     pub entry: ffi::EntryPoint,
 }
 
 impl Registration {
-    /// The command's facts; `None` for the internal `unique.apply`.
-    pub fn doc(&self) -> Option<&'static CommandDoc> {
-        let name = self.name.to_str().ok()?;
-        COMMANDS.iter().find(|doc| doc.name == name)
+    /// The command's name, as registered.
+    pub fn name(&self) -> Cow<'static, CStr> {
+        match self.facts {
+            // A literal of docs.rs: no NUL inside (a test checks).
+            Facts::Public(doc) => CString::new(doc.name).map_or(Cow::Borrowed(c""), Cow::Owned),
+            Facts::Internal { name, .. } => Cow::Borrowed(name),
+        }
     }
 
-    /// Its flags: the documented ones, or the internal command's.
+    /// The command's docs; `None` for the internal `unique.apply`.
+    pub fn doc(&self) -> Option<&'static CommandDoc> {
+        match self.facts {
+            Facts::Public(doc) => Some(doc),
+            Facts::Internal { .. } => None,
+        }
+    }
+
+    /// Its command flags.
     pub fn flags(&self) -> &'static str {
-        self.doc().map_or("write", |doc| doc.flags)
+        match self.facts {
+            Facts::Public(doc) => doc.flags,
+            Facts::Internal { flags, .. } => flags,
+        }
     }
 
     /// The legacy key range (first, last, step) of its key spec: the first
     /// argument or none.
     pub fn keys(&self) -> (i32, i32, i32) {
-        match self.doc().map(|doc| doc.key_specs.first().map(|k| k.index)) {
-            Some(Some(index)) => (index, index, 1),
-            Some(None) => (0, 0, 0),
-            None => (1, 1, 1), // unique.apply key now ...
+        match self.facts {
+            Facts::Public(doc) => doc
+                .key_specs
+                .first()
+                .map_or((0, 0, 0), |k| (k.index, k.index, 1)),
+            Facts::Internal { .. } => (1, 1, 1), // unique.apply key now ...
         }
     }
 }
@@ -269,8 +299,7 @@ impl Registration {
 /// server lets a module add a category (Redis 8+, Valkey 8+).
 pub const ACL_CATEGORY: &CStr = c"unique";
 
-/// Puts every public command in the ACL categories of its `docs::COMMANDS`
-/// entry, and in `@unique` where the server has it. Logs what the server
+/// Puts every public command in the ACL categories of its docs entry, and in `@unique` where the server has it. Logs what the server
 /// could not do (Redis 7.0 has no categories for module commands, 7.2 no
 /// categories of a module's own): the module still loads, and its commands
 /// are granted by name there. Only during the load.
@@ -288,10 +317,10 @@ pub fn set_acl_categories(ctx: &Context) {
         } else {
             doc.acl_categories.to_string()
         };
-        let Ok(categories) = std::ffi::CString::new(categories) else {
+        let Ok(categories) = CString::new(categories) else {
             continue;
         };
-        match ffi::set_acl_categories(ctx, command.name, &categories) {
+        match ffi::set_acl_categories(ctx, &command.name(), &categories) {
             ffi::Categories::Set => {}
             ffi::Categories::Unsupported => {
                 ctx.log_notice(
@@ -302,47 +331,52 @@ pub fn set_acl_categories(ctx: &Context) {
             }
             ffi::Categories::Refused => ctx.log_warning(&format!(
                 "the server refused the ACL categories {categories:?} of {:?}",
-                command.name
+                command.name()
             )),
         }
     }
 }
 
-/// Every command of the module. A new command adds its file (with its
-/// `Command` type, the entry point's handler), its facts to
-/// `docs::COMMANDS`, and its line here. LOCK, UNLOCK and LOCKEDBY, the hot
-/// ones, read their arguments in place; the others take Redis strings.
+/// Every command of the module, its facts beside its entry point. A new
+/// command adds its file (with its `Command` type, the entry point's
+/// handler), its entry to `docs::COMMANDS`, and its row here, which names
+/// both: a misspelt one does not build, a forgotten one fails a test. LOCK,
+/// UNLOCK and LOCKEDBY, the hot ones, read their arguments in place; the
+/// others take Redis strings.
 pub static REGISTRY: [Registration; 8] = [
     Registration {
-        name: c"unique.lock",
+        facts: Facts::Public(&docs::LOCK),
         entry: ffi::entry_point::<lock::Command>,
     },
     Registration {
-        name: c"unique.unlock",
+        facts: Facts::Public(&docs::UNLOCK),
         entry: ffi::entry_point::<unlock::Command>,
     },
     Registration {
-        name: c"unique.lockedby",
+        facts: Facts::Public(&docs::LOCKEDBY),
         entry: ffi::entry_point::<lockedby::Command>,
     },
     Registration {
-        name: c"unique.waiters",
+        facts: Facts::Public(&docs::WAITERS),
         entry: ffi::args_entry_point::<waiters::Command>,
     },
     Registration {
-        name: c"unique.rate",
+        facts: Facts::Public(&docs::RATE),
         entry: ffi::args_entry_point::<rate::Command>,
     },
     Registration {
-        name: c"unique.reap",
+        facts: Facts::Public(&docs::REAP),
         entry: ffi::args_entry_point::<reap::Command>,
     },
     Registration {
-        name: c"unique.metrics",
+        facts: Facts::Public(&docs::METRICS),
         entry: ffi::args_entry_point::<metrics::Command>,
     },
     Registration {
-        name: crate::codec::APPLY_COMMAND,
+        facts: Facts::Internal {
+            name: crate::codec::APPLY_COMMAND,
+            flags: "write",
+        },
         entry: ffi::args_entry_point::<apply::Command>,
     },
 ];
@@ -415,6 +449,54 @@ mod tests {
             Err(e) => assert!(e.to_string().starts_with("ERR internal error")),
             Ok(v) => panic!("expected an error, got {v:?}"),
         }
+    }
+
+    #[test]
+    fn every_documented_command_is_registered_once_in_the_docs_order() {
+        let public: Vec<&CommandDoc> = REGISTRY.iter().filter_map(Registration::doc).collect();
+        assert_eq!(
+            public.len(),
+            docs::COMMANDS.len(),
+            "a docs entry unregistered"
+        );
+        for (registered, documented) in public.iter().zip(docs::COMMANDS) {
+            assert!(
+                std::ptr::eq(*registered, *documented),
+                "{} registered where the docs have {}",
+                registered.name,
+                documented.name
+            );
+        }
+        let mut names: Vec<Cow<'static, CStr>> = REGISTRY.iter().map(Registration::name).collect();
+        for name in &names {
+            let text = name.to_str().unwrap_or_default();
+            assert!(
+                text.starts_with("unique.") && text == text.to_ascii_lowercase(),
+                "{name:?}"
+            );
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), REGISTRY.len(), "a name registered twice");
+        assert_eq!(REGISTRY.iter().filter(|r| r.doc().is_none()).count(), 1);
+    }
+
+    #[test]
+    fn a_registration_gives_the_facts_of_its_docs() {
+        let lock = &REGISTRY[0];
+        assert_eq!(lock.name().as_ref(), c"unique.lock");
+        assert_eq!(lock.flags(), "write deny-oom fast");
+        assert_eq!(lock.keys(), (1, 1, 1));
+        let metrics = REGISTRY
+            .iter()
+            .find(|r| r.name().as_ref() == c"unique.metrics");
+        assert_eq!(metrics.map(Registration::keys), Some((0, 0, 0)));
+        let apply = REGISTRY.iter().find(|r| r.doc().is_none());
+        assert_eq!(
+            apply.map(Registration::name),
+            Some(Cow::Borrowed(crate::codec::APPLY_COMMAND))
+        );
+        assert_eq!(apply.map(Registration::keys), Some((1, 1, 1)));
     }
 
     #[test]

@@ -202,11 +202,11 @@ pub fn describe(ctx: &Context, cmd: &CommandDoc) -> Result<(), String> {
     }
 }
 
-/// Registers the docs of every public command (`docs::COMMANDS`).
-/// A refusal is logged and leaves that command as it was (arity -1, its
-/// registration key range): the module still loads.
-pub fn describe_commands(ctx: &Context) {
-    for cmd in crate::docs::COMMANDS {
+/// Registers the docs of every public command (`docs`: those of the
+/// registered commands). A refusal is logged and leaves that command as it
+/// was (arity -1, its registration key range): the module still loads.
+pub fn describe_commands<'a>(ctx: &Context, docs: impl Iterator<Item = &'a CommandDoc>) {
+    for cmd in docs {
         if let Err(e) = describe(ctx, cmd) {
             ctx.log_warning(&format!("no command docs for {}: {e}", cmd.name));
         }
