@@ -1,16 +1,18 @@
 //! redis-unique: native job locks for Redis.
 //!
 //! This file only registers things with Redis. The lock rules live in
-//! `lock/`, the commands in `commands/`, the data type in `datatype.rs`.
+//! `engine/`, the commands in `commands/` (what they decide in
+//! `commands/decisions.rs`), the waiting clients in `waiting.rs`, the data
+//! type in `datatype.rs`.
 
 pub mod codec;
 pub mod commands;
 pub mod config;
 pub mod datatype;
 pub mod docs;
+pub mod engine;
 pub mod fencing;
 pub mod ffi;
-pub mod lock;
 pub mod metrics;
 pub mod migration;
 pub mod moving_slots;

@@ -3,15 +3,23 @@
 //! A denied caller is blocked (`RM_BlockClient`) and queued on its key, in
 //! arrival order. Whenever a slot may have freed, the module serves that
 //! key's queue on the spot: each waiter, oldest first, gets its own LOCK run
-//! again (its own LIMIT, TTL, TYPE, OWNER, META) and, if granted, is
-//! unblocked with its token. Granting in the context of the change that
-//! freed the slot keeps replication in order and lets nobody slip in between.
+//! again (its own LIMIT, TTL, TYPE, OWNER, META, as parsed when it blocked)
+//! and, if granted, is unblocked with its token. Granting in the context of
+//! the change that freed the slot keeps replication in order and lets nobody
+//! slip in between.
 //!
-//! A slot may free on UNLOCK, REAP and the background reaper (they call
-//! [`slot_freed`]), when the key is deleted (the `del` and `evicted` keyspace
-//! events, FLUSHDB/FLUSHALL) and when a lease runs out: a module timer is
-//! armed for the earliest lease of a key that has waiters, so that a waiter
-//! is served with no other client touching the key.
+//! Serving is one loop with one owner, [`slot_freed`]: the command or timer
+//! whose change may have freed a slot (LOCK or UNLOCK pruning or releasing,
+//! REAP, the background reaper, a wake-up) calls it once the change is
+//! finished (`commands::Freed`). Inside it, one pass of the serving rule
+//! ([`serve_pass`]) retries each waiter; a retry never starts serving
+//! itself, so the loop needs no guard against running inside itself.
+//!
+//! A slot also frees when the key is deleted (the `del`, `evicted` and
+//! `expired` keyspace events, FLUSHDB/FLUSHALL: served soon after from a
+//! timer) and when a lease runs out: a module timer is armed for the earliest
+//! lease of a key that has waiters, so that a waiter is served with no other
+//! client touching the key.
 //!
 //! (Redis 7.0 only serves clients blocked *on keys* while the key exists,
 //! and a lock's key goes with its last holder: hence this queue of our own.)
@@ -30,22 +38,23 @@
 //! This module knows nothing of LOCK: as Redis's own blocked clients keep
 //! their command, a waiter keeps what retrying it takes (its call, parsed
 //! once when it blocked, as a [`Call`], and the lock type it asked for),
-//! given by LOCK when it
-//! blocks. The bookkeeping is one [`Waiters`] value, tested without a server.
+//! given by LOCK when it blocks. The bookkeeping is one `Waiters` value
+//! (`queues.rs`), and [`serve_pass`] a plain function: both are tested
+//! without a server (`tests.rs`).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::ffi::{
-    self, AclUser, BlockHandler, Blocked, TimerHandler, TimerId, WaiterReply, now_ms, select_db,
-    selected_db,
+    self, AclUser, BlockHandler, Blocked, TimerHandler, WaiterReply, now_ms, select_db, selected_db,
 };
 use crate::metrics::{self, Event};
+
+mod queues;
+use queues::{KeyId, Queue, Waiter, Waiters};
 
 /// The longest delay given to a module timer, about 34.8 years: Redis adds a
 /// timer's delay, in microseconds, to a 64-bit clock, so a delay near
@@ -79,194 +88,6 @@ pub const NO_KEY_PERMISSION: &str =
 pub trait Call {
     /// Runs the call again, as the longest waiter in its key's queue.
     fn retry(&self, ctx: &Context) -> Served;
-}
-
-/// One blocked call: its client, its call, and the lock type it asked for
-/// (counted if its wait runs out).
-struct Waiter<C> {
-    client: C,
-    call: Box<dyn Call>,
-    lock_type: Box<str>,
-    /// Its number, which its deadline timer carries.
-    seq: usize,
-    /// The timer that ends its wait, if one could be armed.
-    deadline: Option<TimerId>,
-    /// Its client's ACL user, whose key permissions each retry checks
-    /// again (`None` where the server cannot say).
-    user: Option<Box<[u8]>>,
-}
-
-/// A key: its database and name.
-type KeyId = (i32, Vec<u8>);
-
-/// A key's waiters by their number, which grows with every waiter: arrival
-/// order, and one waiter found by its number (a timeout, a disconnect) in
-/// O(log n) however long the queue.
-type Queue<C> = BTreeMap<usize, Waiter<C>>;
-
-/// Every blocked client: a queue per key, oldest first, the key each client
-/// waits on, and the wake-ups armed. `C` is the handle of a blocked client
-/// (a [`Blocked`] in Redis).
-struct Waiters<C> {
-    queues: HashMap<KeyId, Queue<C>>,
-    /// The key each blocked client waits on (also while its queue is served)
-    /// and its number there.
-    blocked: HashMap<C, (KeyId, usize)>,
-    /// The earliest time a wake-up timer is armed for, per key.
-    timers: HashMap<KeyId, i64>,
-    /// The client of each waiter by its number, for its deadline timer.
-    by_seq: HashMap<usize, C>,
-    /// The number of the next waiter.
-    next_seq: usize,
-    /// Module timers armed and not yet fired or stopped (INFO
-    /// `unique_timers_armed`): deadlines and wake-ups.
-    armed: usize,
-}
-
-impl<C> Default for Waiters<C> {
-    fn default() -> Self {
-        Self {
-            queues: HashMap::new(),
-            blocked: HashMap::new(),
-            timers: HashMap::new(),
-            by_seq: HashMap::new(),
-            next_seq: 0,
-            armed: 0,
-        }
-    }
-}
-
-impl<C: Copy + Eq + Hash> Waiters<C> {
-    /// Clients waiting, on every key.
-    fn waiting(&self) -> usize {
-        self.blocked.len()
-    }
-
-    /// Clients waiting on `key` of database `db`.
-    fn waiting_on(&self, db: i32, key: &[u8]) -> usize {
-        if self.queues.is_empty() {
-            return 0; // the common case, on every LOCK: no lookup, no copy
-        }
-        self.queues
-            .get(&(db, key.to_vec()))
-            .map_or(0, BTreeMap::len)
-    }
-
-    /// A number for the next waiter, larger than any before it (a 64-bit
-    /// count does not wrap), so that a queue in number order is in arrival
-    /// order.
-    fn next_seq(&mut self) -> usize {
-        self.next_seq = self.next_seq.wrapping_add(1);
-        self.next_seq
-    }
-
-    /// `waiter` joins the end of the queue of `id`.
-    fn push(&mut self, id: KeyId, waiter: Waiter<C>) {
-        self.by_seq.insert(waiter.seq, waiter.client);
-        self.blocked.insert(waiter.client, (id.clone(), waiter.seq));
-        self.queues
-            .entry(id)
-            .or_default()
-            .insert(waiter.seq, waiter);
-    }
-
-    /// Takes the queue of `id` out to serve it; `None` when it has none.
-    /// Its waiters still count as waiting until each is [`Waiters::served`].
-    fn take_queue(&mut self, id: &KeyId) -> Option<Queue<C>> {
-        self.queues.remove(id)
-    }
-
-    /// `waiter`, taken out to be served, got its reply: it waits no more.
-    fn served(&mut self, waiter: &Waiter<C>) {
-        self.blocked.remove(&waiter.client);
-        self.by_seq.remove(&waiter.seq);
-    }
-
-    /// Serving `id` is over: the waiters `still` denied keep their place.
-    fn put_back(&mut self, id: KeyId, still: Queue<C>) {
-        if !still.is_empty() {
-            // No waiter could block in between: nothing to merge.
-            self.queues.insert(id, still);
-        }
-    }
-
-    /// Removes `client` from its queue. `None` when it was not waiting;
-    /// otherwise the waiter, as found in its queue.
-    fn forget(&mut self, client: C) -> Option<Option<Waiter<C>>> {
-        let (id, seq) = self.blocked.remove(&client)?;
-        let Some(queue) = self.queues.get_mut(&id) else {
-            return Some(None);
-        };
-        let waiter = queue.remove(&seq);
-        if queue.is_empty() {
-            self.queues.remove(&id);
-        }
-        if let Some(waiter) = &waiter {
-            self.by_seq.remove(&waiter.seq);
-        }
-        Some(waiter)
-    }
-
-    /// The deadline of waiter `seq` came: it leaves its queue. `None` when
-    /// it is no longer waiting.
-    fn deadline_passed(&mut self, seq: usize) -> Option<Waiter<C>> {
-        let client = *self.by_seq.get(&seq)?;
-        self.forget(client).flatten()
-    }
-
-    /// Whether a wake-up at `at` must be armed for `id` (none is armed at
-    /// or before `at`); if so it counts as armed from now on.
-    fn arm(&mut self, id: &KeyId, at: i64) -> bool {
-        if self.timers.get(id).is_some_and(|&when| when <= at) {
-            return false;
-        }
-        self.timers.insert(id.clone(), at);
-        true
-    }
-
-    /// The wake-up armed for `id` at `at` went off.
-    fn fired(&mut self, id: &KeyId, at: i64) {
-        if self.timers.get(id) == Some(&at) {
-            self.timers.remove(id);
-        }
-    }
-
-    /// A module timer was armed (`true`) or went (fired or stopped).
-    fn count_timer(&mut self, armed: bool) {
-        self.armed = if armed {
-            self.armed + 1
-        } else {
-            self.armed.saturating_sub(1)
-        };
-    }
-
-    /// Takes out the whole queue of every key that `leaves` picks (a key's
-    /// name): those clients wait no more. Oldest first within each key.
-    fn take_queues(&mut self, leaves: impl Fn(&[u8]) -> bool) -> Vec<(KeyId, Waiter<C>)> {
-        let ids: Vec<KeyId> = self
-            .queues
-            .keys()
-            .filter(|(_, key)| leaves(key))
-            .cloned()
-            .collect();
-        let mut taken = Vec::new();
-        for id in ids {
-            for waiter in self.queues.remove(&id).unwrap_or_default().into_values() {
-                self.served(&waiter);
-                taken.push((id.clone(), waiter));
-            }
-            self.timers.remove(&id);
-        }
-        taken
-    }
-
-    fn has_queue(&self, id: &KeyId) -> bool {
-        self.queues.contains_key(id)
-    }
-
-    fn keys(&self) -> Vec<KeyId> {
-        self.queues.keys().cloned().collect()
-    }
 }
 
 thread_local! {
@@ -362,7 +183,8 @@ pub fn block(
 }
 
 /// A change may have freed a slot of `key` (selected database): serve its
-/// waiters.
+/// waiters. The one entry of the serving loop; a key nobody waits on costs
+/// one emptiness check.
 pub fn slot_freed(ctx: &Context, key: &[u8]) {
     if waiting_on(ctx, key) > 0 {
         serve(ctx, key);
@@ -593,222 +415,4 @@ impl BlockHandler for Callbacks {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A call the tests never retry (serve_pass is given its own retry).
-    struct Never;
-    impl Call for Never {
-        fn retry(&self, _: &Context) -> Served {
-            Served::Failed(String::new())
-        }
-    }
-
-    fn waiter(client: u32) -> Waiter<u32> {
-        Waiter {
-            client,
-            call: Box::new(Never),
-            lock_type: "until_executed".into(),
-            seq: client as usize,
-            deadline: None,
-            user: None,
-        }
-    }
-
-    fn key(name: &str) -> KeyId {
-        (0, name.as_bytes().to_vec())
-    }
-
-    fn clients(queue: &Queue<u32>) -> Vec<u32> {
-        queue.values().map(|w| w.client).collect()
-    }
-
-    #[test]
-    fn waiters_queue_per_key_in_arrival_order() {
-        let mut w = Waiters::default();
-        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
-        for c in [1, 2, 3] {
-            w.push(key("k"), waiter(c));
-        }
-        w.push(key("other"), waiter(4));
-        w.push((1, b"k".to_vec()), waiter(5));
-        assert_eq!(w.waiting(), 5);
-        assert_eq!(w.waiting_on(0, b"k"), 3);
-        assert_eq!(w.waiting_on(1, b"k"), 1, "databases apart");
-        assert_eq!(w.waiting_on(0, b"none"), 0);
-        let queue = w.take_queue(&key("k")).expect("a queue");
-        assert_eq!(clients(&queue), [1, 2, 3]);
-    }
-
-    #[test]
-    fn a_forgotten_client_leaves_its_queue_and_the_counts() {
-        let mut w = Waiters::default();
-        for c in [1, 2, 3] {
-            w.push(key("k"), waiter(c));
-        }
-        let gone = w.forget(2).flatten().expect("2 waited");
-        assert_eq!(&*gone.lock_type, "until_executed");
-        assert!(w.forget(2).is_none(), "forgotten once");
-        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (2, 2));
-        w.forget(1);
-        w.forget(3);
-        assert_eq!(w.waiting(), 0);
-        assert!(!w.has_queue(&key("k")), "an empty queue goes");
-        assert!(w.keys().is_empty());
-    }
-
-    #[test]
-    fn serving_takes_the_queue_once_and_keeps_the_denied_in_order() {
-        let mut w = Waiters::default();
-        for c in [1, 2, 3, 4] {
-            w.push(key("k"), waiter(c));
-        }
-        w.push(key("j"), waiter(9));
-        let mut queue = w.take_queue(&key("k")).expect("a queue");
-        assert!(w.take_queue(&key("k")).is_none(), "taken once");
-        assert_eq!(w.waiting(), 5, "being served still counts as waiting");
-        // 1 and 3 get their reply; 2 and 4 are still denied.
-        let mut still = Queue::new();
-        while let Some((_, next)) = queue.pop_first() {
-            if next.client % 2 == 1 {
-                w.served(&next);
-            } else {
-                still.insert(next.seq, next);
-            }
-        }
-        w.put_back(key("k"), still);
-        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (3, 2));
-        let queue = w.take_queue(&key("k")).expect("the rest");
-        assert_eq!(clients(&queue), [2, 4]);
-        w.put_back(key("k"), Queue::new());
-        assert!(!w.has_queue(&key("k")));
-        assert!(w.take_queue(&key("j")).is_some(), "other keys apart");
-    }
-
-    fn queue_of(clients: &[u32]) -> Queue<u32> {
-        clients.iter().map(|&c| (c as usize, waiter(c))).collect()
-    }
-
-    #[test]
-    fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
-        let mut tried = Vec::new();
-        let pass = serve_pass(queue_of(&[1, 2, 3, 4, 5]), |w| {
-            tried.push(w.client);
-            match w.client {
-                1 => Served::Denied {
-                    lease_end: Some(300),
-                },
-                2 => Served::Granted(7),
-                3 => Served::Denied {
-                    lease_end: Some(200),
-                },
-                4 => Served::Failed("ERR gone".into()),
-                _ => Served::Denied { lease_end: None },
-            }
-        });
-        assert_eq!(tried, [1, 2, 3, 4, 5], "every waiter, oldest first");
-        let ended: Vec<_> = pass.ended.iter().map(|(w, r)| (w.client, r)).collect();
-        assert_eq!(
-            ended,
-            [
-                (2, &WaiterReply::Token(7)),
-                (4, &WaiterReply::Error("ERR gone".into()))
-            ]
-        );
-        assert_eq!(clients(&pass.still), [1, 3, 5]);
-        assert_eq!(pass.wake_at, Some(200), "the earliest lease to end");
-    }
-
-    #[test]
-    fn a_pass_that_ends_every_wait_arms_no_wake_up() {
-        let pass = serve_pass(queue_of(&[1, 2]), |w| {
-            if w.client == 1 {
-                Served::Denied { lease_end: Some(9) }
-            } else {
-                Served::Granted(1)
-            }
-        });
-        assert_eq!(pass.wake_at, Some(9));
-        let pass = serve_pass(queue_of(&[1, 2]), |_| Served::Granted(1));
-        assert!(pass.still.is_empty());
-        assert_eq!(pass.wake_at, None);
-        let pass = serve_pass(queue_of(&[1]), |_| Served::Denied { lease_end: None });
-        assert_eq!(pass.wake_at, None, "no lease ends: no wake-up");
-    }
-
-    #[test]
-    fn a_wake_up_is_armed_only_when_none_comes_first() {
-        let mut w: Waiters<u32> = Waiters::default();
-        assert!(w.arm(&key("k"), 100));
-        assert!(!w.arm(&key("k"), 100), "armed already");
-        assert!(!w.arm(&key("k"), 150), "an earlier one comes first");
-        assert!(w.arm(&key("k"), 50), "an earlier lease needs its own");
-        assert!(w.arm(&key("j"), 150), "keys apart");
-        w.fired(&key("k"), 100); // the stale one: 50 stays armed
-        assert!(!w.arm(&key("k"), 60));
-        w.fired(&key("k"), 50);
-        assert!(w.arm(&key("k"), 60));
-    }
-
-    #[test]
-    fn a_deadline_takes_its_waiter_out_once_and_only_while_it_waits() {
-        let mut w = Waiters::default();
-        for c in [1, 2, 3] {
-            w.push(key("k"), waiter(c));
-        }
-        let out = w.deadline_passed(2).expect("waiter 2 waits");
-        assert_eq!(out.client, 2);
-        assert_eq!(w.waiting(), 2);
-        assert!(w.deadline_passed(2).is_none(), "once");
-        let queue = w.take_queue(&key("k")).expect("a queue");
-        assert_eq!(clients(&queue), [1, 3], "the others keep their order");
-        let mut queue = queue;
-        let (_, first) = queue.pop_first().expect("waiter 1");
-        w.served(&first);
-        assert!(
-            w.deadline_passed(1).is_none(),
-            "a served waiter has no deadline"
-        );
-        w.put_back(key("k"), queue);
-        assert_eq!(w.deadline_passed(3).map(|w| w.client), Some(3));
-        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
-        assert!(w.by_seq.is_empty());
-    }
-
-    #[test]
-    fn waiters_leave_a_long_queue_in_any_order_and_the_rest_keep_theirs() {
-        let mut w = Waiters::default();
-        for c in 1..=10_000 {
-            w.push(key("k"), waiter(c));
-        }
-        // Every third, from the back: each found by its number.
-        for c in (1..=10_000).rev().filter(|c| c % 3 == 0) {
-            assert_eq!(w.forget(c).flatten().map(|g| g.client), Some(c));
-        }
-        assert_eq!(w.waiting_on(0, b"k"), 10_000 - 3_333);
-        let queue = w.take_queue(&key("k")).expect("a queue");
-        let expected: Vec<u32> = (1..=10_000).filter(|c| c % 3 != 0).collect();
-        assert_eq!(clients(&queue), expected);
-    }
-
-    #[test]
-    fn a_forgotten_waiter_has_no_deadline_left() {
-        let mut w = Waiters::default();
-        w.push(key("k"), waiter(7));
-        assert!(w.forget(7).is_some());
-        assert!(w.deadline_passed(7).is_none());
-        assert!(w.by_seq.is_empty());
-    }
-
-    #[test]
-    fn timers_are_counted_until_they_go() {
-        let mut w: Waiters<u32> = Waiters::default();
-        w.count_timer(true);
-        w.count_timer(true);
-        w.count_timer(false);
-        assert_eq!(w.armed, 1);
-        w.count_timer(false);
-        w.count_timer(false);
-        assert_eq!(w.armed, 0, "never below zero");
-    }
-}
+mod tests;

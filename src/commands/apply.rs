@@ -19,8 +19,8 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, 
 use super::{Change, events, finish, parse_int, tracked};
 use crate::codec::{self, ApplyOp, DecodeError, Source};
 use crate::datatype::LockKey;
+use crate::engine::{Holder, Lock, Rate};
 use crate::fencing;
-use crate::lock::{Holder, Lock, Rate};
 
 super::command!(with_args run);
 

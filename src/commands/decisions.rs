@@ -15,7 +15,7 @@ use std::ffi::CStr;
 
 use super::events;
 use crate::codec::ApplyOp;
-use crate::lock::{Acquired, Lock, LockRequest};
+use crate::engine::{Acquired, Lock, LockRequest};
 use crate::metrics::Event;
 use crate::{fencing, metrics};
 

@@ -9,11 +9,11 @@ use super::decisions::{Attempt, InRedis, count_denial, decide_lock};
 use super::{ArgError, Freed, finish, parse_int, tracked};
 use crate::config;
 use crate::datatype::LockKey;
-use crate::ffi::now_ms;
-use crate::lock::{
+use crate::engine::{
     DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, RateLimit, validate_jid,
     validate_meta, validate_owner, validate_type,
 };
+use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
 use crate::waiting::{self, Served};
 
@@ -253,7 +253,7 @@ fn attempt(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::LockError;
+    use crate::engine::LockError;
 
     /// Parses with unique.max-meta-bytes at 100 (leaks the small argument list).
     fn parse(args: &[&'static str]) -> Result<LockOptions<'static>, ArgError> {

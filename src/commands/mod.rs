@@ -1,5 +1,8 @@
 //! One file per command: parse, call the engine, reply, then the side effects
 //! (replication, keyspace event) in one place, only when something changed.
+//! What a command decides (grant, deny, queue, counters, what follows a
+//! change) is in `decisions.rs`, free of Redis; `finish` here carries a
+//! change out, and `REGISTRY` lists every command beside its docs.
 
 pub mod apply;
 pub mod decisions;
@@ -22,8 +25,8 @@ use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use crate::datatype::LockKey;
 use crate::docs::{self, CommandDoc};
+use crate::engine::{Lock, LockError};
 use crate::ffi;
-use crate::lock::{Lock, LockError};
 use crate::metrics as counters;
 use crate::waiting;
 use decisions::Replicate;

@@ -18,8 +18,8 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use super::decisions::InRedis;
 use super::{ArgError, Change, finish, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
+use crate::engine::validate_owner;
 use crate::ffi::{AclUser, NoCaller, now_ms};
-use crate::lock::validate_owner;
 use crate::metrics::{self, Event};
 
 super::command!(with_args run);

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::lock::RateLimit;
+use crate::engine::RateLimit;
 
 const NOW: i64 = 1_700_000_000_000;
 
