@@ -13,6 +13,7 @@ pub mod docs;
 pub mod engine;
 pub mod fencing;
 pub mod ffi;
+pub mod logging;
 pub mod metrics;
 pub mod migration;
 pub mod moving_slots;
@@ -25,7 +26,10 @@ use redis_module::server_events::{FlushSubevent, ServerRole};
 use redis_module::{
     Context, InfoContext, NotifyEvent, RedisResult, RedisString, Status, redis_module,
 };
-use redis_module_macros::{flush_event_handler, info_command_handler, role_changed_event_handler};
+use redis_module_macros::{
+    config_changed_event_handler, flush_event_handler, info_command_handler,
+    role_changed_event_handler,
+};
 
 use redis_module::configuration::{ConfigurationFlags, register_i64_configuration};
 
@@ -75,6 +79,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     role::refresh(ctx);
     reaper::start(ctx);
+    logging::start(ctx);
     Status::Ok
 }
 
@@ -116,6 +121,11 @@ fn load_config(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     Status::Ok
+}
+
+#[config_changed_event_handler]
+fn config_changed(ctx: &Context, names: &[&str]) {
+    logging::config_changed(ctx, names);
 }
 
 #[role_changed_event_handler]

@@ -51,6 +51,7 @@ use redis_module::{Context, RedisResult, RedisValue};
 use crate::ffi::{
     self, AclUser, BlockHandler, Blocked, TimerHandler, WaiterReply, now_ms, select_db, selected_db,
 };
+use crate::logging;
 use crate::metrics::{self, Event};
 
 mod queues;
@@ -259,6 +260,15 @@ fn serve(ctx: &Context, key: &[u8]) {
         catch_unwind(AssertUnwindSafe(|| waiter.call.retry(ctx)))
             .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()))
     });
+    logging::debug(ctx, || {
+        format!(
+            "served the waiters on {} (db {}): {} done, {} still waiting",
+            key.escape_ascii(),
+            id.0,
+            pass.ended.len(),
+            pass.still.len()
+        )
+    });
     // Unblocking only queues the reply, which Redis sends after this
     // command: replying after the pass is replying in its order.
     for (waiter, reply) in pass.ended {
@@ -359,33 +369,48 @@ pub fn redirect(
     if waiting() == 0 {
         return;
     }
-    for ((_, key), waiter) in with_waiters(|w| w.take_queues(moved)) {
+    let taken = with_waiters(|w| w.take_queues(moved));
+    let redirected = taken.len();
+    for ((_, key), waiter) in taken {
         stop_deadline(ctx, &waiter);
         ffi::unblock(waiter.client, Some(WaiterReply::Error(reply(&key))));
+    }
+    if redirected > 0 {
+        logging::verbose(ctx, || {
+            format!("{redirected} waiting clients redirected: their keys' slots moved")
+        });
     }
 }
 
 /// What Redis calls back for a waiting client, and its deadline timer.
 struct Callbacks;
 
-/// A wait that ends without a slot: the client leaves its queue, its
-/// deadline timer stops, and the time-out is counted for its lock type.
-fn time_out(ctx: &Context, waiter: Option<Waiter<Blocked>>) {
+/// A wait that ends without a slot (`why`): the client leaves the queue of
+/// `id`, its deadline timer stops, and the time-out is counted for its lock
+/// type.
+fn time_out(ctx: &Context, id: &KeyId, waiter: Option<Waiter<Blocked>>, why: &str) {
     let lock_type = waiter.as_ref().map(|w| w.lock_type.clone());
     if let Some(waiter) = &waiter {
         stop_deadline(ctx, waiter);
     }
     metrics::record(now_ms(), lock_type.as_deref(), Event::TimedOut);
+    logging::verbose(ctx, || {
+        format!(
+            "a client waiting on {} (db {}) got nil: {why}",
+            id.1.escape_ascii(),
+            id.0
+        )
+    });
 }
 
 impl TimerHandler for Callbacks {
     /// The deadline of waiter `seq` came: nil, and nothing was added.
     fn fired(ctx: &Context, seq: usize) {
         with_waiters(|w| w.count_timer(false));
-        if let Some(mut waiter) = with_waiters(|w| w.deadline_passed(seq)) {
+        if let Some((id, mut waiter)) = with_waiters(|w| w.deadline_passed(seq)) {
             waiter.deadline = None; // it fired: nothing to stop
             let client = waiter.client;
-            time_out(ctx, Some(waiter));
+            time_out(ctx, &id, Some(waiter), "its WAIT ran out");
             ffi::unblock(client, None);
         }
     }
@@ -395,8 +420,8 @@ impl BlockHandler for Callbacks {
     /// CLIENT UNBLOCK ended the wait: nil, and nothing was added.
     fn on_timeout(ctx: &Context, blocked: Option<Blocked>) -> RedisResult {
         let forgotten = blocked.and_then(|b| Some((b, with_waiters(|w| w.forget(b))?)));
-        if let Some((blocked, waiter)) = forgotten {
-            time_out(ctx, waiter);
+        if let Some((blocked, (id, waiter))) = forgotten {
+            time_out(ctx, &id, waiter, "CLIENT UNBLOCK");
             // The reply is this callback's; unblocking only frees the handle.
             ffi::unblock(blocked, None);
         }
@@ -405,11 +430,18 @@ impl BlockHandler for Callbacks {
 
     /// The client went away while waiting: forget it, free its handle.
     fn on_disconnect(ctx: &Context, blocked: Blocked) {
-        if let Some(waiter) = with_waiters(|w| w.forget(blocked)) {
+        if let Some((id, waiter)) = with_waiters(|w| w.forget(blocked)) {
             if let Some(waiter) = &waiter {
                 stop_deadline(ctx, waiter);
             }
             ffi::unblock(blocked, None);
+            logging::debug(ctx, || {
+                format!(
+                    "a client waiting on {} (db {}) disconnected",
+                    id.1.escape_ascii(),
+                    id.0
+                )
+            });
         }
     }
 }

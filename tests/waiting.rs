@@ -514,3 +514,29 @@ fn the_longest_wait_blocks_until_served() {
     assert_eq!(m["total"]["timed_out"], 0);
     assert_eq!(m["total"]["waited"], 3);
 }
+
+#[test]
+fn at_the_verbose_log_level_operators_see_time_outs_and_reaps() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "a"));
+    let timed_out = "a client waiting on k (db 0) got nil: its WAIT ran out";
+    assert_eq!(
+        call!(con, "UNIQUE.LOCK", "k", "b", "WAIT", 10),
+        Ok(Value::Nil)
+    );
+    call!(con, "CONFIG", "SET", "loglevel", "verbose").expect("CONFIG SET");
+    assert!(
+        !server.log().contains(timed_out),
+        "nothing at the default level"
+    );
+    // The module reads the new level soon after the CONFIG SET.
+    wait_for("the module to follow the log level", || {
+        let _ = call!(con, "UNIQUE.LOCK", "k", "b", "WAIT", 10);
+        server.log().contains(timed_out)
+    });
+    token(call!(con, "UNIQUE.LOCK", "k2", "j", "OWNER", "w1"));
+    call!(con, "UNIQUE.REAP", 0, "OWNER", "w1").expect("REAP");
+    let reaped = "reaped k2: 0 ended leases, 1 holders of owner w1";
+    wait_for("the reap in the log", || server.log().contains(reaped));
+}

@@ -20,6 +20,7 @@ use super::{ArgError, Change, finish, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::engine::validate_owner;
 use crate::ffi::{AclUser, NoCaller, now_ms};
+use crate::logging;
 use crate::metrics::{self, Event};
 
 super::command!(with_args run);
@@ -189,6 +190,21 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
         Some(owner) if reaped > 0 => Change::Reap(owner),
         _ => Change::PruneOnly,
     };
+    let line = || {
+        let key = name.as_slice().escape_ascii();
+        match owner.filter(|_| reaped > 0) {
+            Some(owner) => format!(
+                "reaped {key}: {expired} ended leases, {reaped} holders of owner {}",
+                owner.escape_ascii()
+            ),
+            None => format!("reaped {key}: {expired} ended leases"),
+        }
+    };
+    if reaped > 0 {
+        logging::verbose(ctx, line);
+    } else {
+        logging::debug(ctx, line);
+    }
     // The lock is ours and open: finishing cannot fail.
     if let Ok(freed) = finish(ctx, name, key, now, expired, change) {
         freed.serve_waiters(ctx, name);

@@ -119,11 +119,11 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     }
 
     /// Removes `client` from its queue. `None` when it was not waiting;
-    /// otherwise the waiter, as found in its queue.
-    pub(super) fn forget(&mut self, client: C) -> Option<Option<Waiter<C>>> {
+    /// otherwise the key it waited on and the waiter, as found in its queue.
+    pub(super) fn forget(&mut self, client: C) -> Option<(KeyId, Option<Waiter<C>>)> {
         let (id, seq) = self.blocked.remove(&client)?;
         let Some(queue) = self.queues.get_mut(&id) else {
-            return Some(None);
+            return Some((id, None));
         };
         let waiter = queue.remove(&seq);
         if queue.is_empty() {
@@ -132,14 +132,17 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         if let Some(waiter) = &waiter {
             self.by_seq.remove(&waiter.seq);
         }
-        Some(waiter)
+        Some((id, waiter))
     }
 
     /// The deadline of waiter `seq` came: it leaves its queue. `None` when
-    /// it is no longer waiting.
-    pub(super) fn deadline_passed(&mut self, seq: usize) -> Option<Waiter<C>> {
+    /// it is no longer waiting; otherwise its key and itself.
+    pub(super) fn deadline_passed(&mut self, seq: usize) -> Option<(KeyId, Waiter<C>)> {
         let client = *self.by_seq.get(&seq)?;
-        self.forget(client).flatten()
+        match self.forget(client)? {
+            (id, Some(waiter)) => Some((id, waiter)),
+            (_, None) => None,
+        }
     }
 
     /// Whether a wake-up at `at` must be armed for `id` (none is armed at

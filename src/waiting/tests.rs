@@ -52,7 +52,7 @@ fn a_forgotten_client_leaves_its_queue_and_the_counts() {
     for c in [1, 2, 3] {
         w.push(key("k"), waiter(c));
     }
-    let gone = w.forget(2).flatten().expect("2 waited");
+    let gone = w.forget(2).and_then(|(_, w)| w).expect("2 waited");
     assert_eq!(&*gone.lock_type, "until_executed");
     assert!(w.forget(2).is_none(), "forgotten once");
     assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (2, 2));
@@ -162,7 +162,8 @@ fn a_deadline_takes_its_waiter_out_once_and_only_while_it_waits() {
     for c in [1, 2, 3] {
         w.push(key("k"), waiter(c));
     }
-    let out = w.deadline_passed(2).expect("waiter 2 waits");
+    let (id, out) = w.deadline_passed(2).expect("waiter 2 waits");
+    assert_eq!(id, key("k"));
     assert_eq!(out.client, 2);
     assert_eq!(w.waiting(), 2);
     assert!(w.deadline_passed(2).is_none(), "once");
@@ -176,7 +177,7 @@ fn a_deadline_takes_its_waiter_out_once_and_only_while_it_waits() {
         "a served waiter has no deadline"
     );
     w.put_back(key("k"), queue);
-    assert_eq!(w.deadline_passed(3).map(|w| w.client), Some(3));
+    assert_eq!(w.deadline_passed(3).map(|(_, w)| w.client), Some(3));
     assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
     assert!(w.by_seq.is_empty());
 }
@@ -189,7 +190,7 @@ fn waiters_leave_a_long_queue_in_any_order_and_the_rest_keep_theirs() {
     }
     // Every third, from the back: each found by its number.
     for c in (1..=10_000).rev().filter(|c| c % 3 == 0) {
-        assert_eq!(w.forget(c).flatten().map(|g| g.client), Some(c));
+        assert_eq!(w.forget(c).and_then(|(_, w)| w).map(|g| g.client), Some(c));
     }
     assert_eq!(w.waiting_on(0, b"k"), 10_000 - 3_333);
     let queue = w.take_queue(&key("k")).expect("a queue");
