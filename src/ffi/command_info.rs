@@ -1,6 +1,7 @@
 //! Command info and configuration: RM_GetCommand + RM_SetCommandInfo from the
 //! plain data of `docs`, so that COMMAND DOCS, COMMAND INFO and cluster routing
-//! know each command; and RM_LoadConfigs for `config::load`.
+//! know each command; and RM_LoadConfigs for the load of the `unique.*`
+//! settings (`load_config` in lib.rs).
 
 use std::ffi::{CString, c_char, c_int};
 use std::ptr::{null, null_mut};
