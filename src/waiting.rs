@@ -12,7 +12,7 @@
 //! whose change may have freed a slot (LOCK or UNLOCK pruning or releasing,
 //! REAP, the background reaper, a wake-up) calls it once the change is
 //! finished (`commands::Freed`). Inside it, one pass of the serving rule
-//! ([`serve_pass`]) retries each waiter; a retry never starts serving
+//! (`serve_pass`) retries each waiter; a retry never starts serving
 //! itself, so the loop needs no guard against running inside itself.
 //!
 //! A slot also frees when the key is deleted (the `del`, `evicted` and
@@ -39,7 +39,7 @@
 //! their command, a waiter keeps what retrying it takes (its call, parsed
 //! once when it blocked, as a [`Call`], and the lock type it asked for),
 //! given by LOCK when it blocks. The bookkeeping is one `Waiters` value
-//! (`queues.rs`), and [`serve_pass`] a plain function: both are tested
+//! (`queues.rs`), and `serve_pass` a plain function: both are tested
 //! without a server (`tests.rs`).
 
 use std::cell::RefCell;
