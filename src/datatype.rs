@@ -14,8 +14,8 @@ use redis_module::native_types::RedisType;
 use redis_module::{Context, RedisError, RedisString, raw};
 
 use crate::codec::{self, ENCODING_VERSION};
+use crate::engine::Lock;
 use crate::ffi::{self, Digest, ModuleKey, Rdb, ValueType};
-use crate::lock::Lock;
 use crate::metrics::{self, Event};
 use crate::{fencing, moving_slots, role};
 

@@ -152,7 +152,8 @@ impl Arg {
         }
     }
 
-    const fn with(self, subargs: &'static [Arg]) -> Self {
+    /// With its alternatives (a `OneOf`) or parts (a `Block`).
+    const fn parts(self, subargs: &'static [Arg]) -> Self {
         Self { subargs, ..self }
     }
 
@@ -228,7 +229,7 @@ static LOCK_ARGS: &[Arg] = &[
         "the end of the lease (default: none)",
     )
     .optional()
-    .with(&[
+    .parts(&[
         Arg {
             optional: false,
             ..Arg::option(
@@ -277,7 +278,7 @@ static LOCK_ARGS: &[Arg] = &[
         "a new grant also needs the key's rate to allow it (GCRA): at most n per ms, plus b at once",
     )
     .optional()
-    .with(&[
+    .parts(&[
         Arg {
             optional: false,
             ..Arg::option(
@@ -317,8 +318,8 @@ static LOCK_ARGS: &[Arg] = &[
 
 static METRICS_ARGS: &[Arg] = &[Arg::new("mode", ArgType::OneOf, "a report, or RESET")
     .optional()
-    .with(&[
-        Arg::new("report", ArgType::Block, "the counters").with(&[
+    .parts(&[
+        Arg::new("report", ArgType::Block, "the counters").parts(&[
             Arg::option(
                 "minutes",
                 ArgType::Integer,
@@ -335,7 +336,7 @@ static METRICS_ARGS: &[Arg] = &[Arg::new("mode", ArgType::OneOf, "a report, or R
                 )
             }
             .optional()
-            .with(&[
+            .parts(&[
                 Arg::token("resp", "resp", "a map"),
                 Arg::token("json", "json", "a JSON text"),
                 Arg::token("prometheus", "prometheus", "the text exposition format"),
@@ -345,150 +346,166 @@ static METRICS_ARGS: &[Arg] = &[Arg::new("mode", ArgType::OneOf, "a report, or R
     ])];
 
 /// The public commands, in the order of docs/commands.md: everything Redis is
-/// told about each (its flags, arity, key specs, docs). `commands::REGISTRY`
-/// adds the entry points. (UNIQUE.APPLY, internal, is left without docs: see
-/// docs/commands.md.)
-pub static COMMANDS: &[CommandDoc] = &[
-    CommandDoc {
-        name: "unique.lock",
-        summary: "Acquires or renews a hold on a lock for a job, with an optional lease, limit and wait.",
-        since: VERSION,
-        complexity: "O(log N) where N is the number of holders of the key, plus O(log N) for each ended lease it removes.",
-        arity: -3,
-        flags: "write deny-oom fast",
-        acl_categories: "write fast blocking",
-        tips: "nondeterministic_output",
-        key_specs: &[KeySpec {
-            index: 1,
-            flags: &[KeyFlag::Rw, KeyFlag::Update],
-        }],
-        args: LOCK_ARGS,
-    },
-    CommandDoc {
-        name: "unique.unlock",
-        summary: "Releases a job's hold on a lock.",
-        since: VERSION,
-        complexity: "O(log N) where N is the number of holders of the key, plus O(log N) for each ended lease it removes.",
-        arity: 3,
-        flags: "write fast",
-        acl_categories: "write fast",
-        tips: "",
-        key_specs: &[KeySpec {
-            index: 1,
-            flags: &[KeyFlag::Rw, KeyFlag::Delete],
-        }],
-        args: &[
-            Arg::new("key", ArgType::Key(0), "the lock"),
-            Arg::new("jid", ArgType::String, "the job id"),
-        ],
-    },
-    CommandDoc {
-        name: "unique.lockedby",
-        summary: "Returns the jobs that hold a lock, oldest grant first, optionally with their leases and metadata.",
-        since: VERSION,
-        complexity: "O(N) where N is the number of holders of the key; with CURSOR, O(COUNT) for every call and O(N) for a complete iteration.",
-        arity: -2,
-        flags: "readonly fast",
-        acl_categories: "read fast",
-        tips: "",
-        key_specs: &[KeySpec {
-            index: 1,
-            flags: &[KeyFlag::Ro, KeyFlag::Access],
-        }],
-        args: &[
-            Arg::new("key", ArgType::Key(0), "the lock"),
-            Arg::token("withmeta", "WITHMETA", "each holder as a map of its fields").optional(),
-            Arg::option(
-                "cursor",
-                ArgType::Integer,
-                "CURSOR",
-                "cursor",
-                "page through the holders: 0 to begin, then the cursor returned",
-            ),
-            Arg::option(
-                "count",
-                ArgType::Integer,
-                "COUNT",
-                "n",
-                "with CURSOR, about how many holders a page gives (default 100)",
-            ),
-        ],
-    },
-    CommandDoc {
-        name: "unique.waiters",
-        summary: "Returns how many clients wait for a slot of a lock (UNIQUE.LOCK ... WAIT).",
-        since: VERSION,
-        complexity: "O(1)",
-        arity: 2,
-        flags: "readonly fast",
-        acl_categories: "read fast",
-        tips: "",
-        key_specs: &[KeySpec {
-            index: 1,
-            flags: &[KeyFlag::Ro, KeyFlag::Access],
-        }],
-        args: &[Arg::new("key", ArgType::Key(0), "the lock")],
-    },
-    CommandDoc {
-        name: "unique.rate",
-        summary: "Returns the rate state of a lock (UNIQUE.LOCK ... RATE): its limit, the grants it allows now and when the next one is allowed.",
-        since: VERSION,
-        complexity: "O(1)",
-        arity: 2,
-        flags: "readonly fast",
-        acl_categories: "read fast",
-        tips: "nondeterministic_output",
-        key_specs: &[KeySpec {
-            index: 1,
-            flags: &[KeyFlag::Ro, KeyFlag::Access],
-        }],
-        args: &[Arg::new("key", ArgType::Key(0), "the lock")],
-    },
-    CommandDoc {
-        name: "unique.reap",
-        summary: "Removes ended leases and, with OWNER, the holds of a dead worker, a bounded step at a time like SCAN.",
-        since: VERSION,
-        complexity: "O(1) for every call, O(N) for a complete iteration, with N the number of keys in the database.",
-        arity: -2,
-        flags: "write",
-        acl_categories: "write slow keyspace",
-        tips: "nondeterministic_output",
-        key_specs: &[],
-        args: &[
-            Arg::new(
-                "cursor",
-                ArgType::Integer,
-                "0 to begin, then the cursor returned",
-            ),
-            Arg::option(
-                "count",
-                ArgType::Integer,
-                "COUNT",
-                "n",
-                "the most lock keys to examine (default 100)",
-            ),
-            Arg::option(
-                "owner",
-                ArgType::String,
-                "OWNER",
-                "id",
-                "also remove every holder with this owner",
-            ),
-        ],
-    },
-    CommandDoc {
-        name: "unique.metrics",
-        summary: "Returns the lock counters of this server, per lock type and in total, or resets them.",
-        since: VERSION,
-        complexity: "O(T) where T is the number of lock types counted (times n with MINUTES n).",
-        arity: -1,
-        flags: "readonly",
-        acl_categories: "slow dangerous",
-        tips: "nondeterministic_output",
-        key_specs: &[],
-        args: METRICS_ARGS,
-    },
-];
+/// told about each (its name, flags, arity, key specs, docs). Each row of
+/// `commands::REGISTRY` refers to its entry here by name (`&docs::LOCK`), so
+/// a command cannot be registered without its docs or under another name;
+/// a test there checks that every entry is registered. (UNIQUE.APPLY,
+/// internal, is left without docs: see docs/commands.md.)
+pub static COMMANDS: &[&CommandDoc] =
+    &[&LOCK, &UNLOCK, &LOCKEDBY, &WAITERS, &RATE, &REAP, &METRICS];
+
+/// UNIQUE.LOCK.
+pub static LOCK: CommandDoc = CommandDoc {
+    name: "unique.lock",
+    summary: "Acquires or renews a hold on a lock for a job, with an optional lease, limit and wait.",
+    since: VERSION,
+    complexity: "O(log N) where N is the number of holders of the key, plus O(log N) for each ended lease it removes.",
+    arity: -3,
+    flags: "write deny-oom fast",
+    acl_categories: "write fast blocking",
+    tips: "nondeterministic_output",
+    key_specs: &[KeySpec {
+        index: 1,
+        flags: &[KeyFlag::Rw, KeyFlag::Update],
+    }],
+    args: LOCK_ARGS,
+};
+
+/// UNIQUE.UNLOCK.
+pub static UNLOCK: CommandDoc = CommandDoc {
+    name: "unique.unlock",
+    summary: "Releases a job's hold on a lock.",
+    since: VERSION,
+    complexity: "O(log N) where N is the number of holders of the key, plus O(log N) for each ended lease it removes.",
+    arity: 3,
+    flags: "write fast",
+    acl_categories: "write fast",
+    tips: "",
+    key_specs: &[KeySpec {
+        index: 1,
+        flags: &[KeyFlag::Rw, KeyFlag::Delete],
+    }],
+    args: &[
+        Arg::new("key", ArgType::Key(0), "the lock"),
+        Arg::new("jid", ArgType::String, "the job id"),
+    ],
+};
+
+/// UNIQUE.LOCKEDBY.
+pub static LOCKEDBY: CommandDoc = CommandDoc {
+    name: "unique.lockedby",
+    summary: "Returns the jobs that hold a lock, oldest grant first, optionally with their leases and metadata.",
+    since: VERSION,
+    complexity: "O(N) where N is the number of holders of the key; with CURSOR, O(COUNT) for every call and O(N) for a complete iteration.",
+    arity: -2,
+    flags: "readonly fast",
+    acl_categories: "read fast",
+    tips: "",
+    key_specs: &[KeySpec {
+        index: 1,
+        flags: &[KeyFlag::Ro, KeyFlag::Access],
+    }],
+    args: &[
+        Arg::new("key", ArgType::Key(0), "the lock"),
+        Arg::token("withmeta", "WITHMETA", "each holder as a map of its fields").optional(),
+        Arg::option(
+            "cursor",
+            ArgType::Integer,
+            "CURSOR",
+            "cursor",
+            "page through the holders: 0 to begin, then the cursor returned",
+        ),
+        Arg::option(
+            "count",
+            ArgType::Integer,
+            "COUNT",
+            "n",
+            "with CURSOR, about how many holders a page gives (default 100)",
+        ),
+    ],
+};
+
+/// UNIQUE.WAITERS.
+pub static WAITERS: CommandDoc = CommandDoc {
+    name: "unique.waiters",
+    summary: "Returns how many clients wait for a slot of a lock (UNIQUE.LOCK ... WAIT).",
+    since: VERSION,
+    complexity: "O(1)",
+    arity: 2,
+    flags: "readonly fast",
+    acl_categories: "read fast",
+    tips: "",
+    key_specs: &[KeySpec {
+        index: 1,
+        flags: &[KeyFlag::Ro, KeyFlag::Access],
+    }],
+    args: &[Arg::new("key", ArgType::Key(0), "the lock")],
+};
+
+/// UNIQUE.RATE.
+pub static RATE: CommandDoc = CommandDoc {
+    name: "unique.rate",
+    summary: "Returns the rate state of a lock (UNIQUE.LOCK ... RATE): its limit, the grants it allows now and when the next one is allowed.",
+    since: VERSION,
+    complexity: "O(1)",
+    arity: 2,
+    flags: "readonly fast",
+    acl_categories: "read fast",
+    tips: "nondeterministic_output",
+    key_specs: &[KeySpec {
+        index: 1,
+        flags: &[KeyFlag::Ro, KeyFlag::Access],
+    }],
+    args: &[Arg::new("key", ArgType::Key(0), "the lock")],
+};
+
+/// UNIQUE.REAP.
+pub static REAP: CommandDoc = CommandDoc {
+    name: "unique.reap",
+    summary: "Removes ended leases and, with OWNER, the holds of a dead worker, a bounded step at a time like SCAN.",
+    since: VERSION,
+    complexity: "O(1) for every call, O(N) for a complete iteration, with N the number of keys in the database.",
+    arity: -2,
+    flags: "write",
+    acl_categories: "write slow keyspace",
+    tips: "nondeterministic_output",
+    key_specs: &[],
+    args: &[
+        Arg::new(
+            "cursor",
+            ArgType::Integer,
+            "0 to begin, then the cursor returned",
+        ),
+        Arg::option(
+            "count",
+            ArgType::Integer,
+            "COUNT",
+            "n",
+            "the most lock keys to examine (default 100)",
+        ),
+        Arg::option(
+            "owner",
+            ArgType::String,
+            "OWNER",
+            "id",
+            "also remove every holder with this owner",
+        ),
+    ],
+};
+
+/// UNIQUE.METRICS.
+pub static METRICS: CommandDoc = CommandDoc {
+    name: "unique.metrics",
+    summary: "Returns the lock counters of this server, per lock type and in total, or resets them.",
+    since: VERSION,
+    complexity: "O(T) where T is the number of lock types counted (times n with MINUTES n).",
+    arity: -1,
+    flags: "readonly",
+    acl_categories: "slow dangerous",
+    tips: "nondeterministic_output",
+    key_specs: &[],
+    args: METRICS_ARGS,
+};
 
 /// `UNIQUE.LOCK key jid [LIMIT n] ...`.
 pub fn synopsis(cmd: &CommandDoc) -> String {
@@ -577,7 +594,7 @@ mod tests {
             COMMANDS
                 .iter()
                 .find(|c| c.name == name)
-                .map(synopsis)
+                .map(|c| synopsis(c))
                 .unwrap_or_default()
         };
         assert_eq!(

@@ -1,16 +1,19 @@
 //! redis-unique: native job locks for Redis.
 //!
 //! This file only registers things with Redis. The lock rules live in
-//! `lock/`, the commands in `commands/`, the data type in `datatype.rs`.
+//! `engine/`, the commands in `commands/` (what they decide in
+//! `commands/decisions.rs`), the waiting clients in `waiting.rs`, the data
+//! type in `datatype.rs`.
 
 pub mod codec;
 pub mod commands;
 pub mod config;
 pub mod datatype;
 pub mod docs;
+pub mod engine;
 pub mod fencing;
 pub mod ffi;
-pub mod lock;
+pub mod logging;
 pub mod metrics;
 pub mod migration;
 pub mod moving_slots;
@@ -23,7 +26,10 @@ use redis_module::server_events::{FlushSubevent, ServerRole};
 use redis_module::{
     Context, InfoContext, NotifyEvent, RedisResult, RedisString, Status, redis_module,
 };
-use redis_module_macros::{flush_event_handler, info_command_handler, role_changed_event_handler};
+use redis_module_macros::{
+    config_changed_event_handler, flush_event_handler, info_command_handler,
+    role_changed_event_handler,
+};
 
 use redis_module::configuration::{ConfigurationFlags, register_i64_configuration};
 
@@ -52,12 +58,18 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         let Ok(flags) = std::ffi::CString::new(command.flags()) else {
             return Status::Err;
         };
-        if !ffi::create_command(ctx, command.name, command.entry, &flags, command.keys()) {
-            ctx.log_warning(&format!("could not register {:?}", command.name));
+        let name = command.name();
+        if !ffi::create_command(ctx, &name, command.entry, &flags, command.keys()) {
+            ctx.log_warning(&format!("could not register {name:?}"));
             return Status::Err;
         }
     }
-    ffi::describe_commands(ctx);
+    ffi::describe_commands(
+        ctx,
+        commands::REGISTRY
+            .iter()
+            .filter_map(commands::Registration::doc),
+    );
     commands::set_acl_categories(ctx);
     // I/O errors handled, and Valkey's atomic slot migration where the
     // server has it (it refuses CLUSTER MIGRATESLOTS until every module
@@ -67,6 +79,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     role::refresh(ctx);
     reaper::start(ctx);
+    logging::start(ctx);
     Status::Ok
 }
 
@@ -108,6 +121,11 @@ fn load_config(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     Status::Ok
+}
+
+#[config_changed_event_handler]
+fn config_changed(ctx: &Context, names: &[&str]) {
+    logging::config_changed(ctx, names);
 }
 
 #[role_changed_event_handler]

@@ -372,19 +372,19 @@ thread_local! {
 static LOCKS: AtomicI64 = AtomicI64::new(0);
 static HOLDERS: AtomicI64 = AtomicI64::new(0);
 
-fn with<T>(f: impl FnOnce(&mut Metrics) -> T) -> T {
+fn with_metrics<T>(f: impl FnOnce(&mut Metrics) -> T) -> T {
     METRICS.with(|m| f(&mut m.borrow_mut()))
 }
 
 /// Counts one event for one holder of `lock_type` (`None`: total only).
 pub fn record(now_ms: i64, lock_type: Option<&str>, event: Event) {
     let limits = Limits::configured();
-    with(|m| m.record(now_ms, lock_type, event, 1, limits));
+    with_metrics(|m| m.record(now_ms, lock_type, event, 1, limits));
 }
 
 /// Sets every counter to 0 and forgets the type names seen (METRICS RESET).
 pub fn reset() {
-    with(Metrics::reset);
+    with_metrics(Metrics::reset);
 }
 
 /// A lock value came into memory (created, loaded, copied) with `holders`.
@@ -405,7 +405,7 @@ pub fn holders_changed(before: usize, after: usize) {
 
 /// The report with the current gauges.
 pub fn report(now_ms: i64, minutes: Option<usize>) -> Report {
-    let mut report = with(|m| m.report(now_ms, minutes));
+    let mut report = with_metrics(|m| m.report(now_ms, minutes));
     report.locks = LOCKS.load(Ordering::Relaxed);
     report.holders = HOLDERS.load(Ordering::Relaxed);
     report

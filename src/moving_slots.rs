@@ -99,30 +99,30 @@ thread_local! {
     static IN_FLIGHT: RefCell<InFlight> = RefCell::new(InFlight::default());
 }
 
-fn with<T>(f: impl FnOnce(&mut InFlight) -> T) -> T {
+fn with_in_flight<T>(f: impl FnOnce(&mut InFlight) -> T) -> T {
     IN_FLIGHT.with(|s| f(&mut s.borrow_mut()))
 }
 
 /// An import of `ranges` to this node started.
 pub fn import_started(ranges: &[SlotRange]) {
-    with(|s| s.import_started(ranges));
+    with_in_flight(|s| s.import_started(ranges));
 }
 
 /// An import of `ranges` completed or failed.
 pub fn import_ended(ranges: &[SlotRange]) {
-    with(|s| s.import_ended(ranges));
+    with_in_flight(|s| s.import_ended(ranges));
 }
 
 /// `ranges` now belong to another node.
 pub fn moved_away(ranges: &[SlotRange]) {
-    with(|s| s.moved_away(ranges));
+    with_in_flight(|s| s.moved_away(ranges));
 }
 
 /// Whether the holders of a key of `slot`, leaving this node with every
 /// lease ended, count as expired: not when the key leaves because its slot
 /// is moving. (`slot` is computed only when some slot is in flight.)
 pub fn counts_as_expired(slot: impl FnOnce() -> u16) -> bool {
-    with(|s| s.is_empty() || !s.in_flight(slot()))
+    with_in_flight(|s| s.is_empty() || !s.in_flight(slot()))
 }
 
 #[cfg(test)]

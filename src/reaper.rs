@@ -16,8 +16,8 @@ use redis_module::{Context, ContextFlags};
 use crate::commands::reap::reap_key;
 use crate::config;
 use crate::datatype::LOCKS;
+use crate::engine::Lock;
 use crate::ffi::{self, ScanCursor, now_ms, select_db};
-use crate::lock::Lock;
 
 /// How often an idle reaper (interval 0) looks at its configuration again.
 const IDLE_CHECK: Duration = Duration::from_secs(1);

@@ -3,15 +3,23 @@
 //! A denied caller is blocked (`RM_BlockClient`) and queued on its key, in
 //! arrival order. Whenever a slot may have freed, the module serves that
 //! key's queue on the spot: each waiter, oldest first, gets its own LOCK run
-//! again (its own LIMIT, TTL, TYPE, OWNER, META) and, if granted, is
-//! unblocked with its token. Granting in the context of the change that
-//! freed the slot keeps replication in order and lets nobody slip in between.
+//! again (its own LIMIT, TTL, TYPE, OWNER, META, as parsed when it blocked)
+//! and, if granted, is unblocked with its token. Granting in the context of
+//! the change that freed the slot keeps replication in order and lets nobody
+//! slip in between.
 //!
-//! A slot may free on UNLOCK, REAP and the background reaper (they call
-//! [`slot_freed`]), when the key is deleted (the `del` and `evicted` keyspace
-//! events, FLUSHDB/FLUSHALL) and when a lease runs out: a module timer is
-//! armed for the earliest lease of a key that has waiters, so that a waiter
-//! is served with no other client touching the key.
+//! Serving is one loop with one owner, [`slot_freed`]: the command or timer
+//! whose change may have freed a slot (LOCK or UNLOCK pruning or releasing,
+//! REAP, the background reaper, a wake-up) calls it once the change is
+//! finished (`commands::Freed`). Inside it, one pass of the serving rule
+//! (`serve_pass`) retries each waiter; a retry never starts serving
+//! itself, so the loop needs no guard against running inside itself.
+//!
+//! A slot also frees when the key is deleted (the `del`, `evicted` and
+//! `expired` keyspace events, FLUSHDB/FLUSHALL: served soon after from a
+//! timer) and when a lease runs out: a module timer is armed for the earliest
+//! lease of a key that has waiters, so that a waiter is served with no other
+//! client touching the key.
 //!
 //! (Redis 7.0 only serves clients blocked *on keys* while the key exists,
 //! and a lock's key goes with its last holder: hence this queue of our own.)
@@ -28,24 +36,26 @@
 //! a waiter gets exactly one outcome: its token, an error, or nil.
 //!
 //! This module knows nothing of LOCK: as Redis's own blocked clients keep
-//! their command, a waiter keeps what retrying it takes (its arguments, a
-//! [`Retry`] function, the lock type it asked for), given by LOCK when it
-//! blocks. The bookkeeping is one [`Waiters`] value, tested without a server.
+//! their command, a waiter keeps what retrying it takes (its call, parsed
+//! once when it blocked, as a [`Call`], and the lock type it asked for),
+//! given by LOCK when it blocks. The bookkeeping is one `Waiters` value
+//! (`queues.rs`), and `serve_pass` a plain function: both are tested
+//! without a server (`tests.rs`).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
-use std::ops::Deref;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
 use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::ffi::{
-    self, AclUser, BlockHandler, Blocked, TimerHandler, TimerId, WaiterReply, now_ms, select_db,
-    selected_db,
+    self, AclUser, BlockHandler, Blocked, TimerHandler, WaiterReply, now_ms, select_db, selected_db,
 };
+use crate::logging;
 use crate::metrics::{self, Event};
+
+mod queues;
+use queues::{KeyId, Queue, Waiter, Waiters};
 
 /// The longest delay given to a module timer, about 34.8 years: Redis adds a
 /// timer's delay, in microseconds, to a 64-bit clock, so a delay near
@@ -73,207 +83,12 @@ pub const INTERNAL_ERROR: &str =
 pub const NO_KEY_PERMISSION: &str =
     "NOPERM this user has no permissions to access one of the keys used as arguments";
 
-/// Runs a blocked call (its arguments: command, key, ...) again, as the
-/// longest waiter in its key's queue.
-pub type Retry = fn(&Context, &[Vec<u8>]) -> Served;
-
-/// One blocked call: its client, its own arguments, how to retry it, and the
-/// lock type it asked for (counted if its wait runs out).
-struct Waiter<C> {
-    client: C,
-    args: Vec<Vec<u8>>,
-    retry: Retry,
-    lock_type: Box<str>,
-    /// Its number, which its deadline timer carries.
-    seq: usize,
-    /// The timer that ends its wait, if one could be armed.
-    deadline: Option<TimerId>,
-    /// Its client's ACL user, whose key permissions each retry checks
-    /// again (`None` where the server cannot say).
-    user: Option<Box<[u8]>>,
-}
-
-/// A key: its database and name.
-type KeyId = (i32, Vec<u8>);
-
-/// A key's waiters by their number, which grows with every waiter: arrival
-/// order, and one waiter found by its number (a timeout, a disconnect) in
-/// O(log n) however long the queue.
-type Queue<C> = BTreeMap<usize, Waiter<C>>;
-
-/// Every blocked client: a queue per key, oldest first, the key each client
-/// waits on, the wake-ups armed, and whether a queue is being served. `C`
-/// is the handle of a blocked client (a [`Blocked`] in Redis).
-struct Waiters<C> {
-    queues: HashMap<KeyId, Queue<C>>,
-    /// The key each blocked client waits on (also while its queue is served)
-    /// and its number there.
-    blocked: HashMap<C, (KeyId, usize)>,
-    /// The earliest time a wake-up timer is armed for, per key.
-    timers: HashMap<KeyId, i64>,
-    /// Set while a queue is being served: grants made for waiters must not
-    /// start serving again.
-    serving: bool,
-    /// The client of each waiter by its number, for its deadline timer.
-    by_seq: HashMap<usize, C>,
-    /// The number of the next waiter.
-    next_seq: usize,
-    /// Module timers armed and not yet fired or stopped (INFO
-    /// `unique_timers_armed`): deadlines and wake-ups.
-    armed: usize,
-}
-
-impl<C> Default for Waiters<C> {
-    fn default() -> Self {
-        Self {
-            queues: HashMap::new(),
-            blocked: HashMap::new(),
-            timers: HashMap::new(),
-            serving: false,
-            by_seq: HashMap::new(),
-            next_seq: 0,
-            armed: 0,
-        }
-    }
-}
-
-impl<C: Copy + Eq + Hash> Waiters<C> {
-    /// Clients waiting, on every key.
-    fn waiting(&self) -> usize {
-        self.blocked.len()
-    }
-
-    /// Clients waiting on `key` of database `db`.
-    fn waiting_on(&self, db: i32, key: &[u8]) -> usize {
-        if self.queues.is_empty() {
-            return 0; // the common case, on every LOCK: no lookup, no copy
-        }
-        self.queues
-            .get(&(db, key.to_vec()))
-            .map_or(0, BTreeMap::len)
-    }
-
-    /// A number for the next waiter, larger than any before it (a 64-bit
-    /// count does not wrap), so that a queue in number order is in arrival
-    /// order.
-    fn next_seq(&mut self) -> usize {
-        self.next_seq = self.next_seq.wrapping_add(1);
-        self.next_seq
-    }
-
-    /// `waiter` joins the end of the queue of `id`.
-    fn push(&mut self, id: KeyId, waiter: Waiter<C>) {
-        self.by_seq.insert(waiter.seq, waiter.client);
-        self.blocked.insert(waiter.client, (id.clone(), waiter.seq));
-        self.queues
-            .entry(id)
-            .or_default()
-            .insert(waiter.seq, waiter);
-    }
-
-    /// Takes the queue of `id` to serve it; `None` when it has none or a
-    /// queue is being served already.
-    fn start_serving(&mut self, id: &KeyId) -> Option<Queue<C>> {
-        if self.serving {
-            return None;
-        }
-        let queue = self.queues.remove(id)?;
-        self.serving = true;
-        Some(queue)
-    }
-
-    /// `waiter`, taken out to be served, got its reply: it waits no more.
-    fn served(&mut self, waiter: &Waiter<C>) {
-        self.blocked.remove(&waiter.client);
-        self.by_seq.remove(&waiter.seq);
-    }
-
-    /// Serving `id` is over: the waiters `still` denied keep their place.
-    fn stop_serving(&mut self, id: KeyId, still: Queue<C>) {
-        self.serving = false;
-        if !still.is_empty() {
-            // No waiter could block in between: nothing to merge.
-            self.queues.insert(id, still);
-        }
-    }
-
-    /// Removes `client` from its queue. `None` when it was not waiting;
-    /// otherwise the waiter, as found in its queue.
-    fn forget(&mut self, client: C) -> Option<Option<Waiter<C>>> {
-        let (id, seq) = self.blocked.remove(&client)?;
-        let Some(queue) = self.queues.get_mut(&id) else {
-            return Some(None);
-        };
-        let waiter = queue.remove(&seq);
-        if queue.is_empty() {
-            self.queues.remove(&id);
-        }
-        if let Some(waiter) = &waiter {
-            self.by_seq.remove(&waiter.seq);
-        }
-        Some(waiter)
-    }
-
-    /// The deadline of waiter `seq` came: it leaves its queue. `None` when
-    /// it is no longer waiting.
-    fn deadline_passed(&mut self, seq: usize) -> Option<Waiter<C>> {
-        let client = *self.by_seq.get(&seq)?;
-        self.forget(client).flatten()
-    }
-
-    /// Whether a wake-up at `at` must be armed for `id` (none is armed at
-    /// or before `at`); if so it counts as armed from now on.
-    fn arm(&mut self, id: &KeyId, at: i64) -> bool {
-        if self.timers.get(id).is_some_and(|&when| when <= at) {
-            return false;
-        }
-        self.timers.insert(id.clone(), at);
-        true
-    }
-
-    /// The wake-up armed for `id` at `at` went off.
-    fn fired(&mut self, id: &KeyId, at: i64) {
-        if self.timers.get(id) == Some(&at) {
-            self.timers.remove(id);
-        }
-    }
-
-    /// A module timer was armed (`true`) or went (fired or stopped).
-    fn count_timer(&mut self, armed: bool) {
-        self.armed = if armed {
-            self.armed + 1
-        } else {
-            self.armed.saturating_sub(1)
-        };
-    }
-
-    /// Takes out the whole queue of every key that `leaves` picks (a key's
-    /// name): those clients wait no more. Oldest first within each key.
-    fn take_queues(&mut self, leaves: impl Fn(&[u8]) -> bool) -> Vec<(KeyId, Waiter<C>)> {
-        let ids: Vec<KeyId> = self
-            .queues
-            .keys()
-            .filter(|(_, key)| leaves(key))
-            .cloned()
-            .collect();
-        let mut taken = Vec::new();
-        for id in ids {
-            for waiter in self.queues.remove(&id).unwrap_or_default().into_values() {
-                self.served(&waiter);
-                taken.push((id.clone(), waiter));
-            }
-            self.timers.remove(&id);
-        }
-        taken
-    }
-
-    fn has_queue(&self, id: &KeyId) -> bool {
-        self.queues.contains_key(id)
-    }
-
-    fn keys(&self) -> Vec<KeyId> {
-        self.queues.keys().cloned().collect()
-    }
+/// A blocked call, as its command parsed it when it blocked: serving it runs
+/// exactly what the client asked for, whatever changed in the configuration
+/// meanwhile.
+pub trait Call {
+    /// Runs the call again, as the longest waiter in its key's queue.
+    fn retry(&self, ctx: &Context) -> Served;
 }
 
 thread_local! {
@@ -283,33 +98,33 @@ thread_local! {
 
 /// Runs `f` on the waiters. `f` must not call out (a retry, Redis): what it
 /// calls could come back here.
-fn with<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
+fn with_waiters<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
     WAITERS.with(|w| f(&mut w.borrow_mut()))
 }
 
 /// How many clients wait on `key` of the selected database.
 pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
-    with(|w| w.waiting_on(selected_db(ctx), key))
+    with_waiters(|w| w.waiting_on(selected_db(ctx), key))
 }
 
 /// How many clients wait, on every key.
 pub fn waiting() -> usize {
-    with(|w| w.waiting())
+    with_waiters(|w| w.waiting())
 }
 
 /// How many of this module's timers are armed: deadlines and wake-ups.
 pub fn timers_armed() -> usize {
-    with(|w| w.armed)
+    with_waiters(|w| w.armed)
 }
 
 /// `ctx.create_timer` for a wake-up, counted in [`timers_armed`] until it
 /// fires. (Wake-ups are never stopped: one that finds nothing to do is cheap.)
 fn arm_wake_up<T: 'static>(ctx: &Context, delay: Duration, callback: fn(&Context, T), data: T) {
-    with(|w| w.count_timer(true));
+    with_waiters(|w| w.count_timer(true));
     ctx.create_timer(
         delay,
         move |ctx: &Context, data: T| {
-            with(|w| w.count_timer(false));
+            with_waiters(|w| w.count_timer(false));
             callback(ctx, data);
         },
         data,
@@ -321,30 +136,27 @@ fn stop_deadline<C>(ctx: &Context, waiter: &Waiter<C>) {
     if let Some(timer) = waiter.deadline
         && ffi::stop_timer(ctx, timer)
     {
-        with(|w| w.count_timer(false));
+        with_waiters(|w| w.count_timer(false));
     }
 }
 
-/// Blocks the calling client (its command's `args`: name, key, ...) for up
-/// to `timeout_ms` at the end of its key's queue, to be served by `retry`;
+/// Blocks the calling client for up to `timeout_ms` at the end of the queue
+/// of `key` (selected database), to be served by retrying `call`;
 /// `lock_type` is counted if the wait runs out. `lease_end` is the earliest
 /// end of lease among the key's holders, if any has one. False when the
 /// client could not block.
-pub fn block<A: Deref<Target = [u8]>>(
+pub fn block(
     ctx: &Context,
-    args: &[A],
+    key: &[u8],
+    call: Box<dyn Call>,
     timeout_ms: i64,
     lease_end: Option<i64>,
-    retry: Retry,
     lock_type: &str,
 ) -> bool {
-    let Some(key) = args.get(1) else {
-        return false;
-    };
     let Some(client) = ffi::block_client::<Callbacks>(ctx) else {
         return false;
     };
-    let seq = with(|w| w.next_seq());
+    let seq = with_waiters(|w| w.next_seq());
     // Redis keeps a timer's due time in microseconds of a 64-bit clock: a
     // longer wait would overflow it and fire at once. Beyond the longest
     // timer a wait has no deadline at all, so it never ends early.
@@ -354,18 +166,17 @@ pub fn block<A: Deref<Target = [u8]>>(
         None
     };
     if deadline.is_some() {
-        with(|w| w.count_timer(true));
+        with_waiters(|w| w.count_timer(true));
     }
     let waiter = Waiter {
         client,
-        args: args.iter().map(|a| a.to_vec()).collect(),
-        retry,
+        call,
         lock_type: lock_type.into(),
         seq,
         deadline,
         user: ffi::caller_name(ctx).ok().map(Vec::into_boxed_slice),
     };
-    with(|w| w.push((selected_db(ctx), key.to_vec()), waiter));
+    with_waiters(|w| w.push((selected_db(ctx), key.to_vec()), waiter));
     if let Some(at) = lease_end {
         wake_at(ctx, key, at);
     }
@@ -373,56 +184,100 @@ pub fn block<A: Deref<Target = [u8]>>(
 }
 
 /// A change may have freed a slot of `key` (selected database): serve its
-/// waiters.
+/// waiters. The one entry of the serving loop; a key nobody waits on costs
+/// one emptiness check.
 pub fn slot_freed(ctx: &Context, key: &[u8]) {
     if waiting_on(ctx, key) > 0 {
         serve(ctx, key);
     }
 }
 
-/// Serves the queue of `key` (selected database), oldest waiter first; each
-/// waiter gets or not according to its own call. Those still denied stay, in
-/// order, and a wake-up is armed for the next lease to end.
+/// One pass of the serving rule over a key's queue: oldest waiter first,
+/// each retried on its own call (`retry`); a grant or an error ends its wait,
+/// a denial keeps its place, in order. The rule of who is served, in what
+/// order and when to look again lives here and nowhere else.
+fn serve_pass<C>(queue: Queue<C>, mut retry: impl FnMut(&Waiter<C>) -> Served) -> Pass<C> {
+    let mut pass = Pass {
+        ended: Vec::new(),
+        still: Queue::new(),
+        wake_at: None,
+    };
+    for waiter in queue.into_values() {
+        let reply = match retry(&waiter) {
+            Served::Granted(token) => WaiterReply::Token(token),
+            Served::Failed(e) => WaiterReply::Error(e),
+            Served::Denied { lease_end } => {
+                pass.wake_at = match (pass.wake_at, lease_end) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                pass.still.insert(waiter.seq, waiter);
+                continue;
+            }
+        };
+        pass.ended.push((waiter, reply));
+    }
+    if pass.still.is_empty() {
+        pass.wake_at = None;
+    }
+    pass
+}
+
+/// What one [`serve_pass`] decided.
+struct Pass<C> {
+    /// The waiters whose wait ends, with their reply, in queue order.
+    ended: Vec<(Waiter<C>, WaiterReply)>,
+    /// The waiters still denied, in their order.
+    still: Queue<C>,
+    /// When to serve the key again: the earliest end of lease (or instant
+    /// the rate allows) any denial gave, while someone still waits.
+    wake_at: Option<i64>,
+}
+
+/// The serving loop of `key` (selected database): takes its queue out, runs
+/// [`serve_pass`] over it with each waiter's retry, then replies to the
+/// waiters whose wait ended, puts the others back and arms a wake-up for the
+/// next lease to end. Called by the command or timer that may have freed a
+/// slot, never from a retry: a retry reports what it freed instead (its
+/// `Freed`, dropped: the waiters after it in this pass see the slot), so the
+/// loop never runs inside itself and needs no guard.
 fn serve(ctx: &Context, key: &[u8]) {
     let id = (selected_db(ctx), key.to_vec());
-    let Some(queue) = with(|w| w.start_serving(&id)) else {
+    let Some(queue) = with_waiters(|w| w.take_queue(&id)) else {
         return;
     };
-    let mut still = Queue::new();
-    let mut next_lease_end: Option<i64> = None;
     let mut permissions = Permissions::default();
-    for waiter in queue.into_values() {
-        let served = if waiter
+    let pass = serve_pass(queue, |waiter| {
+        if waiter
             .user
             .as_deref()
             .is_some_and(|u| !permissions.may_lock(ctx, u, key))
         {
-            Served::Failed(NO_KEY_PERMISSION.to_owned())
-        } else {
-            // A bug in one retry ends that wait with an error; the queue,
-            // and the serving state, must survive it.
-            catch_unwind(AssertUnwindSafe(|| (waiter.retry)(ctx, &waiter.args)))
-                .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()))
-        };
-        let reply = match served {
-            Served::Granted(token) => WaiterReply::Token(token),
-            Served::Failed(e) => WaiterReply::Error(e),
-            Served::Denied { lease_end } => {
-                next_lease_end = match (next_lease_end, lease_end) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-                still.insert(waiter.seq, waiter);
-                continue;
-            }
-        };
-        with(|w| w.served(&waiter));
+            return Served::Failed(NO_KEY_PERMISSION.to_owned());
+        }
+        // A bug in one retry ends that wait with an error; the queue must
+        // survive it.
+        catch_unwind(AssertUnwindSafe(|| waiter.call.retry(ctx)))
+            .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()))
+    });
+    logging::debug(ctx, || {
+        format!(
+            "served the waiters on {} (db {}): {} done, {} still waiting",
+            key.escape_ascii(),
+            id.0,
+            pass.ended.len(),
+            pass.still.len()
+        )
+    });
+    // Unblocking only queues the reply, which Redis sends after this
+    // command: replying after the pass is replying in its order.
+    for (waiter, reply) in pass.ended {
+        with_waiters(|w| w.served(&waiter));
         stop_deadline(ctx, &waiter);
         ffi::unblock(waiter.client, Some(reply));
     }
-    let waits = !still.is_empty();
-    with(|w| w.stop_serving(id, still));
-    if let Some(at) = next_lease_end.filter(|_| waits) {
+    with_waiters(|w| w.put_back(id, pass.still));
+    if let Some(at) = pass.wake_at {
         wake_at(ctx, key, at);
     }
 }
@@ -451,7 +306,7 @@ impl Permissions {
 /// at or before `at` is armed already.
 fn wake_at(ctx: &Context, key: &[u8], at: i64) {
     let id = (selected_db(ctx), key.to_vec());
-    if !with(|w| w.arm(&id, at)) {
+    if !with_waiters(|w| w.arm(&id, at)) {
         return;
     }
     // A lease is live while now < expires_at: wake at expires_at exactly.
@@ -464,7 +319,7 @@ fn wake_at(ctx: &Context, key: &[u8], at: i64) {
 }
 
 fn wake(ctx: &Context, (id, at): (KeyId, i64)) {
-    with(|w| w.fired(&id, at));
+    with_waiters(|w| w.fired(&id, at));
     serve_key(ctx, id);
 }
 
@@ -476,14 +331,14 @@ const PAUSED_RETRY: Duration = Duration::from_millis(20);
 /// not write.
 pub fn key_gone(ctx: &Context, db: i32, key: &[u8]) {
     let id = (db, key.to_vec());
-    if with(|w| w.has_queue(&id)) {
+    if with_waiters(|w| w.has_queue(&id)) {
         arm_wake_up(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
 
 /// A database or all of them were flushed: serve every waiter, soon after.
 pub fn flushed(ctx: &Context) {
-    for id in with(|w| w.keys()) {
+    for id in with_waiters(|w| w.keys()) {
         arm_wake_up(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
@@ -493,7 +348,7 @@ pub fn flushed(ctx: &Context) {
 /// wake-up comes back after the pause instead.
 fn serve_key(ctx: &Context, (db, key): KeyId) {
     if ffi::writes_paused() {
-        if with(|w| w.has_queue(&(db, key.clone()))) {
+        if with_waiters(|w| w.has_queue(&(db, key.clone()))) {
             arm_wake_up(ctx, PAUSED_RETRY, serve_key, (db, key));
         }
         return;
@@ -514,33 +369,48 @@ pub fn redirect(
     if waiting() == 0 {
         return;
     }
-    for ((_, key), waiter) in with(|w| w.take_queues(moved)) {
+    let taken = with_waiters(|w| w.take_queues(moved));
+    let redirected = taken.len();
+    for ((_, key), waiter) in taken {
         stop_deadline(ctx, &waiter);
         ffi::unblock(waiter.client, Some(WaiterReply::Error(reply(&key))));
+    }
+    if redirected > 0 {
+        logging::verbose(ctx, || {
+            format!("{redirected} waiting clients redirected: their keys' slots moved")
+        });
     }
 }
 
 /// What Redis calls back for a waiting client, and its deadline timer.
 struct Callbacks;
 
-/// A wait that ends without a slot: the client leaves its queue, its
-/// deadline timer stops, and the time-out is counted for its lock type.
-fn time_out(ctx: &Context, waiter: Option<Waiter<Blocked>>) {
+/// A wait that ends without a slot (`why`): the client leaves the queue of
+/// `id`, its deadline timer stops, and the time-out is counted for its lock
+/// type.
+fn time_out(ctx: &Context, id: &KeyId, waiter: Option<Waiter<Blocked>>, why: &str) {
     let lock_type = waiter.as_ref().map(|w| w.lock_type.clone());
     if let Some(waiter) = &waiter {
         stop_deadline(ctx, waiter);
     }
     metrics::record(now_ms(), lock_type.as_deref(), Event::TimedOut);
+    logging::verbose(ctx, || {
+        format!(
+            "a client waiting on {} (db {}) got nil: {why}",
+            id.1.escape_ascii(),
+            id.0
+        )
+    });
 }
 
 impl TimerHandler for Callbacks {
     /// The deadline of waiter `seq` came: nil, and nothing was added.
     fn fired(ctx: &Context, seq: usize) {
-        with(|w| w.count_timer(false));
-        if let Some(mut waiter) = with(|w| w.deadline_passed(seq)) {
+        with_waiters(|w| w.count_timer(false));
+        if let Some((id, mut waiter)) = with_waiters(|w| w.deadline_passed(seq)) {
             waiter.deadline = None; // it fired: nothing to stop
             let client = waiter.client;
-            time_out(ctx, Some(waiter));
+            time_out(ctx, &id, Some(waiter), "its WAIT ran out");
             ffi::unblock(client, None);
         }
     }
@@ -549,9 +419,9 @@ impl TimerHandler for Callbacks {
 impl BlockHandler for Callbacks {
     /// CLIENT UNBLOCK ended the wait: nil, and nothing was added.
     fn on_timeout(ctx: &Context, blocked: Option<Blocked>) -> RedisResult {
-        let forgotten = blocked.and_then(|b| Some((b, with(|w| w.forget(b))?)));
-        if let Some((blocked, waiter)) = forgotten {
-            time_out(ctx, waiter);
+        let forgotten = blocked.and_then(|b| Some((b, with_waiters(|w| w.forget(b))?)));
+        if let Some((blocked, (id, waiter))) = forgotten {
+            time_out(ctx, &id, waiter, "CLIENT UNBLOCK");
             // The reply is this callback's; unblocking only frees the handle.
             ffi::unblock(blocked, None);
         }
@@ -560,185 +430,21 @@ impl BlockHandler for Callbacks {
 
     /// The client went away while waiting: forget it, free its handle.
     fn on_disconnect(ctx: &Context, blocked: Blocked) {
-        if let Some(waiter) = with(|w| w.forget(blocked)) {
+        if let Some((id, waiter)) = with_waiters(|w| w.forget(blocked)) {
             if let Some(waiter) = &waiter {
                 stop_deadline(ctx, waiter);
             }
             ffi::unblock(blocked, None);
+            logging::debug(ctx, || {
+                format!(
+                    "a client waiting on {} (db {}) disconnected",
+                    id.1.escape_ascii(),
+                    id.0
+                )
+            });
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn never(_: &Context, _: &[Vec<u8>]) -> Served {
-        Served::Failed(String::new())
-    }
-
-    fn waiter(client: u32) -> Waiter<u32> {
-        Waiter {
-            client,
-            args: vec![
-                b"UNIQUE.LOCK".to_vec(),
-                b"k".to_vec(),
-                client.to_string().into_bytes(),
-            ],
-            retry: never,
-            lock_type: "until_executed".into(),
-            seq: client as usize,
-            deadline: None,
-            user: None,
-        }
-    }
-
-    fn key(name: &str) -> KeyId {
-        (0, name.as_bytes().to_vec())
-    }
-
-    fn clients(queue: &Queue<u32>) -> Vec<u32> {
-        queue.values().map(|w| w.client).collect()
-    }
-
-    #[test]
-    fn waiters_queue_per_key_in_arrival_order() {
-        let mut w = Waiters::default();
-        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
-        for c in [1, 2, 3] {
-            w.push(key("k"), waiter(c));
-        }
-        w.push(key("other"), waiter(4));
-        w.push((1, b"k".to_vec()), waiter(5));
-        assert_eq!(w.waiting(), 5);
-        assert_eq!(w.waiting_on(0, b"k"), 3);
-        assert_eq!(w.waiting_on(1, b"k"), 1, "databases apart");
-        assert_eq!(w.waiting_on(0, b"none"), 0);
-        let queue = w.start_serving(&key("k")).expect("a queue");
-        assert_eq!(clients(&queue), [1, 2, 3]);
-    }
-
-    #[test]
-    fn a_forgotten_client_leaves_its_queue_and_the_counts() {
-        let mut w = Waiters::default();
-        for c in [1, 2, 3] {
-            w.push(key("k"), waiter(c));
-        }
-        let gone = w.forget(2).flatten().expect("2 waited");
-        assert_eq!(&*gone.lock_type, "until_executed");
-        assert!(w.forget(2).is_none(), "forgotten once");
-        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (2, 2));
-        w.forget(1);
-        w.forget(3);
-        assert_eq!(w.waiting(), 0);
-        assert!(!w.has_queue(&key("k")), "an empty queue goes");
-        assert!(w.keys().is_empty());
-    }
-
-    #[test]
-    fn serving_takes_the_queue_once_and_keeps_the_denied_in_order() {
-        let mut w = Waiters::default();
-        for c in [1, 2, 3, 4] {
-            w.push(key("k"), waiter(c));
-        }
-        w.push(key("j"), waiter(9));
-        let mut queue = w.start_serving(&key("k")).expect("a queue");
-        assert!(
-            w.start_serving(&key("j")).is_none(),
-            "no serving inside serving"
-        );
-        assert_eq!(w.waiting(), 5, "being served still counts as waiting");
-        // 1 and 3 get their reply; 2 and 4 are still denied.
-        let mut still = Queue::new();
-        while let Some((_, next)) = queue.pop_first() {
-            if next.client % 2 == 1 {
-                w.served(&next);
-            } else {
-                still.insert(next.seq, next);
-            }
-        }
-        w.stop_serving(key("k"), still);
-        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (3, 2));
-        let queue = w.start_serving(&key("k")).expect("the rest");
-        assert_eq!(clients(&queue), [2, 4]);
-        w.stop_serving(key("k"), Queue::new());
-        assert!(!w.has_queue(&key("k")));
-        assert!(w.start_serving(&key("j")).is_some(), "serving is over");
-    }
-
-    #[test]
-    fn a_wake_up_is_armed_only_when_none_comes_first() {
-        let mut w: Waiters<u32> = Waiters::default();
-        assert!(w.arm(&key("k"), 100));
-        assert!(!w.arm(&key("k"), 100), "armed already");
-        assert!(!w.arm(&key("k"), 150), "an earlier one comes first");
-        assert!(w.arm(&key("k"), 50), "an earlier lease needs its own");
-        assert!(w.arm(&key("j"), 150), "keys apart");
-        w.fired(&key("k"), 100); // the stale one: 50 stays armed
-        assert!(!w.arm(&key("k"), 60));
-        w.fired(&key("k"), 50);
-        assert!(w.arm(&key("k"), 60));
-    }
-
-    #[test]
-    fn a_deadline_takes_its_waiter_out_once_and_only_while_it_waits() {
-        let mut w = Waiters::default();
-        for c in [1, 2, 3] {
-            w.push(key("k"), waiter(c));
-        }
-        let out = w.deadline_passed(2).expect("waiter 2 waits");
-        assert_eq!(out.client, 2);
-        assert_eq!(w.waiting(), 2);
-        assert!(w.deadline_passed(2).is_none(), "once");
-        let queue = w.start_serving(&key("k")).expect("a queue");
-        assert_eq!(clients(&queue), [1, 3], "the others keep their order");
-        let mut queue = queue;
-        let (_, first) = queue.pop_first().expect("waiter 1");
-        w.served(&first);
-        assert!(
-            w.deadline_passed(1).is_none(),
-            "a served waiter has no deadline"
-        );
-        w.stop_serving(key("k"), queue);
-        assert_eq!(w.deadline_passed(3).map(|w| w.client), Some(3));
-        assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
-        assert!(w.by_seq.is_empty());
-    }
-
-    #[test]
-    fn waiters_leave_a_long_queue_in_any_order_and_the_rest_keep_theirs() {
-        let mut w = Waiters::default();
-        for c in 1..=10_000 {
-            w.push(key("k"), waiter(c));
-        }
-        // Every third, from the back: each found by its number.
-        for c in (1..=10_000).rev().filter(|c| c % 3 == 0) {
-            assert_eq!(w.forget(c).flatten().map(|g| g.client), Some(c));
-        }
-        assert_eq!(w.waiting_on(0, b"k"), 10_000 - 3_333);
-        let queue = w.start_serving(&key("k")).expect("a queue");
-        let expected: Vec<u32> = (1..=10_000).filter(|c| c % 3 != 0).collect();
-        assert_eq!(clients(&queue), expected);
-    }
-
-    #[test]
-    fn a_forgotten_waiter_has_no_deadline_left() {
-        let mut w = Waiters::default();
-        w.push(key("k"), waiter(7));
-        assert!(w.forget(7).is_some());
-        assert!(w.deadline_passed(7).is_none());
-        assert!(w.by_seq.is_empty());
-    }
-
-    #[test]
-    fn timers_are_counted_until_they_go() {
-        let mut w: Waiters<u32> = Waiters::default();
-        w.count_timer(true);
-        w.count_timer(true);
-        w.count_timer(false);
-        assert_eq!(w.armed, 1);
-        w.count_timer(false);
-        w.count_timer(false);
-        assert_eq!(w.armed, 0, "never below zero");
-    }
-}
+mod tests;

@@ -412,6 +412,26 @@ fn each_waiter_keeps_its_own_options() {
 }
 
 #[test]
+fn a_setting_changed_while_a_client_waits_does_not_change_its_request() {
+    let server = Server::start_with(&["--unique.max-meta-bytes", "64"]);
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "a"));
+    let meta = r#"{"queue":"critical","attempt":3}"#;
+    let waiter = start_waiter(&server, args(&["k", "b", "WAIT", "10000", "META", meta]));
+    // Smaller than the waiter's META: a new call would be refused now.
+    call!(con, "CONFIG", "SET", "unique.max-meta-bytes", 8).expect("CONFIG SET");
+    assert!(call!(con, "UNIQUE.LOCK", "k2", "c", "META", meta).is_err());
+    call!(con, "UNIQUE.UNLOCK", "k", "a").expect("UNLOCK");
+    let t = token(waiter.join().expect("waiter").0);
+    assert_eq!(int(field_of(con, "k", "b", "token")), t);
+    assert_eq!(
+        field_of(con, "k", "b", "meta"),
+        Value::BulkString(meta.as_bytes().to_vec()),
+        "served as it asked when it blocked"
+    );
+}
+
+#[test]
 fn a_replica_matches_its_primary_after_waiters_were_served() {
     let primary = Server::start();
     let replica = primary.start_replica(&[]);
@@ -493,4 +513,30 @@ fn the_longest_wait_blocks_until_served() {
     let m = common::metrics_json(con, &[]);
     assert_eq!(m["total"]["timed_out"], 0);
     assert_eq!(m["total"]["waited"], 3);
+}
+
+#[test]
+fn at_the_verbose_log_level_operators_see_time_outs_and_reaps() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "a"));
+    let timed_out = "a client waiting on k (db 0) got nil: its WAIT ran out";
+    assert_eq!(
+        call!(con, "UNIQUE.LOCK", "k", "b", "WAIT", 10),
+        Ok(Value::Nil)
+    );
+    call!(con, "CONFIG", "SET", "loglevel", "verbose").expect("CONFIG SET");
+    assert!(
+        !server.log().contains(timed_out),
+        "nothing at the default level"
+    );
+    // The module reads the new level soon after the CONFIG SET.
+    wait_for("the module to follow the log level", || {
+        let _ = call!(con, "UNIQUE.LOCK", "k", "b", "WAIT", 10);
+        server.log().contains(timed_out)
+    });
+    token(call!(con, "UNIQUE.LOCK", "k2", "j", "OWNER", "w1"));
+    call!(con, "UNIQUE.REAP", 0, "OWNER", "w1").expect("REAP");
+    let reaped = "reaped k2: 0 ended leases, 1 holders of owner w1";
+    wait_for("the reap in the log", || server.log().contains(reaped));
 }

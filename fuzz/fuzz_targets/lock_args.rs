@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use redis_unique::commands::lock::parse_options;
-use redis_unique::lock::{MAX_LIMIT, RateLimit, validate_meta, validate_owner, validate_type};
+use redis_unique::engine::{MAX_LIMIT, RateLimit, validate_meta, validate_owner, validate_type};
 
 fuzz_target!(|data: &[u8]| {
     let args: Vec<&[u8]> = data.split(|b| *b == 0).collect();

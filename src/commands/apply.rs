@@ -19,8 +19,8 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, 
 use super::{Change, events, finish, parse_int, tracked};
 use crate::codec::{self, ApplyOp, DecodeError, Source};
 use crate::datatype::LockKey;
+use crate::engine::{Holder, Lock, Rate};
 use crate::fencing;
-use crate::lock::{Holder, Lock, Rate};
 
 super::command!(with_args run);
 
@@ -66,7 +66,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
     });
 
-    finish(ctx, key_name, key, now, 0, Change::Replayed(event))?;
+    // A replayed effect frees nothing to serve: grants are the primary's.
+    let _nobody_served = finish(ctx, key_name, key, now, 0, Change::Replayed(event))?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -5,16 +5,17 @@ use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{ArgError, Change, finish, parse_int, prune_expired, tracked};
+use super::decisions::{Attempt, InRedis, count_denial, decide_lock};
+use super::{ArgError, Freed, finish, parse_int, tracked};
+use crate::config;
 use crate::datatype::LockKey;
-use crate::ffi::now_ms;
-use crate::lock::{
-    Acquired, DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, RateLimit,
-    validate_jid, validate_meta, validate_owner, validate_type,
+use crate::engine::{
+    DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, RateLimit, validate_jid,
+    validate_meta, validate_owner, validate_type,
 };
+use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
 use crate::waiting::{self, Served};
-use crate::{config, fencing};
 
 super::command!(in_place run_in_place);
 
@@ -103,7 +104,10 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     let wait = opts
         .wait
         .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
-    match attempt(ctx, key_name, jid, &opts, Queue::Behind)? {
+    let (attempt, freed) = attempt(ctx, key_name, jid, &opts, Queue::Behind)?;
+    // The waiters a pruned lease made room for come first, then this call.
+    freed.serve_waiters(ctx, key_name);
+    match attempt {
         Attempt::Granted(token) => Ok(RedisValue::Integer(token)),
         Attempt::Denied {
             lease_end,
@@ -111,15 +115,20 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
         } => {
             let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
             match wait {
-                Some(ms) if waiting::block(ctx, args, ms, lease_end, serve_waiter, lock_type) => {
+                Some(ms)
+                    if waiting::block(
+                        ctx,
+                        key_name,
+                        Box::new(WaitingLock::new(key_name, jid, &opts)),
+                        ms,
+                        lease_end,
+                        lock_type,
+                    ) =>
+                {
                     Ok(RedisValue::NoReply)
                 }
                 _ => {
-                    let now = now_ms();
-                    metrics::record(now, Some(lock_type), Event::Denied);
-                    if rate_limited {
-                        metrics::record(now, Some(lock_type), Event::RateDenied);
-                    }
+                    count_denial(&mut InRedis, now_ms(), lock_type, rate_limited);
                     Ok(RedisValue::Null)
                 }
             }
@@ -127,30 +136,65 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     }
 }
 
-/// Runs a waiting LOCK (`args`: the command's arguments) again, as the
-/// longest waiter in the queue: the [`waiting::Retry`] of a blocked LOCK.
-pub fn serve_waiter(ctx: &Context, args: &[Vec<u8>]) -> Served {
-    let [_, key_name, jid, options @ ..] = args else {
-        return Served::Failed(RedisError::WrongArity.to_string());
-    };
-    let opts = match parse_options(options, config::max_meta_bytes()) {
-        Ok(opts) => opts,
-        Err(e) => return Served::Failed(e.to_string()),
-    };
-    match attempt(
-        ctx,
-        &ctx.create_string(key_name.as_slice()),
-        jid,
-        &opts,
-        Queue::Served,
-    ) {
-        Ok(Attempt::Granted(token)) => {
-            let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
-            metrics::record(now_ms(), Some(lock_type), Event::Waited);
-            Served::Granted(token)
+/// A LOCK waiting for a slot, as it was parsed when it blocked: its key, jid
+/// and options, owned. A setting changed while it waits (say
+/// `unique.max-meta-bytes`) does not change what it asked for.
+struct WaitingLock {
+    key: Box<[u8]>,
+    jid: Box<[u8]>,
+    limit: Option<u32>,
+    expiry: Option<Expiry>,
+    lock_type: Option<Box<str>>,
+    owner: Option<Box<[u8]>>,
+    meta: Option<Box<str>>,
+    rate: Option<RateLimit>,
+}
+
+impl WaitingLock {
+    fn new(key: &[u8], jid: &[u8], opts: &LockOptions<'_>) -> Self {
+        Self {
+            key: key.into(),
+            jid: jid.into(),
+            limit: opts.limit,
+            expiry: opts.expiry,
+            lock_type: opts.lock_type.map(Into::into),
+            owner: opts.owner.map(Into::into),
+            meta: opts.meta.map(Into::into),
+            rate: opts.rate,
         }
-        Ok(Attempt::Denied { lease_end, .. }) => Served::Denied { lease_end },
-        Err(e) => Served::Failed(e.to_string()),
+    }
+
+    /// Its options as parsed (a served waiter does not wait again).
+    fn options(&self) -> LockOptions<'_> {
+        LockOptions {
+            limit: self.limit,
+            expiry: self.expiry,
+            lock_type: self.lock_type.as_deref(),
+            owner: self.owner.as_deref(),
+            meta: self.meta.as_deref(),
+            rate: self.rate,
+            wait: None,
+        }
+    }
+}
+
+impl waiting::Call for WaitingLock {
+    /// Runs the LOCK again, as the longest waiter in the queue.
+    fn retry(&self, ctx: &Context) -> Served {
+        let opts = self.options();
+        let key_name = ctx.create_string(&*self.key);
+        // A retry runs inside the serving loop of its key: what its prune
+        // freed goes to the waiters after it in the same pass, not to a new
+        // loop.
+        match attempt(ctx, &key_name, &self.jid, &opts, Queue::Served) {
+            Ok((Attempt::Granted(token), _)) => {
+                let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
+                metrics::record(now_ms(), Some(lock_type), Event::Waited);
+                Served::Granted(token)
+            }
+            Ok((Attempt::Denied { lease_end, .. }, _)) => Served::Denied { lease_end },
+            Err(e) => Served::Failed(e.to_string()),
+        }
     }
 }
 
@@ -163,27 +207,17 @@ enum Queue {
     Served,
 }
 
-enum Attempt {
-    /// A grant or a renewal, with its token.
-    Granted(i64),
-    /// Denied; when to try again: the earliest end of lease among the
-    /// holders, if any has one, or the next instant the key's rate allows
-    /// (`rate_limited`).
-    Denied {
-        lease_end: Option<i64>,
-        rate_limited: bool,
-    },
-}
-
-/// One LOCK: prune, then acquire or renew, count, then [`finish`] what
-/// changed (key expiry, replication, events, waiters).
+/// One LOCK: open the key, let [`decide_lock`] prune, grant, renew or deny
+/// and count, store a new key with its first holder, then [`finish`] what
+/// changed (key expiry, replication, events). Returns whether the key's
+/// waiters are to be served.
 fn attempt(
     ctx: &Context,
     key_name: &RedisString,
     jid: &[u8],
     opts: &LockOptions<'_>,
     queue: Queue,
-) -> Result<Attempt, RedisError> {
+) -> Result<(Attempt, Freed), RedisError> {
     let now = now_ms();
     let req = LockRequest {
         jid,
@@ -198,79 +232,28 @@ fn attempt(
 
     let mut key =
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
-    let (acquired, expired) = match key.lock_mut()? {
+    let decision = match key.lock_mut()? {
         Some(lock) => tracked(lock, |lock| {
-            let expired = prune_expired(lock, now);
-            // Others are waiting for a slot: a newcomer queues behind them.
-            if queued && lock.holder(jid).is_none() {
-                (Acquired::Denied, expired)
-            } else {
-                (lock.acquire(&req, now, || fencing::issue(now)), expired)
-            }
+            decide_lock(lock, &req, now, queued, &mut InRedis)
         }),
-        None if queued => (Acquired::Denied, 0),
         None => {
             let mut lock = Lock::default();
-            let acquired = lock.acquire(&req, now, || fencing::issue(now));
+            let decision = decide_lock(&mut lock, &req, now, queued, &mut InRedis);
             // A new key is only stored with its first holder.
-            if matches!(acquired, Acquired::Granted(_) | Acquired::Renewed(_)) {
+            if matches!(decision.attempt, Attempt::Granted(_)) {
                 key.create(lock)?;
             }
-            (acquired, 0)
+            decision
         }
     };
-
-    let lock = key.lock()?;
-    let (outcome, change) = match (acquired, lock.and_then(|lock| lock.holder(jid))) {
-        (Acquired::Granted(token), Some(holder)) => {
-            metrics::record(now, Some(holder.lock_type()), Event::Acquired);
-            (
-                Attempt::Granted(token),
-                Change::Hold {
-                    jid,
-                    new: true,
-                    spent_rate: opts.rate.is_some(),
-                },
-            )
-        }
-        (Acquired::Renewed(token), Some(holder)) => {
-            metrics::record(now, Some(holder.lock_type()), Event::Renewed);
-            (
-                Attempt::Granted(token),
-                Change::Hold {
-                    jid,
-                    new: false,
-                    spent_rate: false,
-                },
-            )
-        }
-        (Acquired::RateLimited(at), _) => (
-            Attempt::Denied {
-                lease_end: Some(at),
-                rate_limited: true,
-            },
-            Change::PruneOnly,
-        ),
-        _ => {
-            // Pruned above: the earliest lease is the next to end.
-            let lease_end = lock.and_then(Lock::earliest_lease);
-            (
-                Attempt::Denied {
-                    lease_end,
-                    rate_limited: false,
-                },
-                Change::PruneOnly,
-            )
-        }
-    };
-    finish(ctx, key_name, key, now, expired, change)?;
-    Ok(outcome)
+    let freed = finish(ctx, key_name, key, now, decision.expired, decision.change)?;
+    Ok((decision.attempt, freed))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::LockError;
+    use crate::engine::LockError;
 
     /// Parses with unique.max-meta-bytes at 100 (leaks the small argument list).
     fn parse(args: &[&'static str]) -> Result<LockOptions<'static>, ArgError> {

@@ -8,8 +8,8 @@ use super::reply::Stream;
 use super::{ArgError, parse_int};
 use crate::codec::NO_EXPIRY;
 use crate::datatype::LockKey;
+use crate::engine::Holder;
 use crate::ffi::now_ms;
-use crate::lock::Holder;
 
 super::command!(in_place run_in_place);
 

@@ -1,7 +1,11 @@
 //! One file per command: parse, call the engine, reply, then the side effects
 //! (replication, keyspace event) in one place, only when something changed.
+//! What a command decides (grant, deny, queue, counters, what follows a
+//! change) is in `decisions.rs`, free of Redis; `finish` here carries a
+//! change out, and `REGISTRY` lists every command beside its docs.
 
 pub mod apply;
+pub mod decisions;
 pub mod lock;
 pub mod lockedby;
 pub mod metrics;
@@ -14,17 +18,19 @@ pub mod waiters;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use std::ffi::CStr;
+use std::borrow::Cow;
+use std::ffi::{CStr, CString};
 
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
-use crate::codec::ApplyOp;
 use crate::datatype::LockKey;
-use crate::docs::{COMMANDS, CommandDoc};
+use crate::docs::{self, CommandDoc};
+use crate::engine::{Lock, LockError};
 use crate::ffi;
-use crate::lock::{Lock, LockError};
 use crate::metrics as counters;
 use crate::waiting;
+use decisions::Replicate;
+pub use decisions::{Change, prune_expired};
 
 /// The signature of every command handler.
 pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
@@ -159,56 +165,43 @@ fn settle(key: &mut LockKey, now: i64) -> Result<(), RedisError> {
     Ok(())
 }
 
-/// What a command changed on one key, besides removing the holders whose
-/// lease had run out (counted apart, see [`finish`]).
+/// Whether a change may have freed a slot of its key, as [`finish`] found.
+/// Serving the key's waiters is the serving loop's (`waiting::slot_freed`),
+/// started by the command or timer that made the change and never from a
+/// waiter's retry: a retry runs inside that loop, and the waiters after it
+/// in the same pass see the slot it freed.
+#[must_use = "serve the key's waiters (Freed::serve_waiters), unless this is a waiter's retry"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change<'a> {
-    /// Nothing but the removal of ended leases, if any: a denial, an UNLOCK
-    /// that found nothing, a bare prune (replicated as `PRUNE` when a lease
-    /// ended, and not at all otherwise).
-    PruneOnly,
-    /// `jid` holds: a new grant (`new`) or a renewal; `spent_rate` when the
-    /// grant spent the key's rate.
-    Hold {
-        jid: &'a [u8],
-        new: bool,
-        spent_rate: bool,
-    },
-    /// UNLOCK removed `jid`'s holder.
-    Release(&'a [u8]),
-    /// REAP OWNER removed at least one holder of this owner.
-    Reap(&'a [u8]),
-    /// UNIQUE.APPLY replayed a primary's effect, with the event it makes.
-    Replayed(Option<&'static CStr>),
-}
+pub struct Freed(bool);
 
-impl Change<'_> {
-    /// The command's own keyspace event.
-    fn event(self) -> Option<&'static CStr> {
-        match self {
-            Self::Hold { new: true, .. } => Some(events::LOCK),
-            Self::Release(_) => Some(events::UNLOCK),
-            Self::Reap(_) => Some(events::REAP),
-            Self::Replayed(event) => event,
-            Self::PruneOnly | Self::Hold { new: false, .. } => None,
+impl Freed {
+    /// Nothing freed (a replayed effect, an unchanged key).
+    pub const NOTHING: Self = Self(false);
+
+    /// Serves the waiters of `name` (selected database) if a slot may have
+    /// freed.
+    pub fn serve_waiters(self, ctx: &Context, name: &[u8]) {
+        if self.0 {
+            waiting::slot_freed(ctx, name);
         }
     }
 }
 
-/// Everything that follows a change of the lock in `key` (named `name`), in
-/// one fixed order, for every command, timer and replayed effect:
+/// Carries out what follows a change of the lock in `key` (named `name`),
+/// as [`Change::effects`] decides, in one fixed order, for every command,
+/// timer and replayed effect:
 ///
 /// 1. settle the key (deleted when empty, else its expiry),
 /// 2. replicate the effect (`UNIQUE.APPLY ...` at `now`, or the APPLY itself),
 /// 3. close the key,
 /// 4. `unique.expire` when `expired` holders ran out,
 /// 5. the command's own event,
-/// 6. and only then serve the clients waiting on the key, whose grants thus
+/// 6. and returns whether the key's waiters are to be served: the caller
+///    serves them next ([`Freed::serve_waiters`]), so that their grants
 ///    follow the change that made room for them: in the replication stream,
 ///    in the AOF and in the events.
 ///
-/// Nothing happens when nothing changed. A replayed effect announces only its
-/// own event and serves nobody: grants are the primary's to make.
+/// Nothing happens when nothing changed.
 pub fn finish(
     ctx: &Context,
     name: &RedisString,
@@ -216,73 +209,91 @@ pub fn finish(
     now: i64,
     expired: usize,
     change: Change<'_>,
-) -> Result<(), RedisError> {
-    let replayed = matches!(change, Change::Replayed(_));
-    if !replayed && expired == 0 && change == Change::PruneOnly {
-        return Ok(());
-    }
+) -> Result<Freed, RedisError> {
+    let Some(effects) = change.effects(expired) else {
+        return Ok(Freed::NOTHING);
+    };
     settle(&mut key, now)?;
-    match change {
-        Change::Hold {
-            jid, spent_rate, ..
-        } => {
+    match effects.replicate {
+        Replicate::Hold { jid, rate } => {
             let lock = key.lock()?;
             if let Some(holder) = lock.and_then(|lock| lock.holder(jid)) {
                 ffi::replicate_hold(ctx, name, now, holder);
             }
-            if let Some(rate) = lock.and_then(Lock::rate).filter(|_| spent_rate) {
+            if let Some(rate) = lock.and_then(Lock::rate).filter(|_| rate) {
                 ffi::replicate_rate(ctx, name, now, rate);
             }
         }
-        Change::Release(jid) => ffi::replicate_effect(ctx, name, now, ApplyOp::Release, Some(jid)),
-        Change::Reap(owner) => {
-            ffi::replicate_effect(ctx, name, now, ApplyOp::ReapOwner, Some(owner));
-        }
-        Change::PruneOnly => ffi::replicate_effect(ctx, name, now, ApplyOp::PruneOnly, None),
+        Replicate::Effect(op, arg) => ffi::replicate_effect(ctx, name, now, op, arg),
         // A replica's own AOF only gets what a module command replicates.
-        Change::Replayed(_) => ctx.replicate_verbatim(),
+        Replicate::Verbatim => ctx.replicate_verbatim(),
     }
     // Serving waiters opens the key again: ours must be closed first.
     drop(key);
-    if expired > 0 && !replayed {
+    if effects.expire_event {
         ffi::notify_module_event(ctx, events::EXPIRE, name);
     }
-    if let Some(event) = change.event() {
+    if let Some(event) = effects.event {
         ffi::notify_module_event(ctx, event, name);
     }
-    let freed = expired > 0 || matches!(change, Change::Release(_) | Change::Reap(_));
-    if freed && !replayed {
-        waiting::slot_freed(ctx, name);
-    }
-    Ok(())
+    Ok(Freed(effects.serve_waiters))
 }
 
-/// One command as lib.rs registers it: its facts (name, flags, arity, key
-/// specs, docs) in `docs::COMMANDS`, found by name, and its entry point.
+/// What Redis is told about a command when it is registered.
+pub enum Facts {
+    /// A public command: its `docs` entry, which holds its name, flags,
+    /// arity, key specs, ACL categories and docs.
+    Public(&'static CommandDoc),
+    /// The internal `unique.apply`: no docs, no ACL category; its key is the
+    /// first argument.
+    Internal {
+        name: &'static CStr,
+        flags: &'static str,
+    },
+}
+
+/// One command as lib.rs registers it: its facts and its entry point, side
+/// by side.
 pub struct Registration {
-    pub name: &'static CStr,
+    pub facts: Facts,
     pub entry: ffi::EntryPoint,
 }
 
 impl Registration {
-    /// The command's facts; `None` for the internal `unique.apply`.
-    pub fn doc(&self) -> Option<&'static CommandDoc> {
-        let name = self.name.to_str().ok()?;
-        COMMANDS.iter().find(|doc| doc.name == name)
+    /// The command's name, as registered.
+    pub fn name(&self) -> Cow<'static, CStr> {
+        match self.facts {
+            // A literal of docs.rs: no NUL inside (a test checks).
+            Facts::Public(doc) => CString::new(doc.name).map_or(Cow::Borrowed(c""), Cow::Owned),
+            Facts::Internal { name, .. } => Cow::Borrowed(name),
+        }
     }
 
-    /// Its flags: the documented ones, or the internal command's.
+    /// The command's docs; `None` for the internal `unique.apply`.
+    pub fn doc(&self) -> Option<&'static CommandDoc> {
+        match self.facts {
+            Facts::Public(doc) => Some(doc),
+            Facts::Internal { .. } => None,
+        }
+    }
+
+    /// Its command flags.
     pub fn flags(&self) -> &'static str {
-        self.doc().map_or("write", |doc| doc.flags)
+        match self.facts {
+            Facts::Public(doc) => doc.flags,
+            Facts::Internal { flags, .. } => flags,
+        }
     }
 
     /// The legacy key range (first, last, step) of its key spec: the first
     /// argument or none.
     pub fn keys(&self) -> (i32, i32, i32) {
-        match self.doc().map(|doc| doc.key_specs.first().map(|k| k.index)) {
-            Some(Some(index)) => (index, index, 1),
-            Some(None) => (0, 0, 0),
-            None => (1, 1, 1), // unique.apply key now ...
+        match self.facts {
+            Facts::Public(doc) => doc
+                .key_specs
+                .first()
+                .map_or((0, 0, 0), |k| (k.index, k.index, 1)),
+            Facts::Internal { .. } => (1, 1, 1), // unique.apply key now ...
         }
     }
 }
@@ -291,8 +302,7 @@ impl Registration {
 /// server lets a module add a category (Redis 8+, Valkey 8+).
 pub const ACL_CATEGORY: &CStr = c"unique";
 
-/// Puts every public command in the ACL categories of its `docs::COMMANDS`
-/// entry, and in `@unique` where the server has it. Logs what the server
+/// Puts every public command in the ACL categories of its docs entry, and in `@unique` where the server has it. Logs what the server
 /// could not do (Redis 7.0 has no categories for module commands, 7.2 no
 /// categories of a module's own): the module still loads, and its commands
 /// are granted by name there. Only during the load.
@@ -310,10 +320,10 @@ pub fn set_acl_categories(ctx: &Context) {
         } else {
             doc.acl_categories.to_string()
         };
-        let Ok(categories) = std::ffi::CString::new(categories) else {
+        let Ok(categories) = CString::new(categories) else {
             continue;
         };
-        match ffi::set_acl_categories(ctx, command.name, &categories) {
+        match ffi::set_acl_categories(ctx, &command.name(), &categories) {
             ffi::Categories::Set => {}
             ffi::Categories::Unsupported => {
                 ctx.log_notice(
@@ -324,47 +334,52 @@ pub fn set_acl_categories(ctx: &Context) {
             }
             ffi::Categories::Refused => ctx.log_warning(&format!(
                 "the server refused the ACL categories {categories:?} of {:?}",
-                command.name
+                command.name()
             )),
         }
     }
 }
 
-/// Every command of the module. A new command adds its file (with its
-/// `Command` type, the entry point's handler), its facts to
-/// `docs::COMMANDS`, and its line here. LOCK, UNLOCK and LOCKEDBY, the hot
-/// ones, read their arguments in place; the others take Redis strings.
+/// Every command of the module, its facts beside its entry point. A new
+/// command adds its file (with its `Command` type, the entry point's
+/// handler), its entry to `docs::COMMANDS`, and its row here, which names
+/// both: a misspelt one does not build, a forgotten one fails a test. LOCK,
+/// UNLOCK and LOCKEDBY, the hot ones, read their arguments in place; the
+/// others take Redis strings.
 pub static REGISTRY: [Registration; 8] = [
     Registration {
-        name: c"unique.lock",
+        facts: Facts::Public(&docs::LOCK),
         entry: ffi::entry_point::<lock::Command>,
     },
     Registration {
-        name: c"unique.unlock",
+        facts: Facts::Public(&docs::UNLOCK),
         entry: ffi::entry_point::<unlock::Command>,
     },
     Registration {
-        name: c"unique.lockedby",
+        facts: Facts::Public(&docs::LOCKEDBY),
         entry: ffi::entry_point::<lockedby::Command>,
     },
     Registration {
-        name: c"unique.waiters",
+        facts: Facts::Public(&docs::WAITERS),
         entry: ffi::args_entry_point::<waiters::Command>,
     },
     Registration {
-        name: c"unique.rate",
+        facts: Facts::Public(&docs::RATE),
         entry: ffi::args_entry_point::<rate::Command>,
     },
     Registration {
-        name: c"unique.reap",
+        facts: Facts::Public(&docs::REAP),
         entry: ffi::args_entry_point::<reap::Command>,
     },
     Registration {
-        name: c"unique.metrics",
+        facts: Facts::Public(&docs::METRICS),
         entry: ffi::args_entry_point::<metrics::Command>,
     },
     Registration {
-        name: crate::codec::APPLY_COMMAND,
+        facts: Facts::Internal {
+            name: crate::codec::APPLY_COMMAND,
+            flags: "write",
+        },
         entry: ffi::args_entry_point::<apply::Command>,
     },
 ];
@@ -400,15 +415,6 @@ macro_rules! command {
     };
 }
 use command;
-
-/// The first step of every command that changes a lock: removes the holders
-/// whose lease has ended at `now`, counts each as `expired` under its own
-/// type, and returns how many went (what [`finish`] reports as expired).
-fn prune_expired(lock: &mut Lock, now: i64) -> usize {
-    lock.prune_each(now, |h| {
-        counters::record(now, Some(h.lock_type()), counters::Event::Expired);
-    })
-}
 
 /// Runs a change on a lock and keeps the holders gauge in step with it.
 fn tracked<T>(lock: &mut Lock, change: impl FnOnce(&mut Lock) -> T) -> T {
@@ -446,6 +452,54 @@ mod tests {
             Err(e) => assert!(e.to_string().starts_with("ERR internal error")),
             Ok(v) => panic!("expected an error, got {v:?}"),
         }
+    }
+
+    #[test]
+    fn every_documented_command_is_registered_once_in_the_docs_order() {
+        let public: Vec<&CommandDoc> = REGISTRY.iter().filter_map(Registration::doc).collect();
+        assert_eq!(
+            public.len(),
+            docs::COMMANDS.len(),
+            "a docs entry unregistered"
+        );
+        for (registered, documented) in public.iter().zip(docs::COMMANDS) {
+            assert!(
+                std::ptr::eq(*registered, *documented),
+                "{} registered where the docs have {}",
+                registered.name,
+                documented.name
+            );
+        }
+        let mut names: Vec<Cow<'static, CStr>> = REGISTRY.iter().map(Registration::name).collect();
+        for name in &names {
+            let text = name.to_str().unwrap_or_default();
+            assert!(
+                text.starts_with("unique.") && text == text.to_ascii_lowercase(),
+                "{name:?}"
+            );
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), REGISTRY.len(), "a name registered twice");
+        assert_eq!(REGISTRY.iter().filter(|r| r.doc().is_none()).count(), 1);
+    }
+
+    #[test]
+    fn a_registration_gives_the_facts_of_its_docs() {
+        let lock = &REGISTRY[0];
+        assert_eq!(lock.name().as_ref(), c"unique.lock");
+        assert_eq!(lock.flags(), "write deny-oom fast");
+        assert_eq!(lock.keys(), (1, 1, 1));
+        let metrics = REGISTRY
+            .iter()
+            .find(|r| r.name().as_ref() == c"unique.metrics");
+        assert_eq!(metrics.map(Registration::keys), Some((0, 0, 0)));
+        let apply = REGISTRY.iter().find(|r| r.doc().is_none());
+        assert_eq!(
+            apply.map(Registration::name),
+            Some(Cow::Borrowed(crate::codec::APPLY_COMMAND))
+        );
+        assert_eq!(apply.map(Registration::keys), Some((1, 1, 1)));
     }
 
     #[test]

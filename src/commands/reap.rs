@@ -15,10 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
+use super::decisions::InRedis;
 use super::{ArgError, Change, finish, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
+use crate::engine::validate_owner;
 use crate::ffi::{AclUser, NoCaller, now_ms};
-use crate::lock::validate_owner;
+use crate::logging;
 use crate::metrics::{self, Event};
 
 super::command!(with_args run);
@@ -173,7 +175,7 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
         return 0;
     };
     let (expired, reaped) = tracked(lock, |lock| {
-        let expired = prune_expired(lock, now);
+        let expired = prune_expired(lock, now, &mut InRedis);
         let reaped = owner.map_or(0, |owner| {
             lock.remove_owner_each(owner, |h| {
                 metrics::record(now, Some(h.lock_type()), Event::Reaped);
@@ -188,7 +190,24 @@ pub fn reap_key(ctx: &Context, name: &RedisString, now: i64, owner: Option<&[u8]
         Some(owner) if reaped > 0 => Change::Reap(owner),
         _ => Change::PruneOnly,
     };
+    let line = || {
+        let key = name.as_slice().escape_ascii();
+        match owner.filter(|_| reaped > 0) {
+            Some(owner) => format!(
+                "reaped {key}: {expired} ended leases, {reaped} holders of owner {}",
+                owner.escape_ascii()
+            ),
+            None => format!("reaped {key}: {expired} ended leases"),
+        }
+    };
+    if reaped > 0 {
+        logging::verbose(ctx, line);
+    } else {
+        logging::debug(ctx, line);
+    }
     // The lock is ours and open: finishing cannot fail.
-    let _ = finish(ctx, name, key, now, expired, change);
+    if let Ok(freed) = finish(ctx, name, key, now, expired, change) {
+        freed.serve_waiters(ctx, name);
+    }
     expired + reaped
 }

@@ -4,6 +4,7 @@ use std::ops::Deref;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
+use super::decisions::InRedis;
 use super::{Change, finish, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::now_ms;
@@ -28,7 +29,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
         return Ok(RedisValue::Integer(0));
     };
     let (expired, released) = tracked(lock, |lock| {
-        let expired = prune_expired(lock, now);
+        let expired = prune_expired(lock, now, &mut InRedis);
         (expired, lock.release(jid))
     });
     let (change, reply) = match released {
@@ -41,6 +42,6 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
             (Change::PruneOnly, 0)
         }
     };
-    finish(ctx, key_name, key, now, expired, change)?;
+    finish(ctx, key_name, key, now, expired, change)?.serve_waiters(ctx, key_name);
     Ok(RedisValue::Integer(reply))
 }

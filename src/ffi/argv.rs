@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 use redis_module::raw;
 
 use crate::codec::{Sink, write_holder};
-use crate::lock::Holder;
+use crate::engine::Holder;
 
 /// Redis strings built through the codec's [`Sink`]: a holder goes to a
 /// rewritten AOF, and a rate state to the replicas, in the fields and the
@@ -217,7 +217,7 @@ mod tests {
         for (i, w) in WORDS.iter().enumerate() {
             assert_eq!(word(w.as_bytes()), Some(i), "{w}");
         }
-        for t in crate::lock::KNOWN_TYPES {
+        for t in crate::engine::KNOWN_TYPES {
             assert!(word(t.as_bytes()).is_some(), "{t}");
         }
         for other in [&b"hold"[..], b"HOLD ", b"lock:1", b"job", b"x"] {

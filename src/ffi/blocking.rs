@@ -11,6 +11,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue, raw};
 pub struct Blocked(NonNull<raw::RedisModuleBlockedClient>);
 
 /// What a served waiter is told.
+#[derive(Debug, PartialEq, Eq)]
 pub enum WaiterReply {
     Token(i64),
     Error(String),

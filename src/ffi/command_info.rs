@@ -1,6 +1,7 @@
 //! Command info and configuration: RM_GetCommand + RM_SetCommandInfo from the
 //! plain data of `docs`, so that COMMAND DOCS, COMMAND INFO and cluster routing
-//! know each command; and RM_LoadConfigs for `config::load`.
+//! know each command; and RM_LoadConfigs for the load of the `unique.*`
+//! settings (`load_config` in lib.rs).
 
 use std::ffi::{CString, c_char, c_int};
 use std::ptr::{null, null_mut};
@@ -202,11 +203,11 @@ pub fn describe(ctx: &Context, cmd: &CommandDoc) -> Result<(), String> {
     }
 }
 
-/// Registers the docs of every public command (`docs::COMMANDS`).
-/// A refusal is logged and leaves that command as it was (arity -1, its
-/// registration key range): the module still loads.
-pub fn describe_commands(ctx: &Context) {
-    for cmd in crate::docs::COMMANDS {
+/// Registers the docs of every public command (`docs`: those of the
+/// registered commands). A refusal is logged and leaves that command as it
+/// was (arity -1, its registration key range): the module still loads.
+pub fn describe_commands<'a>(ctx: &Context, docs: impl Iterator<Item = &'a CommandDoc>) {
+    for cmd in docs {
         if let Err(e) = describe(ctx, cmd) {
             ctx.log_warning(&format!("no command docs for {}: {e}", cmd.name));
         }

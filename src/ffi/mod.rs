@@ -5,9 +5,10 @@
 //! and their migration, ACL users and categories. Every `unsafe` block of the crate lives here or in
 //! the type callbacks of `datatype.rs`.
 //!
-//! The bottom of the Redis glue: it imports only the pure `codec` and
-//! `lock`, and calls up into nothing (the callbacks of a blocked client are
-//! a [`BlockHandler`] given by the caller).
+//! The bottom of the Redis glue: it imports only the pure `codec`, `docs`
+//! and `engine`, and calls up into nothing (the callbacks of a blocked
+//! client are a [`BlockHandler`] given by the caller, the docs of the
+//! commands are handed in by `lib.rs`).
 
 mod acl;
 mod argv;

@@ -7,7 +7,7 @@ use redis_module::{Context, RedisString, raw};
 
 use super::argv::Argv;
 use crate::codec::{APPLY_COMMAND, ApplyOp, HOLD_DEFAULTS, NO_EXPIRY, Sink, write_rate};
-use crate::lock::{Holder, Rate};
+use crate::engine::{Holder, Rate};
 
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF,
 /// with time 0 so that replay removes nothing.

@@ -1,0 +1,233 @@
+//! What a command decides, apart from doing it: whether a LOCK is granted,
+//! renewed, denied or queued behind waiting clients, which counters it
+//! counts, and what follows the change (what to replicate, which keyspace
+//! events, whether the key's waiters are served).
+//!
+//! The decisions are plain values computed from the lock, the call and the
+//! time, and the two things a decision needs from the server (a fencing
+//! token, a counter) come through the [`Outside`] trait. So the unit and
+//! property tests below drive them with no server at all; the command files
+//! only open the key, hand the lock over, and carry the decision out
+//! (`finish`). Everything here is stack-only and statically dispatched: the
+//! LOCK of a free key pays no allocation and no indirection for the seam.
+
+use std::ffi::CStr;
+
+use super::events;
+use crate::codec::ApplyOp;
+use crate::engine::{Acquired, Lock, LockRequest};
+use crate::metrics::Event;
+use crate::{fencing, metrics};
+
+/// What a decision needs from the server: a new fencing token and the
+/// counters. [`InRedis`] is the real one; the tests record.
+pub trait Outside {
+    /// A fencing token for a new grant at `now`.
+    fn next_token(&mut self, now: i64) -> i64;
+    /// Counts `event` at `now` under `lock_type` (`None`: the total only).
+    fn count(&mut self, now: i64, lock_type: Option<&str>, event: Event);
+}
+
+/// The server's tokens and counters.
+pub struct InRedis;
+
+impl Outside for InRedis {
+    #[inline]
+    fn next_token(&mut self, now: i64) -> i64 {
+        fencing::issue(now)
+    }
+
+    #[inline]
+    fn count(&mut self, now: i64, lock_type: Option<&str>, event: Event) {
+        metrics::record(now, lock_type, event);
+    }
+}
+
+/// The first step of every command that changes a lock: removes the holders
+/// whose lease has ended at `now`, counts each as `expired` under its own
+/// type, and returns how many went (what `finish` reports as expired).
+pub fn prune_expired(lock: &mut Lock, now: i64, out: &mut impl Outside) -> usize {
+    lock.prune_each(now, |h| out.count(now, Some(h.lock_type()), Event::Expired))
+}
+
+/// What a LOCK call gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// A grant or a renewal, with its token.
+    Granted(i64),
+    /// Denied; when to try again: the earliest end of lease among the
+    /// holders, if any has one, or the next instant the key's rate allows
+    /// (`rate_limited`).
+    Denied {
+        lease_end: Option<i64>,
+        rate_limited: bool,
+    },
+}
+
+/// Everything one LOCK decided on its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockDecision<'a> {
+    pub attempt: Attempt,
+    /// Holders removed because their lease had ended (counted already).
+    pub expired: usize,
+    /// What changed, for `finish`.
+    pub change: Change<'a>,
+}
+
+/// One LOCK on `lock` (a new, empty one when the key does not exist): prune
+/// the ended leases, then grant, renew or deny, and count the outcome.
+/// `queued`: other clients wait on the key ahead of this call, so it may
+/// renew its own hold but not take a free slot.
+pub fn decide_lock<'a>(
+    lock: &mut Lock,
+    req: &LockRequest<'a>,
+    now: i64,
+    queued: bool,
+    out: &mut impl Outside,
+) -> LockDecision<'a> {
+    let expired = prune_expired(lock, now, out);
+    let jid = req.jid;
+    // Others are waiting for a slot: a newcomer queues behind them.
+    let acquired = if queued && lock.holder(jid).is_none() {
+        Acquired::Denied
+    } else {
+        lock.acquire(req, now, || out.next_token(now))
+    };
+    let (attempt, change) = match (acquired, lock.holder(jid)) {
+        (Acquired::Granted(token), Some(holder)) => {
+            out.count(now, Some(holder.lock_type()), Event::Acquired);
+            let change = Change::Hold {
+                jid,
+                new: true,
+                spent_rate: req.rate.is_some(),
+            };
+            (Attempt::Granted(token), change)
+        }
+        (Acquired::Renewed(token), Some(holder)) => {
+            out.count(now, Some(holder.lock_type()), Event::Renewed);
+            let change = Change::Hold {
+                jid,
+                new: false,
+                spent_rate: false,
+            };
+            (Attempt::Granted(token), change)
+        }
+        (Acquired::RateLimited(at), _) => (
+            Attempt::Denied {
+                lease_end: Some(at),
+                rate_limited: true,
+            },
+            Change::PruneOnly,
+        ),
+        _ => (
+            // Pruned above: the earliest lease is the next to end.
+            Attempt::Denied {
+                lease_end: lock.earliest_lease(),
+                rate_limited: false,
+            },
+            Change::PruneOnly,
+        ),
+    };
+    LockDecision {
+        attempt,
+        expired,
+        change,
+    }
+}
+
+/// Counts a LOCK that got no slot and does not wait for one.
+pub fn count_denial(out: &mut impl Outside, now: i64, lock_type: &str, rate_limited: bool) {
+    out.count(now, Some(lock_type), Event::Denied);
+    if rate_limited {
+        out.count(now, Some(lock_type), Event::RateDenied);
+    }
+}
+
+/// What a command changed on one key, besides removing the holders whose
+/// lease had run out (counted apart, see [`Change::effects`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change<'a> {
+    /// Nothing but the removal of ended leases, if any: a denial, an UNLOCK
+    /// that found nothing, a bare prune (replicated as `PRUNE` when a lease
+    /// ended, and not at all otherwise).
+    PruneOnly,
+    /// `jid` holds: a new grant (`new`) or a renewal; `spent_rate` when the
+    /// grant spent the key's rate.
+    Hold {
+        jid: &'a [u8],
+        new: bool,
+        spent_rate: bool,
+    },
+    /// UNLOCK removed `jid`'s holder.
+    Release(&'a [u8]),
+    /// REAP OWNER removed at least one holder of this owner.
+    Reap(&'a [u8]),
+    /// UNIQUE.APPLY replayed a primary's effect, with the event it makes.
+    Replayed(Option<&'static CStr>),
+}
+
+/// How an effect reaches the replicas and the AOF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replicate<'a> {
+    /// `UNIQUE.APPLY key now HOLD <the holder of jid>`, then `RATE <the key's
+    /// rate>` when `rate` (the grant spent it).
+    Hold { jid: &'a [u8], rate: bool },
+    /// `UNIQUE.APPLY key now <op> [arg]`.
+    Effect(ApplyOp, Option<&'a [u8]>),
+    /// The replayed APPLY itself, as it came (a replica's own AOF).
+    Verbatim,
+}
+
+/// What follows a change, in `finish`'s order: settle the key, replicate,
+/// `unique.expire` when leases ended, the command's own event, then serve
+/// the key's waiters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Effects<'a> {
+    pub replicate: Replicate<'a>,
+    /// `unique.expire`: holders whose lease ran out were removed.
+    pub expire_event: bool,
+    /// The command's own keyspace event.
+    pub event: Option<&'static CStr>,
+    /// A slot may have freed: the key's waiters are to be served.
+    pub serve_waiters: bool,
+}
+
+impl<'a> Change<'a> {
+    /// What follows this change when `expired` ended leases were removed
+    /// with it; `None` when nothing changed at all. A replayed effect
+    /// announces only its own event and serves nobody: grants are the
+    /// primary's to make.
+    pub fn effects(self, expired: usize) -> Option<Effects<'a>> {
+        let replicate = match self {
+            Self::PruneOnly if expired == 0 => return None,
+            Self::PruneOnly => Replicate::Effect(ApplyOp::PruneOnly, None),
+            Self::Hold {
+                jid, spent_rate, ..
+            } => Replicate::Hold {
+                jid,
+                rate: spent_rate,
+            },
+            Self::Release(jid) => Replicate::Effect(ApplyOp::Release, Some(jid)),
+            Self::Reap(owner) => Replicate::Effect(ApplyOp::ReapOwner, Some(owner)),
+            Self::Replayed(_) => Replicate::Verbatim,
+        };
+        let replayed = matches!(self, Self::Replayed(_));
+        let event = match self {
+            Self::Hold { new: true, .. } => Some(events::LOCK),
+            Self::Release(_) => Some(events::UNLOCK),
+            Self::Reap(_) => Some(events::REAP),
+            Self::Replayed(event) => event,
+            Self::PruneOnly | Self::Hold { new: false, .. } => None,
+        };
+        let freed = expired > 0 || matches!(self, Self::Release(_) | Self::Reap(_));
+        Some(Effects {
+            replicate,
+            expire_event: expired > 0 && !replayed,
+            event,
+            serve_waiters: freed && !replayed,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

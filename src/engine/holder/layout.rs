@@ -1,0 +1,162 @@
+//! The in-place forms against the plain ones they stand for.
+
+use proptest::prelude::*;
+
+use super::super::Lock;
+use super::*;
+
+#[test]
+fn a_lock_of_one_holder_is_one_48_byte_allocation() {
+    assert_eq!(std::mem::size_of::<Text>(), 24);
+    assert_eq!(std::mem::size_of::<Holder>(), 48);
+    assert_eq!(std::mem::size_of::<Lock>(), 48);
+    let h = Holder::new(b"jid-000000000001", 1, 2, Some(3), "lock", None, None);
+    assert!(matches!(h.text, Text::Inline { .. }));
+    let long = Holder::new(&[b'j'; 17], 1, 2, None, "lock", None, None);
+    assert!(matches!(long.text, Text::Heap { .. }));
+}
+
+#[test]
+fn holders_are_indexed_past_grow_at_and_a_vector_again_below_shrink_at() {
+    let mut holders = Holders::default();
+    let jid = |n: usize| n.to_be_bytes();
+    for n in 0..=GROW_AT {
+        holders.push(Holder::new(
+            &jid(n),
+            n as i64 + 1,
+            0,
+            Some(5),
+            "lock",
+            None,
+            None,
+        ));
+        assert_eq!(matches!(holders, Holders::Indexed(_)), n == GROW_AT, "{n}");
+    }
+    for n in 0..=GROW_AT - SHRINK_AT + 1 {
+        assert!(matches!(holders, Holders::Indexed(_)), "{n}");
+        assert!(holders.remove(&jid(n)).is_some());
+    }
+    assert!(matches!(holders, Holders::Many(_)));
+    assert_eq!(holders.len(), SHRINK_AT - 1);
+    let tokens: Vec<i64> = holders.ordered().map(|h| h.token).collect();
+    let expected: Vec<i64> = (GROW_AT - SHRINK_AT + 3..=GROW_AT + 1)
+        .map(|t| t as i64)
+        .collect();
+    assert_eq!(tokens, expected, "grant order kept both ways");
+    // With a rate beside them, the same.
+    holders.set_rate(Some(Rate::new(super::super::RateLimit {
+        n: 1,
+        per: 1,
+        burst: 0,
+    })));
+    for n in 100..100 + GROW_AT {
+        holders.push(Holder::new(&jid(n), n as i64, 0, None, "lock", None, None));
+    }
+    assert!(matches!(&holders, Holders::Rated(r) if matches!(r.holders, Holders::Indexed(_))));
+    assert_eq!(holders.prune(10, |_| {}), SHRINK_AT - 1);
+    assert_eq!(holders.len(), GROW_AT);
+}
+
+fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 0..max)
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Push(u8, Option<i64>),
+    Remove(u8),
+    RemoveWhere(u8),
+    Prune(i64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        // More pushes than removals: the sequences cross GROW_AT.
+        4 => (0u8..80, prop::option::of(0i64..40)).prop_map(|(j, l)| Op::Push(j, l)),
+        1 => (0u8..80).prop_map(Op::Remove),
+        1 => any::<u8>().prop_map(Op::RemoveWhere),
+        1 => (0i64..40).prop_map(Op::Prune),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn text_gives_back_its_parts(a in bytes(40), b in bytes(40), c in bytes(8), d in bytes(80)) {
+        let parts = Parts { jid_len: 1, owner_len: 2, type_code: 3, custom_type_len: 4 };
+        let text = Text::new(parts, [&a, &b, &c, &d]);
+        prop_assert_eq!(text.parts(), parts);
+        let all = [a.as_slice(), &b, &c, &d].concat();
+        prop_assert_eq!(text.as_bytes(), all.as_slice());
+        prop_assert_eq!(matches!(text, Text::Inline { .. }), a.len() + b.len() + c.len() + d.len() <= INLINE_TEXT);
+        prop_assert_eq!(text.clone(), text);
+    }
+
+    /// Every layout, and the conversions between them both ways, hold
+    /// what a plain vector in grant order holds.
+    #[test]
+    fn holders_behave_as_a_vector(ops in prop::collection::vec(op(), 0..200)) {
+        let mut holders = Holders::default();
+        let mut model: Vec<Holder> = Vec::new();
+        let mut token = 0;
+        for op in ops {
+            match op {
+                Op::Push(n, lease) => {
+                    if model.iter().all(|h| h.jid() != [n]) {
+                        token += 1;
+                        let h = Holder::new(&[n], token, 0, lease, "lock", None, None);
+                        holders.push(h.clone());
+                        model.push(h);
+                    }
+                }
+                Op::Remove(n) => {
+                    let expected = model.iter().position(|h| h.jid() == [n]).map(|at| model.remove(at));
+                    prop_assert_eq!(holders.remove(&[n]), expected);
+                }
+                Op::RemoveWhere(n) => {
+                    let pick = |h: &Holder| h.token % 3 == i64::from(n % 3);
+                    let mut seen = 0;
+                    let removed = holders.remove_where(pick, |_| seen += 1);
+                    let before = model.len();
+                    model.retain(|h| !pick(h));
+                    prop_assert_eq!((removed, seen), (before - model.len(), before - model.len()));
+                }
+                Op::Prune(now) => {
+                    let mut seen = 0;
+                    let removed = holders.prune(now, |h| { assert!(!h.is_live(now)); seen += 1 });
+                    let before = model.len();
+                    model.retain(|h| h.is_live(now));
+                    prop_assert_eq!((removed, seen), (before - model.len(), before - model.len()));
+                }
+            }
+            let indexed = matches!(holders, Holders::Indexed(_));
+            prop_assert_eq!(holders.ordered().collect::<Vec<_>>(), model.iter().collect::<Vec<_>>());
+            prop_assert_eq!(holders.len(), model.len());
+            for h in &model {
+                prop_assert_eq!(holders.find(h.jid()), Some(h));
+            }
+            let leases = || model.iter().filter_map(Holder::expires_at);
+            prop_assert_eq!(holders.earliest_lease(), leases().min());
+            let latest = if model.iter().all(|h| h.expires_at().is_some()) { Some(leases().max()) } else { None };
+            prop_assert_eq!(holders.latest_lease(), latest);
+            // The smallest layout for what it holds, with hysteresis.
+            prop_assert_eq!(matches!(holders, Holders::None), model.is_empty());
+            prop_assert_eq!(matches!(holders, Holders::One(_)), model.len() == 1);
+            prop_assert!(!indexed || model.len() >= SHRINK_AT);
+            prop_assert!(indexed || model.len() <= GROW_AT);
+            if let Holders::Indexed(i) = &holders {
+                prop_assert_eq!(i.check(), Ok(()));
+            }
+        }
+    }
+
+    /// A decoded lock of holders out of token order keeps their order.
+    #[test]
+    fn holders_out_of_token_order_stay_a_vector(tokens in prop::collection::vec(1i64..1000, 33..60)) {
+        let v: Vec<Holder> = tokens.iter().enumerate()
+            .map(|(i, &t)| Holder::new(&(i as u32).to_be_bytes(), t, 0, None, "lock", None, None))
+            .collect();
+        let holders = Holders::from_vec(v.clone());
+        prop_assert_eq!(holders.ordered().collect::<Vec<_>>(), v.iter().collect::<Vec<_>>());
+        prop_assert_eq!(matches!(holders, Holders::Indexed(_)), super::super::indexed::in_token_order(&v));
+    }
+}

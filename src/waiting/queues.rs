@@ -1,0 +1,204 @@
+//! The bookkeeping of the blocked clients, with no Redis in it: a queue per
+//! key in arrival order, the key each client waits on, the wake-ups armed
+//! and the timers counted. `C` stands for a blocked client's handle, so the
+//! unit tests use plain numbers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+
+use super::Call;
+use crate::ffi::TimerId;
+
+/// One blocked call: its client, its call, and the lock type it asked for
+/// (counted if its wait runs out).
+pub(super) struct Waiter<C> {
+    pub(super) client: C,
+    pub(super) call: Box<dyn Call>,
+    pub(super) lock_type: Box<str>,
+    /// Its number, which its deadline timer carries.
+    pub(super) seq: usize,
+    /// The timer that ends its wait, if one could be armed.
+    pub(super) deadline: Option<TimerId>,
+    /// Its client's ACL user, whose key permissions each retry checks
+    /// again (`None` where the server cannot say).
+    pub(super) user: Option<Box<[u8]>>,
+}
+
+/// A key: its database and name.
+pub(super) type KeyId = (i32, Vec<u8>);
+
+/// A key's waiters by their number, which grows with every waiter: arrival
+/// order, and one waiter found by its number (a timeout, a disconnect) in
+/// O(log n) however long the queue.
+pub(super) type Queue<C> = BTreeMap<usize, Waiter<C>>;
+
+/// Every blocked client: a queue per key, oldest first, the key each client
+/// waits on, and the wake-ups armed. `C` is the handle of a blocked client
+/// (a `ffi::Blocked` in Redis).
+pub(super) struct Waiters<C> {
+    pub(super) queues: HashMap<KeyId, Queue<C>>,
+    /// The key each blocked client waits on (also while its queue is served)
+    /// and its number there.
+    pub(super) blocked: HashMap<C, (KeyId, usize)>,
+    /// The earliest time a wake-up timer is armed for, per key.
+    pub(super) timers: HashMap<KeyId, i64>,
+    /// The client of each waiter by its number, for its deadline timer.
+    pub(super) by_seq: HashMap<usize, C>,
+    /// The number of the next waiter.
+    pub(super) next_seq: usize,
+    /// Module timers armed and not yet fired or stopped (INFO
+    /// `unique_timers_armed`): deadlines and wake-ups.
+    pub(super) armed: usize,
+}
+
+impl<C> Default for Waiters<C> {
+    fn default() -> Self {
+        Self {
+            queues: HashMap::new(),
+            blocked: HashMap::new(),
+            timers: HashMap::new(),
+            by_seq: HashMap::new(),
+            next_seq: 0,
+            armed: 0,
+        }
+    }
+}
+
+impl<C: Copy + Eq + Hash> Waiters<C> {
+    /// Clients waiting, on every key.
+    pub(super) fn waiting(&self) -> usize {
+        self.blocked.len()
+    }
+
+    /// Clients waiting on `key` of database `db`.
+    pub(super) fn waiting_on(&self, db: i32, key: &[u8]) -> usize {
+        if self.queues.is_empty() {
+            return 0; // the common case, on every LOCK: no lookup, no copy
+        }
+        self.queues
+            .get(&(db, key.to_vec()))
+            .map_or(0, BTreeMap::len)
+    }
+
+    /// A number for the next waiter, larger than any before it (a 64-bit
+    /// count does not wrap), so that a queue in number order is in arrival
+    /// order.
+    pub(super) fn next_seq(&mut self) -> usize {
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.next_seq
+    }
+
+    /// `waiter` joins the end of the queue of `id`.
+    pub(super) fn push(&mut self, id: KeyId, waiter: Waiter<C>) {
+        self.by_seq.insert(waiter.seq, waiter.client);
+        self.blocked.insert(waiter.client, (id.clone(), waiter.seq));
+        self.queues
+            .entry(id)
+            .or_default()
+            .insert(waiter.seq, waiter);
+    }
+
+    /// Takes the queue of `id` out to serve it; `None` when it has none.
+    /// Its waiters still count as waiting until each is [`Waiters::served`].
+    pub(super) fn take_queue(&mut self, id: &KeyId) -> Option<Queue<C>> {
+        self.queues.remove(id)
+    }
+
+    /// `waiter`, taken out to be served, got its reply: it waits no more.
+    pub(super) fn served(&mut self, waiter: &Waiter<C>) {
+        self.blocked.remove(&waiter.client);
+        self.by_seq.remove(&waiter.seq);
+    }
+
+    /// Serving `id` is over: the waiters `still` denied keep their place.
+    pub(super) fn put_back(&mut self, id: KeyId, still: Queue<C>) {
+        if !still.is_empty() {
+            // No waiter could block in between: nothing to merge.
+            self.queues.insert(id, still);
+        }
+    }
+
+    /// Removes `client` from its queue. `None` when it was not waiting;
+    /// otherwise the key it waited on and the waiter, as found in its queue.
+    pub(super) fn forget(&mut self, client: C) -> Option<(KeyId, Option<Waiter<C>>)> {
+        let (id, seq) = self.blocked.remove(&client)?;
+        let Some(queue) = self.queues.get_mut(&id) else {
+            return Some((id, None));
+        };
+        let waiter = queue.remove(&seq);
+        if queue.is_empty() {
+            self.queues.remove(&id);
+        }
+        if let Some(waiter) = &waiter {
+            self.by_seq.remove(&waiter.seq);
+        }
+        Some((id, waiter))
+    }
+
+    /// The deadline of waiter `seq` came: it leaves its queue. `None` when
+    /// it is no longer waiting; otherwise its key and itself.
+    pub(super) fn deadline_passed(&mut self, seq: usize) -> Option<(KeyId, Waiter<C>)> {
+        let client = *self.by_seq.get(&seq)?;
+        match self.forget(client)? {
+            (id, Some(waiter)) => Some((id, waiter)),
+            (_, None) => None,
+        }
+    }
+
+    /// Whether a wake-up at `at` must be armed for `id` (none is armed at
+    /// or before `at`); if so it counts as armed from now on.
+    pub(super) fn arm(&mut self, id: &KeyId, at: i64) -> bool {
+        if self.timers.get(id).is_some_and(|&when| when <= at) {
+            return false;
+        }
+        self.timers.insert(id.clone(), at);
+        true
+    }
+
+    /// The wake-up armed for `id` at `at` went off.
+    pub(super) fn fired(&mut self, id: &KeyId, at: i64) {
+        if self.timers.get(id) == Some(&at) {
+            self.timers.remove(id);
+        }
+    }
+
+    /// A module timer was armed (`true`) or went (fired or stopped).
+    pub(super) fn count_timer(&mut self, armed: bool) {
+        self.armed = if armed {
+            self.armed + 1
+        } else {
+            self.armed.saturating_sub(1)
+        };
+    }
+
+    /// Takes out the whole queue of every key that `leaves` picks (a key's
+    /// name): those clients wait no more. Oldest first within each key.
+    pub(super) fn take_queues(
+        &mut self,
+        leaves: impl Fn(&[u8]) -> bool,
+    ) -> Vec<(KeyId, Waiter<C>)> {
+        let ids: Vec<KeyId> = self
+            .queues
+            .keys()
+            .filter(|(_, key)| leaves(key))
+            .cloned()
+            .collect();
+        let mut taken = Vec::new();
+        for id in ids {
+            for waiter in self.queues.remove(&id).unwrap_or_default().into_values() {
+                self.served(&waiter);
+                taken.push((id.clone(), waiter));
+            }
+            self.timers.remove(&id);
+        }
+        taken
+    }
+
+    pub(super) fn has_queue(&self, id: &KeyId) -> bool {
+        self.queues.contains_key(id)
+    }
+
+    pub(super) fn keys(&self) -> Vec<KeyId> {
+        self.queues.keys().cloned().collect()
+    }
+}

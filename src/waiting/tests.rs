@@ -1,0 +1,220 @@
+//! The waiters' bookkeeping and the serving rule, with no server.
+
+use super::*;
+
+/// A call the tests never retry (serve_pass is given its own retry).
+struct Never;
+impl Call for Never {
+    fn retry(&self, _: &Context) -> Served {
+        Served::Failed(String::new())
+    }
+}
+
+fn waiter(client: u32) -> Waiter<u32> {
+    Waiter {
+        client,
+        call: Box::new(Never),
+        lock_type: "until_executed".into(),
+        seq: client as usize,
+        deadline: None,
+        user: None,
+    }
+}
+
+fn key(name: &str) -> KeyId {
+    (0, name.as_bytes().to_vec())
+}
+
+fn clients(queue: &Queue<u32>) -> Vec<u32> {
+    queue.values().map(|w| w.client).collect()
+}
+
+#[test]
+fn waiters_queue_per_key_in_arrival_order() {
+    let mut w = Waiters::default();
+    assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
+    for c in [1, 2, 3] {
+        w.push(key("k"), waiter(c));
+    }
+    w.push(key("other"), waiter(4));
+    w.push((1, b"k".to_vec()), waiter(5));
+    assert_eq!(w.waiting(), 5);
+    assert_eq!(w.waiting_on(0, b"k"), 3);
+    assert_eq!(w.waiting_on(1, b"k"), 1, "databases apart");
+    assert_eq!(w.waiting_on(0, b"none"), 0);
+    let queue = w.take_queue(&key("k")).expect("a queue");
+    assert_eq!(clients(&queue), [1, 2, 3]);
+}
+
+#[test]
+fn a_forgotten_client_leaves_its_queue_and_the_counts() {
+    let mut w = Waiters::default();
+    for c in [1, 2, 3] {
+        w.push(key("k"), waiter(c));
+    }
+    let gone = w.forget(2).and_then(|(_, w)| w).expect("2 waited");
+    assert_eq!(&*gone.lock_type, "until_executed");
+    assert!(w.forget(2).is_none(), "forgotten once");
+    assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (2, 2));
+    w.forget(1);
+    w.forget(3);
+    assert_eq!(w.waiting(), 0);
+    assert!(!w.has_queue(&key("k")), "an empty queue goes");
+    assert!(w.keys().is_empty());
+}
+
+#[test]
+fn serving_takes_the_queue_once_and_keeps_the_denied_in_order() {
+    let mut w = Waiters::default();
+    for c in [1, 2, 3, 4] {
+        w.push(key("k"), waiter(c));
+    }
+    w.push(key("j"), waiter(9));
+    let mut queue = w.take_queue(&key("k")).expect("a queue");
+    assert!(w.take_queue(&key("k")).is_none(), "taken once");
+    assert_eq!(w.waiting(), 5, "being served still counts as waiting");
+    // 1 and 3 get their reply; 2 and 4 are still denied.
+    let mut still = Queue::new();
+    while let Some((_, next)) = queue.pop_first() {
+        if next.client % 2 == 1 {
+            w.served(&next);
+        } else {
+            still.insert(next.seq, next);
+        }
+    }
+    w.put_back(key("k"), still);
+    assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (3, 2));
+    let queue = w.take_queue(&key("k")).expect("the rest");
+    assert_eq!(clients(&queue), [2, 4]);
+    w.put_back(key("k"), Queue::new());
+    assert!(!w.has_queue(&key("k")));
+    assert!(w.take_queue(&key("j")).is_some(), "other keys apart");
+}
+
+fn queue_of(clients: &[u32]) -> Queue<u32> {
+    clients.iter().map(|&c| (c as usize, waiter(c))).collect()
+}
+
+#[test]
+fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
+    let mut tried = Vec::new();
+    let pass = serve_pass(queue_of(&[1, 2, 3, 4, 5]), |w| {
+        tried.push(w.client);
+        match w.client {
+            1 => Served::Denied {
+                lease_end: Some(300),
+            },
+            2 => Served::Granted(7),
+            3 => Served::Denied {
+                lease_end: Some(200),
+            },
+            4 => Served::Failed("ERR gone".into()),
+            _ => Served::Denied { lease_end: None },
+        }
+    });
+    assert_eq!(tried, [1, 2, 3, 4, 5], "every waiter, oldest first");
+    let ended: Vec<_> = pass.ended.iter().map(|(w, r)| (w.client, r)).collect();
+    assert_eq!(
+        ended,
+        [
+            (2, &WaiterReply::Token(7)),
+            (4, &WaiterReply::Error("ERR gone".into()))
+        ]
+    );
+    assert_eq!(clients(&pass.still), [1, 3, 5]);
+    assert_eq!(pass.wake_at, Some(200), "the earliest lease to end");
+}
+
+#[test]
+fn a_pass_that_ends_every_wait_arms_no_wake_up() {
+    let pass = serve_pass(queue_of(&[1, 2]), |w| {
+        if w.client == 1 {
+            Served::Denied { lease_end: Some(9) }
+        } else {
+            Served::Granted(1)
+        }
+    });
+    assert_eq!(pass.wake_at, Some(9));
+    let pass = serve_pass(queue_of(&[1, 2]), |_| Served::Granted(1));
+    assert!(pass.still.is_empty());
+    assert_eq!(pass.wake_at, None);
+    let pass = serve_pass(queue_of(&[1]), |_| Served::Denied { lease_end: None });
+    assert_eq!(pass.wake_at, None, "no lease ends: no wake-up");
+}
+
+#[test]
+fn a_wake_up_is_armed_only_when_none_comes_first() {
+    let mut w: Waiters<u32> = Waiters::default();
+    assert!(w.arm(&key("k"), 100));
+    assert!(!w.arm(&key("k"), 100), "armed already");
+    assert!(!w.arm(&key("k"), 150), "an earlier one comes first");
+    assert!(w.arm(&key("k"), 50), "an earlier lease needs its own");
+    assert!(w.arm(&key("j"), 150), "keys apart");
+    w.fired(&key("k"), 100); // the stale one: 50 stays armed
+    assert!(!w.arm(&key("k"), 60));
+    w.fired(&key("k"), 50);
+    assert!(w.arm(&key("k"), 60));
+}
+
+#[test]
+fn a_deadline_takes_its_waiter_out_once_and_only_while_it_waits() {
+    let mut w = Waiters::default();
+    for c in [1, 2, 3] {
+        w.push(key("k"), waiter(c));
+    }
+    let (id, out) = w.deadline_passed(2).expect("waiter 2 waits");
+    assert_eq!(id, key("k"));
+    assert_eq!(out.client, 2);
+    assert_eq!(w.waiting(), 2);
+    assert!(w.deadline_passed(2).is_none(), "once");
+    let queue = w.take_queue(&key("k")).expect("a queue");
+    assert_eq!(clients(&queue), [1, 3], "the others keep their order");
+    let mut queue = queue;
+    let (_, first) = queue.pop_first().expect("waiter 1");
+    w.served(&first);
+    assert!(
+        w.deadline_passed(1).is_none(),
+        "a served waiter has no deadline"
+    );
+    w.put_back(key("k"), queue);
+    assert_eq!(w.deadline_passed(3).map(|(_, w)| w.client), Some(3));
+    assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
+    assert!(w.by_seq.is_empty());
+}
+
+#[test]
+fn waiters_leave_a_long_queue_in_any_order_and_the_rest_keep_theirs() {
+    let mut w = Waiters::default();
+    for c in 1..=10_000 {
+        w.push(key("k"), waiter(c));
+    }
+    // Every third, from the back: each found by its number.
+    for c in (1..=10_000).rev().filter(|c| c % 3 == 0) {
+        assert_eq!(w.forget(c).and_then(|(_, w)| w).map(|g| g.client), Some(c));
+    }
+    assert_eq!(w.waiting_on(0, b"k"), 10_000 - 3_333);
+    let queue = w.take_queue(&key("k")).expect("a queue");
+    let expected: Vec<u32> = (1..=10_000).filter(|c| c % 3 != 0).collect();
+    assert_eq!(clients(&queue), expected);
+}
+
+#[test]
+fn a_forgotten_waiter_has_no_deadline_left() {
+    let mut w = Waiters::default();
+    w.push(key("k"), waiter(7));
+    assert!(w.forget(7).is_some());
+    assert!(w.deadline_passed(7).is_none());
+    assert!(w.by_seq.is_empty());
+}
+
+#[test]
+fn timers_are_counted_until_they_go() {
+    let mut w: Waiters<u32> = Waiters::default();
+    w.count_timer(true);
+    w.count_timer(true);
+    w.count_timer(false);
+    assert_eq!(w.armed, 1);
+    w.count_timer(false);
+    w.count_timer(false);
+    assert_eq!(w.armed, 0, "never below zero");
+}
