@@ -150,11 +150,15 @@ export class Refresher {
     } finally {
       clearTimeout(watchdog);
     }
-    if (this.stopped) return; // released or stopped meanwhile
     if (this.lost) {
-      if (error === undefined && reply !== null) await this.client.unlock(key, jid).catch(() => {});
+      // Told lost meanwhile (the watchdog: the lease ended unanswered), and then answered: a
+      // call the client queued or resent through a cut link. Whatever hold it took or kept
+      // is no job's now (the user heard the lock is gone): give it up rather than leave it
+      // to block others for a lease. Checked before `stopped`, which the loss also sets.
+      if (error === undefined && reply !== null && reply !== undefined) await this.client.unlock(key, jid).catch(() => {});
       return;
     }
+    if (this.stopped) return; // released or stopped meanwhile
     const outcome = this.settle(changes, sentAt, reply, error);
     if (outcome === "lost_unlock") await this.client.unlock(key, jid).catch(() => {});
     if (outcome === "kept") this.schedule(this.intervalMs);

@@ -4,7 +4,7 @@
 // a free port in a temporary directory.
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, existsSync } from "node:fs";
-import { createServer } from "node:net";
+import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -103,4 +103,58 @@ export async function assertNoClientsLeft(port, { timeout = 10_000 } = {}) {
   } finally {
     admin.disconnect();
   }
+}
+
+/**
+ * A TCP proxy in front of the server on `targetPort` whose link a test cuts and restores, as
+ * the other clients' suites do: cut() drops every proxied connection and closes each new one
+ * at once (the Redis client sees its connection closed, as when a network link drops, and
+ * its reconnects fail); restore() lets new connections through again. `refused` counts the
+ * connections closed while cut; `port` is where the Redis client connects.
+ */
+export async function startCutProxy(targetPort) {
+  const sockets = new Set();
+  let down = false;
+  const drop = (...pair) => {
+    for (const s of pair) {
+      sockets.delete(s);
+      s.destroy();
+    }
+  };
+  const listener = createServer((downstream) => {
+    downstream.on("error", () => {});
+    if (down) {
+      proxy.refused += 1;
+      downstream.destroy();
+      return;
+    }
+    const upstream = connect(targetPort, "127.0.0.1");
+    upstream.on("error", () => {});
+    sockets.add(downstream);
+    sockets.add(upstream);
+    for (const s of [downstream, upstream]) s.on("close", () => drop(downstream, upstream));
+    downstream.pipe(upstream);
+    upstream.pipe(downstream);
+  });
+  const proxy = {
+    port: 0,
+    refused: 0,
+    cut() {
+      down = true;
+      for (const s of [...sockets]) drop(s);
+    },
+    restore() {
+      down = false;
+    },
+    close() {
+      this.cut();
+      return new Promise((res) => listener.close(() => res()));
+    },
+  };
+  await new Promise((res, rej) => {
+    listener.on("error", rej);
+    listener.listen(0, "127.0.0.1", res);
+  });
+  proxy.port = listener.address().port;
+  return proxy;
 }

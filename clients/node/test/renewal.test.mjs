@@ -1,10 +1,15 @@
 // The renewal rule of clients/conformance (README "Renewal"): the table's timing, argv and
 // outcomes on the one Refresher every lock of this client uses, and a real server: a lease
 // shorter than the job kept alive with renewals that send only the lease; a renewal refused
-// after a REAP and another holder, lost at once.
-import { test, before, after } from "node:test";
+// after a REAP and another holder, lost at once; the connection cut mid-job (a proxy in
+// between) and restored before the lease ends (kept) and after (lost when the lease ends);
+// a renewal that comes after the lease ended gives up the new grant it got. The connection
+// tests run over both Redis clients: each queues, resends or fails a command on a dropped
+// link its own way, and the rule must hold over either.
+import { test, describe, before, beforeEach, after } from "node:test";
 import IORedis from "ioredis";
-import { startServer, waitFor, assertNoClientsLeft } from "./helpers.mjs";
+import { createClient } from "redis";
+import { startServer, startCutProxy, waitFor, assertNoClientsLeft } from "./helpers.mjs";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { Client, Mutex, Refresher, renewIntervalMs, renewRetryMs, CommandError } from "../dist/esm/index.js";
@@ -94,3 +99,133 @@ test("a renewal refused after a REAP and another holder is lost at once", async 
   assert.deepEqual([h.jid, h.token], ["other", other]);
   await client.unlock("renew:node:reaped", "other");
 });
+
+// Both Redis clients behind the one seam, each with its own reconnect and offline queue
+// (the defaults: a user's client is rarely tuned for renewals).
+const flavours = {
+  ioredis: async (port) => {
+    const r = new IORedis({ port });
+    r.on("error", () => {}); // a cut link is expected: its errors reach the renewal, not the log
+    return { redis: r, close: () => r.disconnect() };
+  },
+  "node-redis": async (port) => {
+    const r = createClient({ socket: { port, host: "127.0.0.1" } });
+    r.on("error", () => {});
+    await r.connect();
+    return { redis: r, close: () => r.destroy() };
+  },
+};
+
+/**
+ * The LOCK and UNLOCK calls made on `client` from now on (the renewals among them, and the
+ * holds they give up): for each, a promise of its outcome ({ reply } or { error }) and when
+ * it came (`at`, Date.now()).
+ */
+function spyOn(client) {
+  const calls = { lock: [], unlock: [] };
+  for (const name of ["lock", "unlock"]) {
+    const call = client[name].bind(client);
+    client[name] = (...args) => {
+      const p = call(...args);
+      calls[name].push(p.then((reply) => ({ reply, at: Date.now() }), (error) => ({ error, at: Date.now() })));
+      return p;
+    };
+  }
+  return calls;
+}
+
+for (const [name, connect] of Object.entries(flavours)) {
+  describe(`renewal over ${name}`, () => {
+    let proxy, conn, via, calls;
+    before(async () => {
+      proxy = await startCutProxy(server.port);
+      conn = await connect(proxy.port);
+      via = new Client(conn.redis);
+      calls = spyOn(via);
+    });
+    after(async () => {
+      proxy.restore();
+      await via.close();
+      await conn.close();
+      await proxy.close();
+    });
+
+    const key = (s) => `renew:node:${name}:${s}`;
+
+    // Each test starts on a working link: after a cut, the client reconnects with a backoff,
+    // and a lease counted from a LOCK sent meanwhile would start short.
+    beforeEach(async () => {
+      await via.holders(key("link"));
+    });
+
+    test("a connection restored before the lease ends keeps the lock", async () => {
+      const lost = [];
+      const mutex = new Mutex(via, key("blip"), { lockTimeout: 3000, onLockLost: (e) => lost.push(e) });
+      await mutex.acquire();
+      await waitFor(() => mutex.renewals >= 1, { message: "a first renewal" });
+      proxy.cut();
+      const sentBefore = calls.lock.length;
+      // The client reconnects on its own: a refused reconnect is not enough, a renewal must
+      // meet the cut link too.
+      await waitFor(() => proxy.refused >= 1 && calls.lock.length > sentBefore, { message: "a renewal to meet the cut link" });
+      proxy.restore();
+      const before = mutex.renewals;
+      await waitFor(() => mutex.renewals > before, { message: "a renewal after the link is back" });
+      assert.deepEqual((await client.holders(key("blip"))).map((h) => h.token), [mutex.token]);
+      assert.equal(mutex.isAcquired, true);
+      await mutex.release();
+      assert.deepEqual(lost, []);
+      assert.deepEqual(await client.holders(key("blip")), []);
+    });
+
+    test("a connection down past the lease loses the lock when the lease ends", async () => {
+      const lost = [];
+      const lease = 1200;
+      const sent = calls.lock.length;
+      const mutex = new Mutex(via, key("down"), { lockTimeout: lease, onLockLost: (e) => lost.push(e) });
+      await mutex.acquire();
+      await waitFor(() => mutex.renewals >= 1, { message: "a first renewal" });
+      proxy.cut();
+      const cutAt = Date.now();
+      await waitFor(() => lost.length > 0, { message: "the loss to be told" });
+      const toldAt = Date.now();
+      const toldAfter = toldAt - cutAt;
+      // Not before the lease could have ended: the last renewal was at most a third of it
+      // before the cut, and every try meanwhile met the cut link.
+      assert.ok(toldAfter >= (lease * 2) / 3 - 50, `told ${toldAfter} ms after the cut`);
+      assert.ok(proxy.refused >= 1);
+      assert.match(lost[0].message, /before the lease ended/);
+      assert.equal(mutex.isAcquired, false);
+      await waitFor(async () => (await client.holders(key("down"))).length === 0, { message: "the server's lease to end" });
+      const unlocked = calls.unlock.length;
+      proxy.restore();
+      // A renewal the client queued or resent through the cut (ioredis resends one, node-redis
+      // may have failed them all) lands now and takes the lock again: that hold is no job's,
+      // and is given up at once, not left to block others for a lease.
+      const late = (await Promise.all(calls.lock.slice(sent))).filter((c) => typeof c.reply === "number" && c.at > toldAt);
+      await waitFor(() => calls.unlock.length - unlocked >= late.length, { message: "the late renewals' holds given up" });
+      assert.equal(calls.unlock.length - unlocked, late.length);
+      for (const c of await Promise.all(calls.unlock.slice(unlocked))) assert.equal(c.reply, true);
+      assert.deepEqual(await client.holders(key("down")), []);
+      await mutex.release(); // nothing held: the loss was told already, once
+      assert.equal(lost.length, 1);
+    });
+
+    test("a renewal after the lease gives up the new grant", async () => {
+      const lost = [];
+      const unlocked = calls.unlock.length;
+      const mutex = new Mutex(via, key("late"), { lockTimeout: 1000, onLockLost: (e) => lost.push(e) });
+      await mutex.acquire();
+      await redis.del(key("late")); // nobody holds it: the next renewal is a new grant
+      await waitFor(() => lost.length > 0, { message: "the loss to be told" });
+      assert.match(lost[0].message, /another fencing token/);
+      // Given up by an UNLOCK, not left to end with its lease.
+      await waitFor(() => calls.unlock.length === unlocked + 1, { message: "the new grant given up" });
+      assert.deepEqual((await calls.unlock[unlocked]).reply, true);
+      assert.deepEqual(await client.holders(key("late")), []);
+      assert.equal(mutex.isAcquired, false);
+      await mutex.release();
+      assert.equal(lost.length, 1);
+    });
+  });
+}
