@@ -106,11 +106,14 @@ impl<'a> Effect<'a> {
 /// (`codec::read_holder`), the trailing fields left out taking their default
 /// (`codec::HOLD_DEFAULTS`); a bad field is named in the error.
 fn parse_holder(args: &[RedisString]) -> Result<Holder, RedisError> {
-    let omitted = (codec::HOLD_DEFAULTS.len() + 4).checked_sub(args.len());
-    let Some(defaults) = omitted.and_then(|n| {
-        let from = codec::HOLD_DEFAULTS.len().checked_sub(n)?;
-        codec::HOLD_DEFAULTS.get(from..)
-    }) else {
+    // jid, token, acquired_at and expires_at are always given; of the rest,
+    // those given come first and the defaults of the others follow.
+    const ALWAYS_GIVEN: usize = 4;
+    let Some(defaults) = args
+        .len()
+        .checked_sub(ALWAYS_GIVEN)
+        .and_then(|optional_given| codec::HOLD_DEFAULTS.get(optional_given..))
+    else {
         return Err(RedisError::WrongArity);
     };
     let mut input = Args::new(args).then(defaults);
