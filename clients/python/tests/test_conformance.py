@@ -60,7 +60,7 @@ def test_every_call_sends_the_tables_argv(case):
 def neutral_holder(h):
     return {"jid": h.jid, "token": h.token, "acquired_at_ms": h.acquired_at_ms, "expires_at_ms": h.expires_at_ms,
             "ttl_ms": None if h.ttl is None else round(h.ttl * 1000), "type": h.type, "owner": h.owner,
-            "meta": h.meta}
+            "meta": h.meta, "group": h.group, "mode": h.mode}
 
 
 VALUE = {
