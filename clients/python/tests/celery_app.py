@@ -80,7 +80,7 @@ def rated_call(self, i):
 # The fairness test: tenants of unequal job lengths share one limit of FAIR_LIMIT running
 # calls, at most FAIR_GROUP_LIMIT per tenant, tenant "a" weighing 2. Each worker process
 # waits natively (WAIT) for its slot, so the server serves the tenants' waiting calls.
-FAIR_LIMIT, FAIR_GROUP_LIMIT, FAIR_WEIGHTS = 6, 4, {"a": 2, "b": 1, "c": 1}
+FAIR_LIMIT, FAIR_GROUP_LIMIT, FAIR_WEIGHTS = 8, 5, {"a": 2, "b": 1, "c": 1}
 
 
 @app.task(name="fair_job", bind=True,

@@ -221,3 +221,44 @@ def test_asyncio_rwlock(server, r):
 
     asyncio.run(asyncio.wait_for(main(), 120))
     assert c.holders("adoc") == [] and c.holders("asem") == []
+
+
+def test_a_freed_slot_goes_to_the_waiting_group_that_holds_the_fewest(r, server, waiting):
+    c = Client(r)
+    for i in range(2):
+        c.lock("q", "a%d" % i, limit=2, ttl=30, group="a")
+    # In arrival order: two of a, then one of b.
+    first = [waiting(Semaphore(server.client(), "q", 2, ttl=30, wait=60, group="a")) for _ in range(2)]
+    wait_for(lambda: c.waiters("q") == 2, message="a's two waiting")
+    b = waiting(Semaphore(server.client(), "q", 2, ttl=30, wait=60, group="b"))
+    wait_for(lambda: c.waiters("q") == 3, message="b waiting")
+    # a still holds 1, b none: b is served, though a's waiters came first.
+    c.unlock("q", "a0")
+    assert b.held.wait(60)
+    assert sorted(h.group for h in c.holders("q")) == ["a", "b"]
+    assert not any(w.held.is_set() for w in first)
+    c.unlock("q", "a1")
+    wait_for(lambda: sum(w.held.is_set() for w in first) == 1, message="then a")
+    b.release()
+    for w in first:
+        assert w.held.wait(60), "everyone served in the end"
+        w.release()
+
+
+def test_a_weight_counts_the_slots_a_group_holds_for_less(r, server, waiting):
+    c = Client(r)
+    c.lock("q", "b0", limit=3, ttl=30, group="b")
+    c.lock("q", "c0", limit=3, ttl=30, group="c", weight=2)
+    c.lock("q", "x", limit=3, ttl=30)
+    b = waiting(Semaphore(server.client(), "q", 3, ttl=30, wait=60, group="b"))
+    wait_for(lambda: c.waiters("q") == 1, message="b waiting")
+    heavy = waiting(Semaphore(server.client(), "q", 3, ttl=30, wait=60, group="c", weight=2))
+    wait_for(lambda: c.waiters("q") == 2, message="c waiting")
+    # Each holds one slot, but c's weighs 2: one slot is half of c's share, all of b's.
+    c.unlock("q", "x")
+    assert heavy.held.wait(60)
+    assert not b.held.is_set()
+    c.unlock("q", "b0")
+    assert b.held.wait(60)
+    heavy.release()
+    b.release()
