@@ -44,8 +44,8 @@ class Client:
                    pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
                    owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
                    rate: Optional[p.RateT] = None, group: Optional[Union[str, bytes]] = None,
-             weight: Optional[int] = None, group_limit: Optional[int] = None, mode: Optional[str] = None,
-             wait: Optional[float] = None) -> Optional[int]:
+                   weight: Optional[int] = None, group_limit: Optional[int] = None, mode: Optional[str] = None,
+                   wait: Optional[float] = None) -> Optional[int]:
         return p.parse_token(await self._call(*p.lock_args(
             key, jid, limit=limit, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta, rate=rate,
             group=group, weight=weight, group_limit=group_limit, mode=mode, wait=wait)))
