@@ -265,7 +265,8 @@ export class DeadWorkerReaper {
   async reap(): Promise<number> {
     const names = (await this.client.transport.send(["SMEMBERS", this.registry])) as Array<string | Buffer>;
     if (!names.length) return 0;
-    const live = (await this.queue.getWorkers()).map((w) => String(w.name ?? ""));
+    // BullMQ gives each worker's connection name as `rawname` (its `name` is the queue's).
+    const live = (await this.queue.getWorkers()).map((w) => String(w.rawname ?? w.name ?? ""));
     let removed = 0;
     for (const raw of names) {
       const name = String(raw);

@@ -5,7 +5,7 @@ import { fileURLToPath } from "node:url";
 import IORedis from "ioredis";
 import { Queue, QueueEvents, Worker } from "bullmq";
 import { Client } from "../dist/esm/index.js";
-import { GroupLimit, UniqueJobs } from "../dist/esm/bullmq.js";
+import { DeadWorkerReaper, GroupLimit, UniqueJobs } from "../dist/esm/bullmq.js";
 import { startServer, waitFor, calls, totalCommands, assertNoClientsLeft } from "./helpers.mjs";
 
 const WORKER = fileURLToPath(new URL("./bullmq-worker.mjs", import.meta.url));
@@ -181,6 +181,33 @@ test("until_and_while_executing: a duplicate is not queued, and jobs of one key 
   await unique.client.close();
   assert.throws(() => new UniqueJobs({ redis, lock: "until_executed", key: (d) => d.user }), RangeError);
   assert.throws(() => new GroupLimit({ redis, group: () => "g", concurrency: 1.5 }), RangeError);
+  await queue.obliterate({ force: true });
+  await queue.close();
+});
+
+test("the dead-worker reaper leaves a live worker's slots alone, and frees them once it is gone", async () => {
+  const name = "reaper-live";
+  const connection = { host: "127.0.0.1", port: server.port };
+  const queue = new Queue(name, { connection });
+  const limit = new GroupLimit({ redis, group: (job) => job.data.group, concurrency: 1 });
+  let finish;
+  const held = new Promise((r) => { finish = r; });
+  const worker = new Worker(name, limit.wrap(() => held), { connection, name: limit.workerName });
+  await worker.waitUntilReady();
+  const reaper = new DeadWorkerReaper(redis, queue);
+  await reaper.register(limit.workerName);
+  const job = await queue.add("hold", { group: "g" });
+  const key = limit.key(name, "g");
+  await waitFor(async () => (await client.lockedBy(key)).includes(String(job.id)), { message: "the job holding its slot" });
+  assert.equal(await reaper.reap(), 0, "the worker is listed by BullMQ: nothing reaped");
+  assert.deepEqual(await client.lockedBy(key), [String(job.id)]);
+  // Gone from BullMQ's list while its job still holds (a worker cut off): its slot is freed.
+  await worker.close(true);
+  await waitFor(async () => (await queue.getWorkers()).length === 0, { message: "the worker gone from the list" });
+  assert.equal(await reaper.reap(), 1);
+  assert.deepEqual(await client.lockedBy(key), []);
+  finish();
+  await limit.client.close();
   await queue.obliterate({ force: true });
   await queue.close();
 });
