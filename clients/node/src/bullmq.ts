@@ -256,7 +256,11 @@ export class DeadWorkerReaper {
     this.registry = options.registry ?? `unique:workers:${queue.name}`;
   }
 
-  /** Records a worker's name, so that its locks are freed once BullMQ stops listing it. */
+  /**
+   * Records a worker's name, so that its locks are freed once BullMQ stops listing it. Call it
+   * once the Worker is ready (`await worker.waitUntilReady()`): BullMQ lists it from then on, and
+   * a pass before that would take it for dead (and forget it).
+   */
   async register(workerName: string): Promise<void> {
     await this.client.transport.send(["SADD", this.registry, workerName]);
   }

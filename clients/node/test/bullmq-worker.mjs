@@ -34,8 +34,6 @@ const limit = new GroupLimit({
 });
 const queue = new Queue(queueName, { connection });
 const reaper = new DeadWorkerReaper(redis, queue);
-await reaper.register(limit.workerName);
-reaper.start(env("REAP_MS", 1000));
 
 const worker = new Worker(
   queueName,
@@ -63,6 +61,9 @@ const worker = new Worker(
   },
 );
 await worker.waitUntilReady();
+// Registered once BullMQ lists the worker: a reaper pass before that would take it for dead.
+await reaper.register(limit.workerName);
+reaper.start(env("REAP_MS", 1000));
 await redis.rpush("workers", `${process.pid} ${limit.workerName}`);
 
 const stop = async () => {
