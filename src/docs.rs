@@ -536,7 +536,7 @@ pub static LOCKALL: CommandDoc = CommandDoc {
     since: VERSION,
     complexity: "O(K log N) where K is the number of keys and N the number of holders of a key, plus O(log N) for each ended lease it removes.",
     arity: -4,
-    flags: "write deny-oom",
+    flags: "write deny-oom getkeys-api",
     acl_categories: "write slow blocking",
     tips: "nondeterministic_output",
     key_specs: &[KeySpec {
@@ -554,7 +554,7 @@ pub static UNLOCKALL: CommandDoc = CommandDoc {
     since: VERSION,
     complexity: "O(K log N) where K is the number of keys and N the number of holders of a key, plus O(log N) for each ended lease it removes.",
     arity: -4,
-    flags: "write",
+    flags: "write getkeys-api",
     acl_categories: "write slow",
     tips: "",
     key_specs: &[KeySpec {

@@ -182,8 +182,26 @@ fn parse_rate<A: Deref<Target = [u8]>>(
     Ok((i - 1, rate, used))
 }
 
+/// Answers Redis when it asks where the keys are (`getkeys-api`): Redis
+/// 7.0's cluster routing reads a module command's keys this way, not from
+/// its key specs. True when that was the question.
+pub fn told_key_positions<A: Deref<Target = [u8]>>(ctx: &Context, args: &[A]) -> bool {
+    if !ctx.is_keys_position_request() {
+        return false;
+    }
+    if let Ok((keys, _)) = parse_keys(args.get(1..).unwrap_or_default()) {
+        for pos in 2..2 + keys.len() {
+            ctx.key_at_pos(i32::try_from(pos).unwrap_or(0));
+        }
+    }
+    true
+}
+
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+    if told_key_positions(ctx, &args) {
+        return Ok(RedisValue::NoReply);
+    }
     let call = parse(args.get(1..).unwrap_or_default(), config::max_meta_bytes())?;
     // Inside MULTI/EXEC or a script a client cannot block: WAIT is ignored.
     let wait = call

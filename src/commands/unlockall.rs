@@ -7,7 +7,7 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::decisions::InRedis;
-use super::lockall::parse_keys;
+use super::lockall::{parse_keys, told_key_positions};
 use super::{events, prune_expired, settle, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::{self, now_ms};
@@ -18,6 +18,9 @@ super::command!(with_args run);
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let bytes: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+    if told_key_positions(ctx, &bytes) {
+        return Ok(RedisValue::NoReply);
+    }
     let (keys, rest) = parse_keys(bytes.get(1..).unwrap_or_default())?;
     let [jid] = rest else {
         return Err(RedisError::Str("ERR syntax error"));
