@@ -43,6 +43,7 @@
 //! without a server (`tests.rs`).
 
 use std::cell::RefCell;
+use std::collections::{BTreeSet, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
@@ -93,6 +94,48 @@ pub const NO_KEY_PERMISSION: &str =
 pub trait Call {
     /// Runs the call again, as the longest waiter in its key's queue.
     fn retry(&self, ctx: &Context) -> Served;
+
+    /// How many live holders `group` (`None`: no group) has on the key now:
+    /// what fair serving weighs. A call that knows no groups says 0.
+    fn holding(&self, _ctx: &Context, _group: Option<&[u8]>) -> usize {
+        0
+    }
+}
+
+/// What the serving rule needs to know of a waiter besides its call: the
+/// group it waits for (`None`: the waiters without GROUP, which compete as
+/// one group of their own), its weight, its GROUPLIMIT, and whether it asks
+/// to hold alone (MODE exclusive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    pub group: Option<Box<[u8]>>,
+    pub weight: u32,
+    pub group_limit: Option<u32>,
+    pub exclusive: bool,
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Self {
+            group: None,
+            weight: 1,
+            group_limit: None,
+            exclusive: false,
+        }
+    }
+}
+
+/// The waiters of a key, as a new call must respect them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Queued {
+    /// Nobody waits.
+    Nobody,
+    /// Some waiter may be served before a newcomer.
+    Waiters,
+    /// Every waiter gave GROUPLIMIT and none is exclusive: each waiting
+    /// group with the largest GROUPLIMIT its waiters gave. They are held
+    /// back while their group holds that many.
+    HeldBack(Vec<(Option<Box<[u8]>>, u32)>),
 }
 
 thread_local! {
@@ -110,6 +153,35 @@ fn with_waiters<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
 /// LOCKALL's alike).
 pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
     with_waiters(|w| w.waiting_on(selected_db(ctx), key)) + all::waiting_on(selected_db(ctx), key)
+}
+
+/// The waiters of `key` (selected database) as a new call sees them: the
+/// common case (nobody waits, or a waiter without GROUPLIMIT) is decided at
+/// the first waiter looked at.
+pub fn queued(ctx: &Context, key: &[u8]) -> Queued {
+    // A multi-key waiter on the key holds its capacity back from newcomers.
+    if all::waiting_on(selected_db(ctx), key) > 0 {
+        return Queued::Waiters;
+    }
+    if with_waiters(|w| w.waiting()) == 0 {
+        return Queued::Nobody;
+    }
+    with_waiters(|w| w.queued(selected_db(ctx), key))
+}
+
+/// Per group (`None` first, then by name), how many wait on `key`
+/// (selected database).
+pub fn waiting_by_group(ctx: &Context, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
+    let mut groups = with_waiters(|w| w.by_group(selected_db(ctx), key));
+    // Multi-key waiters (UNIQUE.LOCKALL) have no group.
+    let multi = all::waiting_on(selected_db(ctx), key);
+    if multi > 0 {
+        match groups.first_mut() {
+            Some((None, n)) => *n += multi,
+            _ => groups.insert(0, (None, multi)),
+        }
+    }
+    groups
 }
 
 /// How many clients wait, on every key.
@@ -154,6 +226,7 @@ pub fn block(
     ctx: &Context,
     key: &[u8],
     call: Box<dyn Call>,
+    share: Share,
     timeout_ms: i64,
     lease_end: Option<i64>,
     lock_type: &str,
@@ -176,6 +249,7 @@ pub fn block(
     let waiter = Waiter {
         client,
         call,
+        share,
         lock_type: lock_type.into(),
         seq,
         deadline,
@@ -197,35 +271,158 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
     }
 }
 
-/// One pass of the serving rule over a key's queue: oldest waiter first,
-/// each retried on its own call (`retry`); a grant or an error ends its wait,
-/// a denial keeps its place, in order. The rule of who is served, in what
-/// order and when to look again lives here and nowhere else.
-fn serve_pass<C>(queue: Queue<C>, mut retry: impl FnMut(&Waiter<C>) -> Served) -> Pass<C> {
+/// One pass of the serving rule over a key's queue. Which waiter is tried
+/// next, each tried at most once a pass on its own call (`retry`):
+///
+/// - **Fair among groups.** The waiters are grouped by GROUP (those without
+///   one are a group of their own). The next slot is offered to the waiting
+///   group that holds the fewest slots *now* for its weight (`holding(g) /
+///   weight`, `holding` asked of the key, then counted on as this pass
+///   grants), its oldest waiter first (FIFO within a group). Among groups
+///   of equal share, the one whose oldest waiter came first: since a grant
+///   raises the share of the group served, equal groups take turns
+///   (round-robin, weighted through the share). Nothing is kept between
+///   passes: a group that stops waiting leaves no trace and banks nothing.
+/// - **A denial ends nobody else's turn.** A waiter denied (say by its own
+///   group's GROUPLIMIT) keeps its place; the pass goes on with the next
+///   best, so a free slot goes to whoever can take it (work-conserving).
+/// - **Shared/exclusive (PostgreSQL's rule).** A waiter is served only if
+///   it conflicts with no earlier waiter: nobody queued after a waiting
+///   exclusive request is tried before it is served (a writer blocks the
+///   readers behind it; they are served together once it has held and
+///   left), and the exclusive request itself is tried only when no earlier
+///   waiter is left. Its conflicts with the holders are the engine's.
+///
+/// A grant or an error ends a wait; a denial keeps the waiter, in order,
+/// and its earliest end of lease (or rate instant) says when to look again.
+/// The rule of who is served, in what order and when to look again lives
+/// here and nowhere else.
+fn serve_pass<C>(
+    queue: Queue<C>,
+    mut holding: impl FnMut(&Waiter<C>, Option<&[u8]>) -> usize,
+    mut retry: impl FnMut(&Waiter<C>) -> Served,
+) -> Pass<C> {
     let mut pass = Pass {
         ended: Vec::new(),
         still: Queue::new(),
         wake_at: None,
     };
+    // Still waiting (untried or denied in this pass), all and exclusive.
+    let mut waiting: BTreeSet<usize> = queue.keys().copied().collect();
+    let mut exclusive: BTreeSet<usize> = queue
+        .values()
+        .filter(|w| w.share.exclusive)
+        .map(|w| w.seq)
+        .collect();
+    let mut groups: Vec<Group<C>> = Vec::new();
     for waiter in queue.into_values() {
+        match groups.iter_mut().find(|g| g.name == waiter.share.group) {
+            Some(g) => g.untried.push_back(waiter),
+            None => groups.push(Group {
+                name: waiter.share.group.clone(),
+                untried: VecDeque::from([waiter]),
+                held: None,
+            }),
+        }
+    }
+    let mut first = true;
+    loop {
+        let barrier = exclusive.first().copied();
+        let oldest = waiting.first().copied();
+        let mut best: Option<(usize, usize, u32, usize)> = None; // (group, held, weight, seq)
+        for (i, g) in groups.iter_mut().enumerate() {
+            let Some(head) = g.untried.front() else {
+                continue;
+            };
+            let blocked = match barrier {
+                Some(b) if head.seq > b => true,
+                Some(b) if head.seq == b => oldest != Some(b),
+                _ => false,
+            };
+            if blocked {
+                continue;
+            }
+            let held = match g.held {
+                Some(n) => n,
+                None => {
+                    let n = holding(head, g.name.as_deref());
+                    g.held = Some(n);
+                    n
+                }
+            };
+            let weight = head.share.weight.max(1);
+            let better = best.is_none_or(|(_, bh, bw, bs)| {
+                // held / weight < bh / bw, in integers; then the oldest.
+                let (a, b) = (
+                    held as u128 * u128::from(bw),
+                    bh as u128 * u128::from(weight),
+                );
+                a < b || (a == b && head.seq < bs)
+            });
+            if better {
+                best = Some((i, held, weight, head.seq));
+            }
+        }
+        let Some((i, ..)) = best else {
+            break;
+        };
+        let Some(group) = groups.get_mut(i) else {
+            break;
+        };
+        let Some(waiter) = group.untried.pop_front() else {
+            break;
+        };
+        let seq = waiter.seq;
         let reply = match retry(&waiter) {
-            Served::Granted(token) => WaiterReply::Token(token),
-            Served::Failed(e) => WaiterReply::Error(e),
+            Served::Granted(token) => {
+                group.held = group.held.map(|n| n + 1);
+                Some(WaiterReply::Token(token))
+            }
+            Served::Failed(e) => Some(WaiterReply::Error(e)),
             Served::Denied { lease_end } => {
                 pass.wake_at = match (pass.wake_at, lease_end) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                pass.still.insert(waiter.seq, waiter);
-                continue;
+                None
             }
         };
-        pass.ended.push((waiter, reply));
+        if first {
+            // The first retry removed the ended leases: count afresh.
+            first = false;
+            for g in &mut groups {
+                g.held = None;
+            }
+        }
+        match reply {
+            Some(reply) => {
+                waiting.remove(&seq);
+                exclusive.remove(&seq);
+                pass.ended.push((waiter, reply));
+            }
+            None => {
+                pass.still.insert(seq, waiter);
+            }
+        }
+    }
+    // Those behind a waiting exclusive request keep their place untried.
+    for g in groups {
+        for waiter in g.untried {
+            pass.still.insert(waiter.seq, waiter);
+        }
     }
     if pass.still.is_empty() {
         pass.wake_at = None;
     }
     pass
+}
+
+/// The waiters of one group in a pass: those not tried yet, oldest first,
+/// and the slots the group holds (asked once, then counted on).
+struct Group<C> {
+    name: Option<Box<[u8]>>,
+    untried: VecDeque<Waiter<C>>,
+    held: Option<usize>,
 }
 
 /// What one [`serve_pass`] decided.
@@ -274,7 +471,10 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
     // The waiters after the oldest multi-key waiter on the key wait for it.
     let held = all::reserved_for(&id).map_or_else(Queue::new, |seq| queue.split_off(&seq));
     let mut permissions = Permissions::default();
-    let pass = serve_pass(queue, |waiter| {
+    let holding = |waiter: &Waiter<Blocked>, group: Option<&[u8]>| {
+        catch_unwind(AssertUnwindSafe(|| waiter.call.holding(ctx, group))).unwrap_or(0)
+    };
+    let pass = serve_pass(queue, holding, |waiter| {
         if waiter
             .user
             .as_deref()
@@ -483,3 +683,6 @@ impl BlockHandler for Callbacks {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fair_tests;

@@ -165,7 +165,9 @@ pub fn acquire_all(
                 });
                 break;
             }
-            Acquired::Denied => {
+            // A call wrong for a holder (another GROUP) cannot come from
+            // LOCKALL, which takes no GROUP: refused like a full key.
+            Acquired::Denied | Acquired::Refused(_) => {
                 refused = Some(Refusal {
                     key: i,
                     lease_end: lock.earliest_lease(),
