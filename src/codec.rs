@@ -64,15 +64,23 @@ pub enum ApplyOp {
     /// Puts the key's rate state exactly as given, in the fields of
     /// [`write_rate`].
     Rate,
+    /// A LOCKALL's grant or renewal on every key at once, one effect: the
+    /// count of keys, then each key's part ([`write_key_hold`]).
+    HoldAll,
+    /// An UNLOCKALL on every key at once: the jid, the count of keys, the
+    /// keys.
+    ReleaseAll,
 }
 
 impl ApplyOp {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 7] = [
         Self::Hold,
         Self::Release,
         Self::ReapOwner,
         Self::PruneOnly,
         Self::Rate,
+        Self::HoldAll,
+        Self::ReleaseAll,
     ];
 
     /// Its word on the wire.
@@ -83,6 +91,8 @@ impl ApplyOp {
             Self::ReapOwner => c"REAP",
             Self::PruneOnly => c"PRUNE",
             Self::Rate => c"RATE",
+            Self::HoldAll => c"HOLDALL",
+            Self::ReleaseAll => c"RELEASEALL",
         }
     }
 
@@ -188,6 +198,36 @@ pub fn read_rate(input: &mut impl Source) -> Result<Rate, DecodeError> {
         return Err(DecodeError::Corrupt("rate"));
     }
     Ok(Rate { limit, tat })
+}
+
+/// One key's part of `UNIQUE.APPLY ... HOLDALL`: its name, its holder in
+/// every field ([`write_holder`], none left out), and its rate state when
+/// the grant spent it (1 and [`write_rate`]'s fields, else 0).
+/// [`read_key_hold`] reads it back.
+pub fn write_key_hold(key: &[u8], h: &Holder, rate: Option<&Rate>, out: &mut impl Sink) {
+    out.buffer(key);
+    write_holder(h, out);
+    match rate {
+        Some(rate) => {
+            out.unsigned(1);
+            write_rate(rate, out);
+        }
+        None => out.unsigned(0),
+    }
+}
+
+/// Reads what [`write_key_hold`] writes.
+pub fn read_key_hold(
+    input: &mut impl Source,
+) -> Result<(Vec<u8>, Holder, Option<Rate>), DecodeError> {
+    let key = input.buffer()?;
+    let holder = read_holder(input)?;
+    let rate = match input.unsigned()? {
+        0 => None,
+        1 => Some(read_rate(input)?),
+        _ => return Err(DecodeError::Corrupt("rate flag")),
+    };
+    Ok((key, holder, rate))
 }
 
 /// A holder's fields in the one order of every wire form: the encoding (RDB,

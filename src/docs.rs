@@ -29,10 +29,14 @@ pub struct CommandDoc {
     pub args: &'static [Arg],
 }
 
-/// One key, at a fixed position.
+/// One key at a fixed position, or the keys that follow their count.
 pub struct KeySpec {
-    /// The argument index of the key (1 = the first after the name).
+    /// The argument index of the key (1 = the first after the name), or of
+    /// the count of keys when `counted`.
     pub index: i32,
+    /// The argument at `index` is a count (numkeys, as EVAL's) and that
+    /// many keys follow it; else it is the one key.
+    pub counted: bool,
     pub flags: &'static [KeyFlag],
 }
 
@@ -152,6 +156,14 @@ impl Arg {
         }
     }
 
+    /// Given one or more times.
+    const fn multiple(self) -> Self {
+        Self {
+            multiple: true,
+            ..self
+        }
+    }
+
     /// With its alternatives (a `OneOf`) or parts (a `Block`).
     const fn parts(self, subargs: &'static [Arg]) -> Self {
         Self { subargs, ..self }
@@ -193,6 +205,11 @@ impl Arg {
             ArgType::PureToken => self.token.unwrap_or(self.name).to_string(),
             _ => {
                 let value = self.display.unwrap_or(self.name);
+                let value = if self.multiple {
+                    format!("{value} [{value} ...]")
+                } else {
+                    value.to_string()
+                };
                 match self.token {
                     Some(token) => format!("{token} {value}"),
                     None => value.to_string(),
@@ -203,8 +220,14 @@ impl Arg {
             (ArgType::OneOf | ArgType::Block, Some(token)) => format!("{token} {body}"),
             _ => body,
         };
-        if self.optional {
+        let body = if self.optional {
             format!("[{body}]")
+        } else {
+            body
+        };
+        // A repeated block reads as `[RATE i n PER ms [BURST b]]...`.
+        if self.multiple && self.kind == ArgType::Block {
+            format!("{body}...")
         } else {
             body
         }
@@ -396,8 +419,9 @@ static METRICS_ARGS: &[Arg] = &[Arg::new("mode", ArgType::OneOf, "a report, or R
 /// a command cannot be registered without its docs or under another name;
 /// a test there checks that every entry is registered. (UNIQUE.APPLY,
 /// internal, is left without docs: see docs/commands.md.)
-pub static COMMANDS: &[&CommandDoc] =
-    &[&LOCK, &UNLOCK, &LOCKEDBY, &WAITERS, &RATE, &REAP, &METRICS];
+pub static COMMANDS: &[&CommandDoc] = &[
+    &LOCK, &UNLOCK, &LOCKALL, &UNLOCKALL, &LOCKEDBY, &WAITERS, &RATE, &REAP, &METRICS,
+];
 
 /// UNIQUE.LOCK.
 pub static LOCK: CommandDoc = CommandDoc {
@@ -411,6 +435,7 @@ pub static LOCK: CommandDoc = CommandDoc {
     tips: "nondeterministic_output",
     key_specs: &[KeySpec {
         index: 1,
+        counted: false,
         flags: &[KeyFlag::Rw, KeyFlag::Update],
     }],
     args: LOCK_ARGS,
@@ -428,10 +453,163 @@ pub static UNLOCK: CommandDoc = CommandDoc {
     tips: "",
     key_specs: &[KeySpec {
         index: 1,
+        counted: false,
         flags: &[KeyFlag::Rw, KeyFlag::Delete],
     }],
     args: &[
         Arg::new("key", ArgType::Key(0), "the lock"),
+        Arg::new("jid", ArgType::String, "the job id"),
+    ],
+};
+
+static LOCKALL_ARGS: &[Arg] = &[
+    Arg::new("numkeys", ArgType::Integer, "how many keys follow, 1 to 64"),
+    Arg::new(
+        "key",
+        ArgType::Key(0),
+        "the locks, each named once (one hash slot in a cluster)",
+    )
+    .multiple(),
+    Arg::new("jid", ArgType::String, "the job id, 1 to 1024 bytes"),
+    Arg::option(
+        "limit",
+        ArgType::Integer,
+        "LIMIT",
+        "n",
+        "one value per key, in key order: how many holders that lock may have for this call, 0 for no limit (default 1 each)",
+    )
+    .multiple(),
+    Arg::new(
+        "rate",
+        ArgType::Block,
+        "a new grant also needs the rate of the key at position i (from 1) to allow it: at most n per ms, plus b at once; once per key",
+    )
+    .optional()
+    .multiple()
+    .parts(&[
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "i",
+                ArgType::Integer,
+                "RATE",
+                "i",
+                "the key's position, 1 to numkeys",
+            )
+        },
+        Arg::new("n", ArgType::Integer, "grants per period, 1 to 1000000"),
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "per",
+                ArgType::Integer,
+                "PER",
+                "ms",
+                "the period in ms, 1 to 2^40",
+            )
+        },
+        Arg::option(
+            "burst",
+            ArgType::Integer,
+            "BURST",
+            "b",
+            "grants allowed at once beyond the steady pace, 0 to 1000000 (default 0)",
+        ),
+    ]),
+    Arg::new(
+        "lease",
+        ArgType::OneOf,
+        "the end of every key's lease (default: none)",
+    )
+    .optional()
+    .parts(&[
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "ttl",
+                ArgType::Integer,
+                "TTL",
+                "ms",
+                "a lease of this many ms from now",
+            )
+        },
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "pxat",
+                ArgType::UnixTime,
+                "PXAT",
+                "unix-ms",
+                "a lease that ends at this unix time in ms",
+            )
+        },
+    ]),
+    Arg::option(
+        "type",
+        ArgType::String,
+        "TYPE",
+        "name",
+        "the lock type, 1 to 64 of A-Z a-z 0-9 _ : . - (default lock)",
+    ),
+    Arg::option(
+        "owner",
+        ArgType::String,
+        "OWNER",
+        "id",
+        "the worker process running the job, for REAP OWNER",
+    ),
+    Arg::option(
+        "meta",
+        ArgType::String,
+        "META",
+        "json",
+        "a JSON object kept with each holder",
+    ),
+    Arg::option(
+        "wait",
+        ArgType::Integer,
+        "WAIT",
+        "ms",
+        "when refused, block up to this many ms until every key can grant at once",
+    ),
+];
+
+/// UNIQUE.LOCKALL.
+pub static LOCKALL: CommandDoc = CommandDoc {
+    name: "unique.lockall",
+    summary: "Acquires or renews a hold on several locks for a job at once: every lock or none, each with its own limit and rate, with an optional wait.",
+    since: VERSION,
+    complexity: "O(K log N) where K is the number of keys and N the number of holders of a key, plus O(log N) for each ended lease it removes.",
+    arity: -4,
+    flags: "write deny-oom getkeys-api",
+    acl_categories: "write slow blocking",
+    tips: "nondeterministic_output",
+    key_specs: &[KeySpec {
+        index: 1,
+        counted: true,
+        flags: &[KeyFlag::Rw, KeyFlag::Update],
+    }],
+    args: LOCKALL_ARGS,
+};
+
+/// UNIQUE.UNLOCKALL.
+pub static UNLOCKALL: CommandDoc = CommandDoc {
+    name: "unique.unlockall",
+    summary: "Releases a job's holds on several locks at once.",
+    since: VERSION,
+    complexity: "O(K log N) where K is the number of keys and N the number of holders of a key, plus O(log N) for each ended lease it removes.",
+    arity: -4,
+    flags: "write getkeys-api",
+    acl_categories: "write slow",
+    tips: "",
+    key_specs: &[KeySpec {
+        index: 1,
+        counted: true,
+        flags: &[KeyFlag::Rw, KeyFlag::Delete],
+    }],
+    args: &[
+        Arg::new("numkeys", ArgType::Integer, "how many keys follow, 1 to 64"),
+        Arg::new("key", ArgType::Key(0), "the locks").multiple(),
         Arg::new("jid", ArgType::String, "the job id"),
     ],
 };
@@ -448,6 +626,7 @@ pub static LOCKEDBY: CommandDoc = CommandDoc {
     tips: "",
     key_specs: &[KeySpec {
         index: 1,
+        counted: false,
         flags: &[KeyFlag::Ro, KeyFlag::Access],
     }],
     args: &[
@@ -482,6 +661,7 @@ pub static WAITERS: CommandDoc = CommandDoc {
     tips: "",
     key_specs: &[KeySpec {
         index: 1,
+        counted: false,
         flags: &[KeyFlag::Ro, KeyFlag::Access],
     }],
     args: &[
@@ -507,6 +687,7 @@ pub static RATE: CommandDoc = CommandDoc {
     tips: "nondeterministic_output",
     key_specs: &[KeySpec {
         index: 1,
+        counted: false,
         flags: &[KeyFlag::Ro, KeyFlag::Access],
     }],
     args: &[Arg::new("key", ArgType::Key(0), "the lock")],
@@ -593,7 +774,16 @@ pub fn markdown() -> String {
             .iter()
             .map(|k| {
                 let flags: Vec<_> = k.flags.iter().map(|f| f.name()).collect();
-                format!("argument {} ({})", k.index, flags.join(" "))
+                if k.counted {
+                    format!(
+                        "as many as argument {} says, from argument {} on ({})",
+                        k.index,
+                        k.index + 1,
+                        flags.join(" ")
+                    )
+                } else {
+                    format!("argument {} ({})", k.index, flags.join(" "))
+                }
             })
             .collect();
         out.push_str(&format!(
@@ -656,6 +846,14 @@ mod tests {
         );
         assert_eq!(of("unique.unlock"), "UNIQUE.UNLOCK key jid");
         assert_eq!(
+            of("unique.lockall"),
+            "UNIQUE.LOCKALL numkeys key [key ...] jid [LIMIT n [n ...]] [RATE i n PER ms [BURST b]]... [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]"
+        );
+        assert_eq!(
+            of("unique.unlockall"),
+            "UNIQUE.UNLOCKALL numkeys key [key ...] jid"
+        );
+        assert_eq!(
             of("unique.lockedby"),
             "UNIQUE.LOCKEDBY key [WITHMETA] [CURSOR cursor] [COUNT n]"
         );
@@ -684,7 +882,9 @@ mod tests {
             for (i, arg) in cmd.args.iter().enumerate() {
                 if let ArgType::Key(spec) = arg.kind {
                     let spec = cmd.key_specs.get(spec as usize);
-                    assert_eq!(spec.map(|s| s.index), Some(i as i32 + 1), "{}", cmd.name);
+                    // Counted keys follow their count.
+                    let at = spec.map(|s| s.index + i32::from(s.counted));
+                    assert_eq!(at, Some(i as i32 + 1), "{}", cmd.name);
                 }
             }
         }

@@ -55,7 +55,11 @@ use crate::ffi::{
 use crate::logging;
 use crate::metrics::{self, Event};
 
+mod all;
+mod multi;
 mod queues;
+pub use all::block_all;
+pub use multi::{AllCall, ServedAll};
 use queues::{KeyId, Queue, Waiter, Waiters};
 
 /// The longest delay given to a module timer, about 34.8 years: Redis adds a
@@ -145,15 +149,20 @@ fn with_waiters<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
     WAITERS.with(|w| f(&mut w.borrow_mut()))
 }
 
-/// How many clients wait on `key` of the selected database.
+/// How many clients wait on `key` of the selected database (LOCK's and
+/// LOCKALL's alike).
 pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
-    with_waiters(|w| w.waiting_on(selected_db(ctx), key))
+    with_waiters(|w| w.waiting_on(selected_db(ctx), key)) + all::waiting_on(selected_db(ctx), key)
 }
 
 /// The waiters of `key` (selected database) as a new call sees them: the
 /// common case (nobody waits, or a waiter without GROUPLIMIT) is decided at
 /// the first waiter looked at.
 pub fn queued(ctx: &Context, key: &[u8]) -> Queued {
+    // A multi-key waiter on the key holds its capacity back from newcomers.
+    if all::waiting_on(selected_db(ctx), key) > 0 {
+        return Queued::Waiters;
+    }
     if with_waiters(|w| w.waiting()) == 0 {
         return Queued::Nobody;
     }
@@ -163,12 +172,21 @@ pub fn queued(ctx: &Context, key: &[u8]) -> Queued {
 /// Per group (`None` first, then by name), how many wait on `key`
 /// (selected database).
 pub fn waiting_by_group(ctx: &Context, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
-    with_waiters(|w| w.by_group(selected_db(ctx), key))
+    let mut groups = with_waiters(|w| w.by_group(selected_db(ctx), key));
+    // Multi-key waiters (UNIQUE.LOCKALL) have no group.
+    let multi = all::waiting_on(selected_db(ctx), key);
+    if multi > 0 {
+        match groups.first_mut() {
+            Some((None, n)) => *n += multi,
+            _ => groups.insert(0, (None, multi)),
+        }
+    }
+    groups
 }
 
 /// How many clients wait, on every key.
 pub fn waiting() -> usize {
-    with_waiters(|w| w.waiting())
+    with_waiters(|w| w.waiting()) + all::waiting()
 }
 
 /// How many of this module's timers are armed: deadlines and wake-ups.
@@ -423,18 +441,40 @@ struct Pass<C> {
     wake_at: Option<i64>,
 }
 
-/// The serving loop of `key` (selected database): takes its queue out, runs
-/// [`serve_pass`] over it with each waiter's retry, then replies to the
-/// waiters whose wait ended, puts the others back and arms a wake-up for the
-/// next lease to end. Called by the command or timer that may have freed a
-/// slot, never from a retry: a retry reports what it freed instead (its
-/// `Freed`, dropped: the waiters after it in this pass see the slot), so the
-/// loop never runs inside itself and needs no guard.
+/// The serving loop of `key` (selected database): its single-key waiters
+/// that came before the multi-key waiter the key is reserved for (all of
+/// them when none is), then that multi-key waiter if it may be tried
+/// (`all::serve_reserved`); when it is served the reservation moves on, so
+/// the key is served again, and so are its other keys. Called by the
+/// command or timer that may have freed a slot, never from a retry: a retry
+/// reports what it freed instead (its `Freed`, dropped: the waiters after
+/// it in this pass see the slot), so the loop never runs inside itself and
+/// needs no guard.
 fn serve(ctx: &Context, key: &[u8]) {
+    let mut keys = vec![key.to_vec()];
+    while let Some(key) = keys.pop() {
+        loop {
+            serve_queue(ctx, &key);
+            match all::serve_reserved(ctx, &key) {
+                Some(others) => keys.extend(others),
+                None => break,
+            }
+        }
+    }
+}
+
+/// One pass over the single-key waiters of `key` (selected database): takes
+/// its queue out, runs [`serve_pass`] over the waiters that came before the
+/// key's reservation with each waiter's retry, then replies to the waiters
+/// whose wait ended, puts the others back and arms a wake-up for the next
+/// lease to end.
+fn serve_queue(ctx: &Context, key: &[u8]) {
     let id = (selected_db(ctx), key.to_vec());
-    let Some(queue) = with_waiters(|w| w.take_queue(&id)) else {
+    let Some(mut queue) = with_waiters(|w| w.take_queue(&id)) else {
         return;
     };
+    // The waiters after the oldest multi-key waiter on the key wait for it.
+    let held = all::reserved_for(&id).map_or_else(Queue::new, |seq| queue.split_off(&seq));
     let mut permissions = Permissions::default();
     let holding = |waiter: &Waiter<Blocked>, group: Option<&[u8]>| {
         catch_unwind(AssertUnwindSafe(|| waiter.call.holding(ctx, group))).unwrap_or(0)
@@ -468,7 +508,9 @@ fn serve(ctx: &Context, key: &[u8]) {
         stop_deadline(ctx, &waiter);
         ffi::unblock(waiter.client, Some(reply));
     }
-    with_waiters(|w| w.put_back(id, pass.still));
+    let mut still = pass.still;
+    still.extend(held);
+    with_waiters(|w| w.put_back(id, still));
     if let Some(at) = pass.wake_at {
         wake_at(ctx, key, at);
     }
@@ -523,14 +565,18 @@ const PAUSED_RETRY: Duration = Duration::from_millis(20);
 /// not write.
 pub fn key_gone(ctx: &Context, db: i32, key: &[u8]) {
     let id = (db, key.to_vec());
-    if with_waiters(|w| w.has_queue(&id)) {
+    if with_waiters(|w| w.has_queue(&id)) || all::has_key(&id) {
         arm_wake_up(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
 
 /// A database or all of them were flushed: serve every waiter, soon after.
 pub fn flushed(ctx: &Context) {
-    for id in with_waiters(|w| w.keys()) {
+    let mut keys = with_waiters(|w| w.keys());
+    keys.extend(all::keys());
+    keys.sort();
+    keys.dedup();
+    for id in keys {
         arm_wake_up(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
@@ -540,7 +586,8 @@ pub fn flushed(ctx: &Context) {
 /// wake-up comes back after the pause instead.
 fn serve_key(ctx: &Context, (db, key): KeyId) {
     if ffi::writes_paused() {
-        if with_waiters(|w| w.has_queue(&(db, key.clone()))) {
+        let id = (db, key.clone());
+        if with_waiters(|w| w.has_queue(&id)) || all::has_key(&id) {
             arm_wake_up(ctx, PAUSED_RETRY, serve_key, (db, key));
         }
         return;
@@ -561,12 +608,13 @@ pub fn redirect(
     if waiting() == 0 {
         return;
     }
-    let taken = with_waiters(|w| w.take_queues(moved));
-    let redirected = taken.len();
+    let taken = with_waiters(|w| w.take_queues(&moved));
+    let mut redirected = taken.len();
     for ((_, key), waiter) in taken {
         stop_deadline(ctx, &waiter);
         ffi::unblock(waiter.client, Some(WaiterReply::Error(reply(&key))));
     }
+    redirected += all::redirect(ctx, &moved, &mut reply);
     if redirected > 0 {
         logging::verbose(ctx, || {
             format!("{redirected} waiting clients redirected: their keys' slots moved")

@@ -24,6 +24,8 @@ use crate::fencing;
 
 super::command!(with_args run);
 
+mod all;
+
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let from_primary_or_aof = ctx
         .get_flags()
@@ -37,6 +39,9 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::WrongArity);
     };
     let now = parse_int(now)?;
+    if let Some(op @ (ApplyOp::HoldAll | ApplyOp::ReleaseAll)) = ApplyOp::parse(op) {
+        return all::run(ctx, now, op, rest);
+    }
     let effect = Effect::parse(op, rest)?;
     let mut key =
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;

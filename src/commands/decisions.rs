@@ -13,6 +13,8 @@
 
 use std::ffi::CStr;
 
+pub mod all;
+
 use super::events;
 use crate::codec::ApplyOp;
 use crate::engine::{Acquired, Lock, LockError, LockRequest, Mode};

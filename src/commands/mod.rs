@@ -7,12 +7,14 @@
 pub mod apply;
 pub mod decisions;
 pub mod lock;
+pub mod lockall;
 pub mod lockedby;
 pub mod metrics;
 pub mod rate;
 pub mod reap;
 pub mod reply;
 pub mod unlock;
+pub mod unlockall;
 pub mod waiters;
 
 use std::fmt;
@@ -294,9 +296,12 @@ impl Registration {
     /// argument or none.
     pub fn keys(&self) -> (i32, i32, i32) {
         match self.facts {
+            // Keys after their count have no legacy range: the key spec
+            // finds them (COMMAND GETKEYS, ACL, cluster routing).
             Facts::Public(doc) => doc
                 .key_specs
                 .first()
+                .filter(|k| !k.counted)
                 .map_or((0, 0, 0), |k| (k.index, k.index, 1)),
             Facts::Internal { .. } => (1, 1, 1), // unique.apply key now ...
         }
@@ -351,7 +356,7 @@ pub fn set_acl_categories(ctx: &Context) {
 /// both: a misspelt one does not build, a forgotten one fails a test. LOCK,
 /// UNLOCK and LOCKEDBY, the hot ones, read their arguments in place; the
 /// others take Redis strings.
-pub static REGISTRY: [Registration; 8] = [
+pub static REGISTRY: [Registration; 10] = [
     Registration {
         facts: Facts::Public(&docs::LOCK),
         entry: ffi::entry_point::<lock::Command>,
@@ -359,6 +364,14 @@ pub static REGISTRY: [Registration; 8] = [
     Registration {
         facts: Facts::Public(&docs::UNLOCK),
         entry: ffi::entry_point::<unlock::Command>,
+    },
+    Registration {
+        facts: Facts::Public(&docs::LOCKALL),
+        entry: ffi::args_entry_point::<lockall::Command>,
+    },
+    Registration {
+        facts: Facts::Public(&docs::UNLOCKALL),
+        entry: ffi::args_entry_point::<unlockall::Command>,
     },
     Registration {
         facts: Facts::Public(&docs::LOCKEDBY),

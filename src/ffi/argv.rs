@@ -152,13 +152,15 @@ unsafe impl Sync for Shared {}
 static SHARED: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
 
 /// The words of [`word`], in its order.
-const WORDS: [&str; 14] = [
+const WORDS: [&str; 16] = [
     "",
     "HOLD",
     "RELEASE",
     "REAP",
     "PRUNE",
     "RATE",
+    "HOLDALL",
+    "RELEASEALL",
     "lock",
     "until_executed",
     "until_executing",
@@ -180,14 +182,16 @@ fn word(bytes: &[u8]) -> Option<usize> {
         b"REAP" => 3,
         b"PRUNE" => 4,
         b"RATE" => 5,
-        b"lock" => 6,
-        b"until_executed" => 7,
-        b"until_executing" => 8,
-        b"while_executing" => 9,
-        b"until_and_while_executing" => 10,
-        b"until_expired" => 11,
-        b"shared" => 12,
-        b"exclusive" => 13,
+        b"HOLDALL" => 6,
+        b"RELEASEALL" => 7,
+        b"lock" => 8,
+        b"until_executed" => 9,
+        b"until_executing" => 10,
+        b"while_executing" => 11,
+        b"until_and_while_executing" => 12,
+        b"until_expired" => 13,
+        b"shared" => 14,
+        b"exclusive" => 15,
         _ => return None,
     })
 }

@@ -14,6 +14,8 @@ pub struct Blocked(NonNull<raw::RedisModuleBlockedClient>);
 #[derive(Debug, PartialEq, Eq)]
 pub enum WaiterReply {
     Token(i64),
+    /// An array of tokens (a call over several keys).
+    Tokens(Vec<i64>),
     Error(String),
 }
 
@@ -85,6 +87,9 @@ extern "C" fn waiter_reply(
         .and_then(|p| unsafe { p.cast::<WaiterReply>().as_ref() });
     let reply = match reply {
         Some(WaiterReply::Token(token)) => Ok(RedisValue::Integer(*token)),
+        Some(WaiterReply::Tokens(tokens)) => Ok(RedisValue::Array(
+            tokens.iter().map(|&t| RedisValue::Integer(t)).collect(),
+        )),
         Some(WaiterReply::Error(e)) => Err(RedisError::String(e.clone())),
         None => Ok(RedisValue::Null),
     };

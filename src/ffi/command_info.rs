@@ -106,7 +106,8 @@ impl Arena {
         Ok(p)
     }
 
-    /// A terminated array of single-key specs, NULL for none.
+    /// A terminated array of key specs, NULL for none: one key at its
+    /// index, or the keys after their count (numkeys first, as EVAL's).
     fn specs(&mut self, specs: &[KeySpec]) -> *mut raw::RedisModuleCommandKeySpec {
         if specs.is_empty() {
             return null_mut();
@@ -144,11 +145,25 @@ impl Arena {
                         KeyFlag::Delete => raw::REDISMODULE_CMD_KEY_DELETE,
                     })
                 });
-                spec(
+                let mut one = spec(
                     raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
                     s.index,
                     flags,
-                )
+                );
+                if s.counted {
+                    // The count is where the search begins (0 from there),
+                    // the first key right after it, then every argument.
+                    one.find_keys_type =
+                        raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+                    one.fk = raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                        keynum: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 {
+                            keynumidx: 0,
+                            firstkey: 1,
+                            keystep: 1,
+                        },
+                    };
+                }
+                one
             })
             .collect();
         // begin_search_type 0 (INVALID) ends the array.

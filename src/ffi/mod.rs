@@ -20,6 +20,7 @@ mod io;
 mod keys;
 mod notify;
 mod replication;
+mod replication_all;
 mod scan;
 mod timers;
 
@@ -37,6 +38,7 @@ pub use keys::{ModuleKey, ValueType};
 pub use notify::notify_module_event;
 pub(crate) use replication::{emit_aof_hold, emit_aof_rate};
 pub use replication::{replicate_effect, replicate_hold, replicate_rate};
+pub use replication_all::{replicate_hold_all, replicate_release_all};
 pub use scan::ScanCursor;
 pub use timers::{TimerHandler, TimerId, arm_timer, stop_timer};
 

@@ -1,0 +1,135 @@
+//! `UNIQUE.APPLY first now HOLDALL ...` and `... RELEASEALL ...`: the one
+//! effect of a LOCKALL or an UNLOCKALL, every key in one command, so that a
+//! replica and the AOF apply the whole change at once (no MULTI needed).
+//!
+//! HOLDALL: `n`, then per key its name, its holder in every field and its
+//! rate state when the grant spent it (`codec::write_key_hold`); each key
+//! is pruned at `now`, then the holder put exactly as given. RELEASEALL:
+//! `jid n key...`; each key is pruned at `now` and loses `jid`'s hold.
+//! Every key is then settled as on the primary, and the APPLY goes verbatim
+//! once to this replica's own AOF and replicas.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+
+use super::Args;
+use crate::codec::{self, ApplyOp, DecodeError};
+use crate::commands::{events, parse_int, settle, tracked};
+use crate::datatype::LockKey;
+use crate::engine::{Holder, Lock, Rate};
+use crate::{fencing, ffi};
+
+/// The most keys one effect may carry: LOCKALL's own bound.
+const MAX_KEYS: usize = 64;
+
+/// One key's part of a HOLDALL.
+type KeyHold = (Vec<u8>, Holder, Option<Rate>);
+
+/// Runs a HOLDALL or RELEASEALL effect (`rest`: what follows the word).
+pub fn run(ctx: &Context, now: i64, op: ApplyOp, rest: &[RedisString]) -> RedisResult {
+    match op {
+        ApplyOp::HoldAll => hold_all(ctx, now, parse_holds(rest)?),
+        ApplyOp::ReleaseAll => {
+            let [jid, n, keys @ ..] = rest else {
+                return Err(RedisError::WrongArity);
+            };
+            if usize::try_from(parse_int(n)?).ok() != Some(keys.len()) || keys.len() > MAX_KEYS {
+                return Err(RedisError::WrongArity);
+            }
+            release_all(ctx, now, jid, keys)
+        }
+        _ => Err(RedisError::Str("ERR syntax error")),
+    }
+}
+
+fn parse_holds(rest: &[RedisString]) -> Result<Vec<KeyHold>, RedisError> {
+    let mut input = Args::new(rest);
+    let bad = |e: DecodeError| match e {
+        DecodeError::Io => RedisError::WrongArity,
+        e => RedisError::String(format!("ERR invalid holder in UNIQUE.APPLY: {e}")),
+    };
+    let n = codec::Source::unsigned(&mut input).map_err(bad)?;
+    let n = usize::try_from(n)
+        .ok()
+        .filter(|n| (1..=MAX_KEYS).contains(n))
+        .ok_or(RedisError::WrongArity)?;
+    let mut holds = Vec::with_capacity(n);
+    for _ in 0..n {
+        holds.push(codec::read_key_hold(&mut input).map_err(bad)?);
+    }
+    if !input.is_empty() {
+        return Err(RedisError::WrongArity);
+    }
+    Ok(holds)
+}
+
+fn hold_all(ctx: &Context, now: i64, holds: Vec<KeyHold>) -> RedisResult {
+    let mut opened = Vec::with_capacity(holds.len());
+    for (name, holder, rate) in holds {
+        let name = ctx.create_string(name.as_slice());
+        let mut key =
+            LockKey::open(ctx, &name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
+        let lock = match key.lock_mut()? {
+            Some(lock) => lock,
+            None => key.create(Lock::default())?,
+        };
+        let new = tracked(lock, |lock| {
+            lock.prune(now);
+            fencing::observe(holder.token);
+            let new = lock.holder(holder.jid()).is_none();
+            lock.put(holder);
+            if let Some(rate) = rate {
+                lock.set_rate(Some(rate));
+            }
+            new
+        });
+        opened.push((name, key, new.then_some(events::LOCK)));
+    }
+    finish_all(ctx, now, opened)
+}
+
+fn release_all(ctx: &Context, now: i64, jid: &[u8], keys: &[RedisString]) -> RedisResult {
+    let mut opened = Vec::with_capacity(keys.len());
+    for name in keys {
+        let mut key =
+            LockKey::open(ctx, name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
+        let event = match key.lock_mut()? {
+            Some(lock) => tracked(lock, |lock| {
+                lock.prune(now);
+                lock.release(jid).map(|_| events::UNLOCK)
+            }),
+            None => None,
+        };
+        let name = ctx.create_string(name.as_slice());
+        opened.push((name, key, event));
+    }
+    finish_all(ctx, now, opened)
+}
+
+/// Settles every key, sends the APPLY on once (this replica's AOF and
+/// replicas), closes the keys, then announces each key's event. A replayed
+/// effect serves nobody: grants are the primary's.
+fn finish_all(
+    ctx: &Context,
+    now: i64,
+    opened: Vec<(RedisString, LockKey, Option<&'static std::ffi::CStr>)>,
+) -> RedisResult {
+    let mut closed = Vec::with_capacity(opened.len());
+    for (name, mut key, event) in opened {
+        settle(&mut key, now)?;
+        closed.push((name, key, event));
+    }
+    ctx.replicate_verbatim();
+    let events: Vec<_> = closed
+        .into_iter()
+        .map(|(name, key, event)| {
+            drop(key);
+            (name, event)
+        })
+        .collect();
+    for (name, event) in events {
+        if let Some(event) = event {
+            ffi::notify_module_event(ctx, event, &name);
+        }
+    }
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}

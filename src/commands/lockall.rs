@@ -1,0 +1,486 @@
+//! UNIQUE.LOCKALL numkeys key [key ...] jid [LIMIT n [n ...]] [RATE i n PER ms [BURST b]]...
+//!                [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]
+//!
+//! A hold on every key for one jid, or on none: each key decided as a LOCK
+//! with its own LIMIT and RATE (`decisions::all`), one effect replicated for
+//! the whole grant, and with WAIT one waiter queued on every key
+//! (`waiting::block_all`, the rule in `waiting/multi.rs`).
+
+use std::ops::Deref;
+
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+
+use super::decisions::all::{AllAttempt, decide_all};
+use super::decisions::{InRedis, count_denial};
+use super::lock::parse_options;
+use super::{ArgError, events, parse_int, settle};
+use crate::codec::ApplyOp;
+use crate::config;
+use crate::datatype::LockKey;
+use crate::engine::{
+    DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, Rate, RateLimit,
+    validate_jid,
+};
+use crate::ffi::{self, now_ms};
+use crate::metrics::{self, Event};
+use crate::waiting::{self, ServedAll};
+
+super::command!(with_args run);
+
+/// The most keys one call may name.
+pub const MAX_KEYS: usize = 64;
+
+/// The options that LOCK has and LOCKALL does not take (yet): their
+/// per-key form is not defined.
+const NOT_TAKEN: [&str; 4] = ["GROUP", "WEIGHT", "GROUPLIMIT", "MODE"];
+
+fn numkeys_error() -> RedisError {
+    RedisError::String(format!(
+        "ERR numkeys must be 1 to {MAX_KEYS}, followed by that many keys and the jid"
+    ))
+}
+
+/// The keys of a LOCKALL or UNLOCKALL: `numkeys key...` at the start of
+/// `args`, each key once. Returns them and the arguments after them.
+pub fn parse_keys<A: Deref<Target = [u8]>>(args: &[A]) -> Result<(&[A], &[A]), RedisError> {
+    let [numkeys, rest @ ..] = args else {
+        return Err(RedisError::WrongArity);
+    };
+    let n = parse_int(numkeys)?;
+    let n = usize::try_from(n)
+        .ok()
+        .filter(|n| (1..=MAX_KEYS).contains(n) && *n < rest.len())
+        .ok_or_else(numkeys_error)?;
+    let (keys, after) = rest.split_at(n);
+    for (i, key) in keys.iter().enumerate() {
+        if keys.iter().skip(i + 1).any(|other| **other == **key) {
+            return Err(RedisError::Str(
+                "ERR a key is named twice: each key is given once",
+            ));
+        }
+    }
+    Ok((keys, after))
+}
+
+/// A LOCKALL call, parsed and owned: a waiter keeps it as it was asked.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LockAll {
+    keys: Vec<Vec<u8>>,
+    jid: Vec<u8>,
+    limits: Vec<u32>,
+    rates: Vec<Option<RateLimit>>,
+    expiry: Option<Expiry>,
+    lock_type: Option<Box<str>>,
+    owner: Option<Box<[u8]>>,
+    meta: Option<Box<str>>,
+    wait: Option<i64>,
+}
+
+/// Parses everything after the command name.
+pub fn parse<A: Deref<Target = [u8]>>(
+    args: &[A],
+    max_meta_bytes: usize,
+) -> Result<LockAll, RedisError> {
+    let (keys, rest) = parse_keys(args)?;
+    let [jid, options @ ..] = rest else {
+        return Err(numkeys_error());
+    };
+    validate_jid(jid)?;
+    let n = keys.len();
+    let mut limits = None;
+    let mut rates: Vec<Option<RateLimit>> = vec![None; n];
+    let mut others: Vec<&[u8]> = Vec::new();
+    let mut at = 0;
+    while let Some(name) = options.get(at) {
+        let is = |option: &str| name.eq_ignore_ascii_case(option.as_bytes());
+        if NOT_TAKEN.iter().any(|o| is(o)) {
+            return Err(RedisError::Str(
+                "ERR UNIQUE.LOCKALL takes no GROUP, WEIGHT, GROUPLIMIT or MODE",
+            ));
+        }
+        if is("LIMIT") {
+            if limits.is_some() {
+                return Err(ArgError::Syntax.into());
+            }
+            let values = options
+                .get(at + 1..at + 1 + n)
+                .filter(|v| v.iter().all(|v| parse_int(v).is_ok()))
+                .ok_or(RedisError::Str(
+                    "ERR syntax error: LIMIT takes one value per key, in key order (LIMIT n [n ...])",
+                ))?;
+            let mut parsed = Vec::with_capacity(n);
+            for v in values {
+                let limit = parse_int(v)?;
+                if !(0..=MAX_LIMIT).contains(&limit) {
+                    return Err(ArgError::NotAnInteger.into());
+                }
+                parsed.push(u32::try_from(limit).map_err(|_| ArgError::NotAnInteger)?);
+            }
+            limits = Some(parsed);
+            at += 1 + n;
+        } else if is("RATE") {
+            let (i, rate, used) = parse_rate(options.get(at + 1..).unwrap_or_default(), n)?;
+            match rates.get_mut(i) {
+                Some(slot @ None) => *slot = Some(rate),
+                _ => return Err(ArgError::Syntax.into()),
+            }
+            at += 1 + used;
+        } else {
+            // The options LOCK has: parsed by LOCK's own parser below.
+            others.push(name);
+            if let Some(value) = options.get(at + 1) {
+                others.push(value);
+            }
+            at += 2;
+        }
+    }
+    let opts = parse_options(&others, max_meta_bytes)?;
+    Ok(LockAll {
+        keys: keys.iter().map(|k| k.to_vec()).collect(),
+        jid: jid.to_vec(),
+        limits: limits.unwrap_or_else(|| vec![1; n]),
+        rates,
+        expiry: opts.expiry,
+        lock_type: opts.lock_type.map(Into::into),
+        owner: opts.owner.map(Into::into),
+        meta: opts.meta.map(Into::into),
+        wait: opts.wait,
+    })
+}
+
+/// `i n PER ms [BURST b]` after a RATE: the key's index (from 0), its rate,
+/// and how many arguments it took.
+fn parse_rate<A: Deref<Target = [u8]>>(
+    args: &[A],
+    numkeys: usize,
+) -> Result<(usize, RateLimit, usize), RedisError> {
+    let word = |at: usize, w: &str| {
+        args.get(at)
+            .is_some_and(|a| a.eq_ignore_ascii_case(w.as_bytes()))
+    };
+    let (Some(i), Some(n), true, Some(per)) =
+        (args.first(), args.get(1), word(2, "PER"), args.get(3))
+    else {
+        return Err(RedisError::Str(
+            "ERR syntax error: RATE takes the key's position, then n PER ms [BURST b] (RATE i n PER ms [BURST b])",
+        ));
+    };
+    let i = usize::try_from(parse_int(i)?)
+        .ok()
+        .filter(|i| (1..=numkeys).contains(i))
+        .ok_or(RedisError::Str(
+            "ERR RATE i: i is the key's position, 1 to numkeys",
+        ))?;
+    let (n, per) = (parse_int(n)?, parse_int(per)?);
+    let (burst, used) = if word(4, "BURST") {
+        let b = args.get(5).ok_or(ArgError::Syntax)?;
+        (parse_int(b)?, 6)
+    } else {
+        (0, 4)
+    };
+    let rate = RateLimit::new(n, per, burst).ok_or(LockError::InvalidRate)?;
+    Ok((i - 1, rate, used))
+}
+
+/// Answers Redis when it asks where the keys are (`getkeys-api`): Redis
+/// 7.0's cluster routing reads a module command's keys this way, not from
+/// its key specs. True when that was the question.
+pub fn told_key_positions<A: Deref<Target = [u8]>>(ctx: &Context, args: &[A]) -> bool {
+    if !ctx.is_keys_position_request() {
+        return false;
+    }
+    if let Ok((keys, _)) = parse_keys(args.get(1..).unwrap_or_default()) {
+        for pos in 2..2 + keys.len() {
+            ctx.key_at_pos(i32::try_from(pos).unwrap_or(0));
+        }
+    }
+    true
+}
+
+pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+    if told_key_positions(ctx, &args) {
+        return Ok(RedisValue::NoReply);
+    }
+    let call = parse(args.get(1..).unwrap_or_default(), config::max_meta_bytes())?;
+    // Inside MULTI/EXEC or a script a client cannot block: WAIT is ignored.
+    let wait = call
+        .wait
+        .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
+    let (attempt, freed) = attempt(ctx, &call, false)?;
+    // The waiters pruned leases made room for come first, then this call.
+    for key in freed {
+        waiting::slot_freed(ctx, &call.keys[key]);
+    }
+    let lock_type = call.lock_type.as_deref().unwrap_or(DEFAULT_TYPE).to_owned();
+    match attempt {
+        AllAttempt::Granted(grants) => Ok(RedisValue::Array(
+            grants
+                .iter()
+                .map(|g| RedisValue::Integer(g.token))
+                .collect(),
+        )),
+        AllAttempt::Denied(refusal) => {
+            let keys: Vec<Vec<u8>> = call.keys.clone();
+            let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let wake = refusal.lease_end.map(|at| (refusal.key, at));
+            match wait {
+                // A partial renewal is refused whatever the room: it does not wait.
+                Some(ms)
+                    if !refusal.partial
+                        && waiting::block_all(
+                            ctx,
+                            &keys,
+                            Box::new(Waiting(call)),
+                            ms,
+                            wake,
+                            &lock_type,
+                        ) =>
+                {
+                    Ok(RedisValue::NoReply)
+                }
+                _ => {
+                    count_denial(&mut InRedis, now_ms(), &lock_type, refusal.rate_limited);
+                    Ok(RedisValue::Null)
+                }
+            }
+        }
+    }
+}
+
+/// A LOCKALL waiting until every key can grant at once.
+struct Waiting(LockAll);
+
+impl waiting::AllCall for Waiting {
+    fn retry(&self, ctx: &Context) -> ServedAll {
+        // A retry runs inside the serving loop: what its prune freed goes to
+        // the waiters after it, not to a new loop.
+        match attempt(ctx, &self.0, true) {
+            Ok((AllAttempt::Granted(grants), _)) => {
+                let lock_type = self.0.lock_type.as_deref().unwrap_or(DEFAULT_TYPE);
+                let now = now_ms();
+                // Counted per new holder, as `acquired` is.
+                for _ in grants.iter().filter(|g| g.new) {
+                    metrics::record(now, Some(lock_type), Event::Waited);
+                }
+                ServedAll::Granted(grants.iter().map(|g| g.token).collect())
+            }
+            Ok((AllAttempt::Denied(refusal), _)) => ServedAll::Denied {
+                wake: refusal.lease_end.map(|at| (refusal.key, at)),
+            },
+            Err(e) => ServedAll::Failed(e.to_string()),
+        }
+    }
+}
+
+/// One LOCKALL: open every key (a key of another type refuses the call
+/// before anything changes), let [`decide_all`] prune, grant, renew or
+/// refuse and count, store the new keys a grant made, then carry out what
+/// changed: each key settled, one effect replicated (the whole grant, or
+/// the ended leases of a refusal), the keyspace events. `served`: a waiter
+/// being served (it does not queue behind the others). Returns the
+/// positions of the keys whose waiters are to be served.
+fn attempt(
+    ctx: &Context,
+    call: &LockAll,
+    served: bool,
+) -> Result<(AllAttempt, Vec<usize>), RedisError> {
+    let now = now_ms();
+    let expires_at = call.expiry.map(|e| e.resolve(now)).transpose()?;
+    let reqs: Vec<LockRequest<'_>> = call
+        .limits
+        .iter()
+        .zip(&call.rates)
+        .map(|(&limit, &rate)| LockRequest {
+            limit,
+            expires_at,
+            lock_type: call.lock_type.as_deref(),
+            owner: call.owner.as_deref(),
+            meta: call.meta.as_deref(),
+            rate,
+            ..LockRequest::new(&call.jid)
+        })
+        .collect();
+    let queued: Vec<bool> = call
+        .keys
+        .iter()
+        .map(|k| !served && waiting::waiting_on(ctx, k) > 0)
+        .collect();
+    let names: Vec<RedisString> = call
+        .keys
+        .iter()
+        .map(|k| ctx.create_string(k.as_slice()))
+        .collect();
+    let mut opened = Vec::with_capacity(names.len());
+    for name in &names {
+        let key =
+            LockKey::open(ctx, name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
+        key.lock()?; // WRONGTYPE before anything changes
+        opened.push(key);
+    }
+    let mut fresh: Vec<Option<Lock>> = opened
+        .iter()
+        .map(|k| matches!(k.lock(), Ok(None)).then(Lock::default))
+        .collect();
+    let is_fresh: Vec<bool> = fresh.iter().map(Option::is_some).collect();
+    let decision = {
+        let mut locks: Vec<&mut Lock> = Vec::with_capacity(opened.len());
+        for (key, fresh) in opened.iter_mut().zip(fresh.iter_mut()) {
+            match fresh {
+                Some(lock) => locks.push(lock),
+                None => locks.push(
+                    key.lock_mut()?
+                        .ok_or(RedisError::Str("ERR could not open the key"))?,
+                ),
+            }
+        }
+        let before: Vec<usize> = locks.iter().map(|l| l.len()).collect();
+        let decision = decide_all(&mut locks, &reqs, now, &queued, &mut InRedis);
+        for ((lock, before), &fresh) in locks.iter().zip(before).zip(&is_fresh) {
+            if !fresh {
+                metrics::holders_changed(before, lock.len());
+            }
+        }
+        decision
+    };
+    let granted = matches!(decision.attempt, AllAttempt::Granted(_));
+    if granted {
+        // A new key is only stored with its first holder.
+        for (key, fresh) in opened.iter_mut().zip(fresh.iter_mut()) {
+            if let Some(lock) = fresh.take() {
+                key.create(lock)?;
+            }
+        }
+    }
+    for key in &mut opened {
+        settle(key, now)?;
+    }
+    match &decision.attempt {
+        AllAttempt::Granted(grants) => {
+            let mut parts: Vec<(&[u8], &Holder, Option<&Rate>)> = Vec::with_capacity(grants.len());
+            for ((key, name), grant) in opened.iter().zip(&call.keys).zip(grants) {
+                let lock = key.lock()?;
+                if let Some(holder) = lock.and_then(|l| l.holder(&call.jid)) {
+                    let rate = lock.and_then(Lock::rate).filter(|_| grant.spent_rate);
+                    parts.push((name, holder, rate));
+                }
+            }
+            ffi::replicate_hold_all(ctx, &names[0], now, &parts);
+        }
+        AllAttempt::Denied(_) => {
+            for (name, &expired) in names.iter().zip(&decision.expired) {
+                if expired > 0 {
+                    ffi::replicate_effect(ctx, name, now, ApplyOp::PruneOnly, None);
+                }
+            }
+        }
+    }
+    // Serving waiters opens the keys again: ours must be closed first.
+    drop(opened);
+    let mut freed = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        if decision.expired.get(i).is_some_and(|&e| e > 0) {
+            ffi::notify_module_event(ctx, events::EXPIRE, name);
+            freed.push(i);
+        }
+        if let AllAttempt::Granted(grants) = &decision.attempt
+            && grants.get(i).is_some_and(|g| g.new)
+        {
+            ffi::notify_module_event(ctx, events::LOCK, name);
+        }
+    }
+    Ok((decision.attempt, freed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(args: &[&str]) -> Result<LockAll, String> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        parse(&args, 100).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn keys_jid_and_per_key_options() {
+        let call = parse_str(&[
+            "2", "{a}:t", "{a}:g", "job", "LIMIT", "2", "10", "rate", "2", "50", "per", "1000",
+            "TTL", "30000", "WAIT", "5000",
+        ]);
+        let call = call.expect("parses");
+        assert_eq!(call.keys, vec![b"{a}:t".to_vec(), b"{a}:g".to_vec()]);
+        assert_eq!(call.jid, b"job");
+        assert_eq!(call.limits, vec![2, 10]);
+        assert_eq!(call.rates, vec![None, RateLimit::new(50, 1000, 0)]);
+        assert_eq!(call.expiry, Some(Expiry::Ttl(30000)));
+        assert_eq!(call.wait, Some(5000));
+        let plain = parse_str(&["1", "k", "j"]).expect("parses");
+        assert_eq!(plain.limits, vec![1]);
+        let burst = parse_str(&[
+            "2", "a", "b", "j", "RATE", "1", "5", "PER", "10", "BURST", "3",
+        ])
+        .expect("parses");
+        assert_eq!(burst.rates, vec![RateLimit::new(5, 10, 3), None]);
+    }
+
+    #[test]
+    fn bad_calls_are_clear_errors() {
+        let numkeys = "ERR numkeys must be 1 to 64, followed by that many keys and the jid";
+        for args in [
+            &["0", "k", "j"][..],
+            &["2", "a", "b"],
+            &["-1", "j"],
+            &["65", "j"],
+        ] {
+            assert_eq!(parse_str(args).err().as_deref(), Some(numkeys), "{args:?}");
+        }
+        assert_eq!(
+            parse_str(&["x", "k", "j"]).err().as_deref(),
+            Some("ERR value is not an integer or out of range")
+        );
+        assert!(parse_str(&["2", "a", "a", "j"]).is_err_and(|e| e.contains("named twice")));
+        assert!(
+            parse_str(&["2", "a", "b", "j", "LIMIT", "1"])
+                .is_err_and(|e| e.contains("one value per key"))
+        );
+        assert!(
+            parse_str(&["2", "a", "b", "j", "LIMIT", "1", "TTL", "5"])
+                .is_err_and(|e| e.contains("one value per key"))
+        );
+        assert_eq!(
+            parse_str(&["1", "a", "j", "LIMIT", "1", "LIMIT", "1"])
+                .err()
+                .as_deref(),
+            Some("ERR syntax error")
+        );
+        assert!(
+            parse_str(&["1", "a", "j", "RATE", "2", "1", "PER", "5"])
+                .is_err_and(|e| e.contains("position"))
+        );
+        assert!(
+            parse_str(&["1", "a", "j", "RATE", "1", "1", "5"])
+                .is_err_and(|e| e.contains("RATE i n PER ms"))
+        );
+        assert_eq!(
+            parse_str(&[
+                "1", "a", "j", "RATE", "1", "1", "PER", "5", "RATE", "1", "2", "PER", "5"
+            ])
+            .err()
+            .as_deref(),
+            Some("ERR syntax error")
+        );
+        assert!(
+            parse_str(&["1", "a", "j", "RATE", "1", "0", "PER", "5"])
+                .is_err_and(|e| e.contains("RATE n PER ms"))
+        );
+        assert!(
+            parse_str(&["1", "a", "j", "GROUP", "g"]).is_err_and(|e| e.contains("takes no GROUP"))
+        );
+        assert!(parse_str(&["1", "a", "j", "PER", "5"]).is_err_and(|e| e.contains("needs PER")));
+        assert_eq!(
+            parse_str(&["1", "a", "j", "TTL"]).err().as_deref(),
+            Some("ERR syntax error")
+        );
+        assert!(parse_str(&["1", "a", "", "TTL", "5"]).is_err_and(|e| e.contains("jid")));
+    }
+}
