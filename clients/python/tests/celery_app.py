@@ -75,3 +75,21 @@ def rated_call(self, i):
         time.sleep(0.02 + (i % 5) * 0.01)
         ended = time.time()
     r.rpush("rated:runs", json.dumps({"i": i, "start": started, "end": ended, "token": token}))
+
+
+# The fairness test: tenants of unequal job lengths share one limit of FAIR_LIMIT running
+# calls, at most FAIR_GROUP_LIMIT per tenant, tenant "a" weighing 2. Each worker process
+# waits natively (WAIT) for its slot, so the server serves the tenants' waiting calls.
+FAIR_LIMIT, FAIR_GROUP_LIMIT, FAIR_WEIGHTS = 8, 5, {"a": 2, "b": 1, "c": 1}
+
+
+@app.task(name="fair_job", bind=True,
+          unique={"lock": "while_executing", "key": lambda args, kwargs: "fair", "limit": FAIR_LIMIT, "wait": 120,
+                  "run_ttl": 30},
+          lock_group=lambda args, kwargs: args[0], lock_group_limit=FAIR_GROUP_LIMIT,
+          lock_group_weight=lambda args, kwargs: FAIR_WEIGHTS[args[0]])
+def fair_job(self, tenant, i, seconds):
+    import time
+
+    time.sleep(seconds)  # the job's work: its length is what the tenants differ in
+    r.rpush("fair:done", "%s:%d" % (tenant, i))

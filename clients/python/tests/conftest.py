@@ -109,33 +109,48 @@ HERE = Path(__file__).resolve().parent
 
 
 @contextlib.contextmanager
-def celery_worker(server: Server, name: str, queue: str, concurrency: int) -> Iterator[Tuple[Any, subprocess.Popen]]:
-    """A real Celery worker process (prefork) of tests/celery_app.py on ``queue``, named
-    ``name@<host>``, logging to the server's directory: the app module and the process,
-    once the worker answers a ping; stopped at the end."""
+def celery_workers(server: Server, specs: List[Tuple[str, str, int]]) -> Iterator[Tuple[Any, List[subprocess.Popen]]]:
+    """Real Celery worker processes (prefork) of tests/celery_app.py, one per ``(name, queue,
+    concurrency)``, named ``name@<host>``, logging to the server's directory, started together:
+    the app module and the processes, once every worker answers a ping; stopped at the end."""
     os.environ["CELERY_TEST_URL"] = "redis://127.0.0.1:%d/%d" % (server.port, CELERY_DB)
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
     import celery_app
 
-    log = open(Path(server.dir, "celery-%s.log" % name), "w")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork", "-c", str(concurrency),
-         "-Q", queue, "-n", name + "@%h", "-E", "--without-gossip", "--without-mingle", "-l", "info"],
-        cwd=str(HERE), env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+    logs, workers = [], []
     try:
-        node = "%s@%s" % (name, os.uname().nodename)
-        wait_for(lambda: celery_app.app.control.ping(destination=[node], timeout=0.5),
-                 timeout=60, interval=0.2, message="the Celery worker %s" % node)
-        yield celery_app, worker
+        for name, queue, concurrency in specs:
+            log = open(Path(server.dir, "celery-%s.log" % name), "w")
+            logs.append(log)
+            workers.append(subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", "prefork", "-c",
+                 str(concurrency), "-Q", queue, "-n", name + "@%h", "-E", "--without-gossip", "--without-mingle",
+                 "-l", "info"],
+                cwd=str(HERE), env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT))
+        for name, _, _ in specs:
+            node = "%s@%s" % (name, os.uname().nodename)
+            wait_for(lambda: celery_app.app.control.ping(destination=[node], timeout=0.5),
+                     timeout=60, interval=0.2, message="the Celery worker %s" % node)
+        yield celery_app, workers
     finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        log.close()
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+        for log in logs:
+            log.close()
+
+
+@contextlib.contextmanager
+def celery_worker(server: Server, name: str, queue: str, concurrency: int) -> Iterator[Tuple[Any, subprocess.Popen]]:
+    """One real Celery worker process (see :func:`celery_workers`)."""
+    with celery_workers(server, [(name, queue, concurrency)]) as (celery_app, workers):
+        yield celery_app, workers[0]
 
 
 class CutProxy:

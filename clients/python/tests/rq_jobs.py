@@ -31,3 +31,9 @@ def we_skip(tag):
 @while_executing(on_conflict="raise")
 def we_raise(tag):
     return gated(tag)
+
+
+@while_executing(lambda args, kwargs: "shared", limit=3, group=lambda args, kwargs: "tenant-" + args[0][:4],
+                 group_limit=2, weight=3)
+def grouped(tag):
+    return gated(tag)

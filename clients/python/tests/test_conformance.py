@@ -47,6 +47,7 @@ ARGV = {
     "locked_by": lambda a: ("UNIQUE.LOCKEDBY", a["key"]),
     "holders": lambda a: ("UNIQUE.LOCKEDBY", a["key"], "WITHMETA"),
     "waiters": lambda a: ("UNIQUE.WAITERS", a["key"]),
+    "waiters_by_group": lambda a: ("UNIQUE.WAITERS", a["key"], "GROUPS"),
     "rate": lambda a: ("UNIQUE.RATE", a["key"]),
 }
 
@@ -59,7 +60,7 @@ def test_every_call_sends_the_tables_argv(case):
 def neutral_holder(h):
     return {"jid": h.jid, "token": h.token, "acquired_at_ms": h.acquired_at_ms, "expires_at_ms": h.expires_at_ms,
             "ttl_ms": None if h.ttl is None else round(h.ttl * 1000), "type": h.type, "owner": h.owner,
-            "meta": h.meta}
+            "meta": h.meta, "group": h.group, "mode": h.mode}
 
 
 VALUE = {
@@ -67,6 +68,7 @@ VALUE = {
     "unlock": lambda r: bool(r),
     "holders": lambda r: [neutral_holder(h) for h in p.parse_holders(r)],
     "rate": lambda r: None if p.parse_rate(r) is None else dataclasses.asdict(p.parse_rate(r)),
+    "waiters_by_group": lambda r: [dataclasses.asdict(g) for g in p.parse_group_waiters(r)],
 }
 
 

@@ -166,3 +166,24 @@ def test_while_executing_decorator(rqe, name):
     r.rpush("gate:" + t, 1)
     finished(first)
     assert c.holders(key) == []
+
+
+def test_lock_group_options_reach_the_running_jobs_lock(rqe):
+    jobs, url, r, c, q = rqe
+    t = tag()
+    job = enqueue_unique(q, jobs.gated, t, lock="while_executing", lock_limit=3, lock_group_limit=2,
+                         lock_group=lambda args, kwargs: "tenant-" + args[0][:4], lock_group_weight=3)
+    wait_for(lambda: runs(r, t) == [job.id], message="the run")
+    key = unique_key(jobs.gated, [t], {}) + ":run"
+    (h,) = c.holders(key)
+    assert (h.jid, h.type, h.group, h.mode) == (job.id, "while_executing", "tenant-" + t[:4], None)
+    r.rpush("gate:" + t, 1)
+    finished(job)
+    # The decorator: one key for every call, its group from the call.
+    t2 = tag()
+    job2 = q.enqueue(jobs.grouped, t2)
+    wait_for(lambda: runs(r, t2) == [job2.id], message="the decorated run")
+    (h,) = c.holders(unique_key(jobs.grouped, [t2], {}, lambda a, k: "shared") + ":run")
+    assert (h.jid, h.group) == (job2.id, "tenant-" + t2[:4])
+    r.rpush("gate:" + t2, 1)
+    finished(job2)

@@ -1,16 +1,17 @@
 """redis-unique: native job locks for Redis, from Python.
 
 ``Client`` wraps a redis-py client with one method per UNIQUE.* command;
-``Lock`` and ``Semaphore`` are context managers whose lease renews itself.
+``Lock``, ``Semaphore`` and ``RWLock`` (``read()`` / ``write()``) are context
+managers whose lease renews itself.
 ``redis_unique.asyncio`` has the same over ``redis.asyncio``;
 ``redis_unique.celery`` and ``redis_unique.rq`` give unique tasks and jobs.
 """
 
-from ._protocol import LOCK_TYPES, Holder, Rate, RateState
+from ._protocol import LOCK_TYPES, GroupWaiters, Holder, Rate, RateState
 from .client import Client, Pipeline
 from .errors import (AlreadyAcquired, CommandError, DuplicateTask, LockLost, LockNotAcquired, ModuleNotLoaded,
                      ModuleVersionMismatch, UniqueError)
-from .lock import Lock, Semaphore
+from .lock import Lock, RWLock, Semaphore
 
 __version__ = "0.1.0"
 
@@ -19,10 +20,12 @@ __all__ = [
     "Client",
     "Pipeline",
     "Holder",
+    "GroupWaiters",
     "Rate",
     "RateState",
     "Lock",
     "Semaphore",
+    "RWLock",
     "LOCK_TYPES",
     "UniqueError",
     "CommandError",

@@ -31,6 +31,21 @@ class Holder:
     # lease may end past year 9999, where expires_at stops at datetime.max).
     acquired_at_ms: int = 0
     expires_at_ms: Optional[int] = None
+    # The fair-sharing group the hold was taken in (None without GROUP), and its mode
+    # ("shared" or "exclusive"; None when taken without MODE).
+    group: Optional[str] = None
+    mode: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class GroupWaiters:
+    """One group of a key, as UNIQUE.WAITERS key GROUPS reports it: how many of its
+    requests wait for a slot and how many of its holders hold one now. ``group`` is
+    None for the requests and holds taken without a group."""
+
+    group: Optional[str]
+    waiting: int
+    holding: int
 
 
 @dataclass(frozen=True)
@@ -106,10 +121,81 @@ def pxat_to_ms(pxat: Union[datetime, int]) -> int:
     return pxat
 
 
+MODES = ("shared", "exclusive")
+MAX_GROUP_BYTES = 1024
+MAX_WEIGHT = 1000
+MAX_GROUP_LIMIT = 2147483647
+
+
+def _bounded_int(value: Any, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError("%s must be an integer from %d to %d, not %r" % (what, low, high, value))
+    return value
+
+
+def group_args(group: Optional[Union[str, bytes]], weight: Optional[int], group_limit: Optional[int],
+               mode: Optional[str]) -> List[Any]:
+    """``[GROUP name [WEIGHT w]] [GROUPLIMIT m] [MODE shared|exclusive]``, checked here so
+    that a mistake is told before anything is sent: WEIGHT and GROUPLIMIT need a group."""
+    args: List[Any] = []
+    if group is not None:
+        if not isinstance(group, (str, bytes)):
+            raise TypeError("group must be a str or bytes (a tenant's name), not %r" % (group,))
+        size = len(group.encode("utf-8") if isinstance(group, str) else group)
+        if not 1 <= size <= MAX_GROUP_BYTES:
+            raise ValueError("group must be 1 to %d bytes, not %d" % (MAX_GROUP_BYTES, size))
+        args += ["GROUP", group]
+        if weight is not None:
+            args += ["WEIGHT", _bounded_int(weight, "weight", 1, MAX_WEIGHT)]
+    elif weight is not None or group_limit is not None:
+        raise ValueError("%s needs a group" % ("weight" if weight is not None else "group_limit"))
+    if group_limit is not None:
+        args += ["GROUPLIMIT", _bounded_int(group_limit, "group_limit", 1, MAX_GROUP_LIMIT)]
+    if mode is not None:
+        if not isinstance(mode, str) or mode.lower() not in MODES:
+            raise ValueError("mode must be 'shared' or 'exclusive', not %r" % (mode,))
+        args += ["MODE", mode.lower()]
+    return args
+
+
+TASK_GROUP_OPTIONS = ("lock_group", "lock_group_limit", "lock_group_weight")
+
+
+def check_task_group(group: Any, group_limit: Any, weight: Any, names: Sequence[str] = TASK_GROUP_OPTIONS) -> None:
+    """A task's group options (called ``names``), each a value or a callable of the call:
+    the values given as such are checked now (a callable's result at each call)."""
+    if group is None:
+        for name, option in ((names[1], group_limit), (names[2], weight)):
+            if option is not None:
+                raise ValueError("%s needs %s" % (name, names[0]))
+        return
+    if not callable(group) and not isinstance(group, (str, bytes)):
+        raise TypeError("%s must be a str or a callable(args, kwargs), not %r" % (names[0], group))
+    group_args("g" if callable(group) else group, None if callable(weight) else weight,
+               None if callable(group_limit) else group_limit, None)
+
+
+def task_group(group: Any, group_limit: Any, weight: Any, args: Any, kwargs: Any) -> Dict[str, Any]:
+    """The ``group``, ``group_limit`` and ``weight`` of one call of a task (each option a
+    value or a callable(args, kwargs)); a group that comes out None leaves the call without
+    one, and then without a group limit or weight."""
+    def value(option: Any) -> Any:
+        return option(list(args or ()), dict(kwargs or {})) if callable(option) else option
+
+    name = value(group)
+    if name is None:
+        return {}
+    found = {"group": name, "group_limit": value(group_limit), "weight": value(weight)}
+    group_args(found["group"], found["weight"], found["group_limit"], None)
+    return found
+
+
 def lock_args(key: KeyT, jid: JidT, *, limit: Optional[int] = None, ttl: Optional[float] = None,
               pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
               owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
-              rate: Optional[RateT] = None, wait: Optional[float] = None) -> Tuple[Any, ...]:
+              rate: Optional[RateT] = None, group: Optional[Union[str, bytes]] = None,
+              weight: Optional[int] = None, group_limit: Optional[int] = None, mode: Optional[str] = None,
+              wait: Optional[float] = None) -> Tuple[Any, ...]:
     args: List[Any] = ["UNIQUE.LOCK", key, jid]
     if limit is not None:  # sent when given, as by every client (the server's default is 1)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
@@ -130,6 +216,7 @@ def lock_args(key: KeyT, jid: JidT, *, limit: Optional[int] = None, ttl: Optiona
                  json.dumps(meta, separators=(",", ":"), default=str)]
     if rate is not None:
         args += rate_args(rate)
+    args += group_args(group, weight, group_limit, mode)
     if wait is not None:
         args += ["WAIT", seconds_to_ms(wait, "wait")]
     return tuple(args)
@@ -191,11 +278,28 @@ def parse_holder(raw: Any) -> Holder:
         type=_text(fields["type"]),
         owner=None if fields.get("owner") is None else _text(fields["owner"]),
         meta=None if meta is None else json.loads(meta),
+        group=None if fields.get("group") is None else _text(fields["group"]),
+        mode=None if fields.get("mode") is None else _text(fields["mode"]),
     )
 
 
 def parse_holders(reply: Sequence[Any]) -> List[Holder]:
     return [parse_holder(h) for h in reply or ()]
+
+
+def parse_group_waiters(reply: Sequence[Any]) -> List[GroupWaiters]:
+    """UNIQUE.WAITERS key GROUPS: one map (RESP3) or flat field/value list (RESP2) per group."""
+    entries = []
+    for raw in reply or ():
+        if isinstance(raw, dict):
+            fields = {_text(k): v for k, v in raw.items()}
+        else:
+            items = list(raw)
+            fields = {_text(items[i]): items[i + 1] for i in range(0, len(items), 2)}
+        group = fields.get("group")
+        entries.append(GroupWaiters(group=None if group is None else _text(group), waiting=int(fields["waiting"]),
+                                    holding=int(fields["holding"])))
+    return entries
 
 
 def parse_token(reply: Any) -> Optional[int]:

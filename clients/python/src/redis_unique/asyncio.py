@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Literal, Mapping, Optional, Union, overload
 
 from redis.exceptions import ResponseError
 
 from . import _protocol as p
 from . import _version
-from ._protocol import Holder, JidT, KeyT
+from ._protocol import GroupWaiters, Holder, JidT, KeyT
 from .client import PipelineCalls
 from ._refresh import OnLost
 from .errors import LockLost, translate
-from .lock import LockState
+from .lock import _DEFAULT, LockState, RWLockBase, _semaphore_limit
 
-__all__ = ["Client", "Pipeline", "Lock", "Semaphore"]
+__all__ = ["Client", "Pipeline", "Lock", "Semaphore", "RWLock", "GroupWaiters"]
 
 
 class Client:
@@ -43,10 +43,12 @@ class Client:
     async def lock(self, key: KeyT, jid: JidT, *, limit: Optional[int] = None, ttl: Optional[float] = None,
                    pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
                    owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
-                   rate: Optional[p.RateT] = None, wait: Optional[float] = None) -> Optional[int]:
+                   rate: Optional[p.RateT] = None, group: Optional[Union[str, bytes]] = None,
+                   weight: Optional[int] = None, group_limit: Optional[int] = None, mode: Optional[str] = None,
+                   wait: Optional[float] = None) -> Optional[int]:
         return p.parse_token(await self._call(*p.lock_args(
             key, jid, limit=limit, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta, rate=rate,
-            wait=wait)))
+            group=group, weight=weight, group_limit=group_limit, mode=mode, wait=wait)))
 
     async def rate(self, key: KeyT) -> Optional[p.RateState]:
         return p.parse_rate(await self._call("UNIQUE.RATE", key))
@@ -60,7 +62,15 @@ class Client:
     async def locked_by(self, key: KeyT) -> List[Any]:
         return list(await self._call("UNIQUE.LOCKEDBY", key))
 
-    async def waiters(self, key: KeyT) -> int:
+    @overload
+    async def waiters(self, key: KeyT, groups: Literal[False] = False) -> int: ...
+
+    @overload
+    async def waiters(self, key: KeyT, groups: Literal[True]) -> List[GroupWaiters]: ...
+
+    async def waiters(self, key: KeyT, groups: bool = False) -> Union[int, List[GroupWaiters]]:
+        if groups:
+            return p.parse_group_waiters(await self._call("UNIQUE.WAITERS", key, "GROUPS"))
         return int(await self._call("UNIQUE.WAITERS", key))
 
     async def reap(self, owner: Optional[str] = None, count: int = 1000) -> int:
@@ -106,9 +116,12 @@ class Lock(LockState):
     def __init__(self, redis: Any, key: str, *, ttl: float, wait: Optional[float] = None, limit: int = 1,
                  owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None, renew: bool = True,
                  jid: Optional[str] = None, type: Optional[str] = None, rate: Optional[p.RateT] = None,
-                 on_lost: Optional[OnLost] = None) -> None:
+                 on_lost: Optional[OnLost] = None, group: Optional[Union[str, bytes]] = None,
+                 weight: Optional[int] = None, group_limit: Optional[int] = None,
+                 mode: Optional[str] = None) -> None:
         super().__init__(Client(redis), key, ttl=ttl, wait=wait, limit=limit, owner=owner, meta=meta,
-                         renew=renew, jid=jid, type=type, rate=rate, on_lost=on_lost)
+                         renew=renew, jid=jid, type=type, rate=rate, on_lost=on_lost, group=group,
+                         weight=weight, group_limit=group_limit, mode=mode)
 
     async def acquire(self) -> int:
         self._ensure_free()
@@ -152,7 +165,24 @@ class Lock(LockState):
 
 
 class Semaphore(Lock):
+    """``async with Semaphore(redis, key, limit, ttl=...)``: see :class:`redis_unique.Semaphore`
+    (``group=``, ``group_limit=``, ``weight=`` share the limit fairly)."""
+
     def __init__(self, redis: Any, key: str, limit: int, *, ttl: float, **kwargs: Any) -> None:
-        if limit < 1:
-            raise ValueError("a semaphore needs a limit of 1 or more")
+        _semaphore_limit(limit)
         super().__init__(redis, key, ttl=ttl, limit=limit, **kwargs)
+
+
+class RWLock(RWLockBase):
+    """``async with rw.read():`` / ``async with rw.write():``: see :class:`redis_unique.RWLock`;
+    each hold is an asyncio :class:`Lock` renewed by a task."""
+
+    _lock_class = Lock
+
+    def read(self, *, wait: Any = _DEFAULT) -> Lock:
+        """A shared hold, one of up to ``limit``."""
+        return self._hold("shared", wait)
+
+    def write(self, *, wait: Any = _DEFAULT) -> Lock:
+        """An exclusive hold: no reader, no other writer."""
+        return self._hold("exclusive", wait)

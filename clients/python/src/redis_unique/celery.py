@@ -30,6 +30,24 @@ Options of ``unique`` (a dict; ``True`` means every default):
   DuplicateTask, ``retry`` retries it (``self.retry``, ``retry_countdown``
   seconds, default 1, within the task's ``max_retries``).
 - ``wait``: seconds to wait natively for the lock before the conflict policy.
+- ``limit``: how many calls with the same key hold the lock at once (default 1):
+  with a ``key`` that gives one string for many calls, "at most 10 of these run
+  at once".
+
+Fair sharing of that limit among tenants, as task options beside ``unique``:
+
+- ``lock_group``: the call's group (a tenant's name): a string, or
+  ``callable(args, kwargs)`` giving one (``None``: this call has no group). A freed
+  slot goes to the waiting group holding the fewest slots for its weight.
+- ``lock_group_limit``: at most this many holders of one group (an int, or a
+  callable of the call like ``lock_group``).
+- ``lock_group_weight``: the group's weight, 1 to 1000 (default 1; an int or a
+  callable).
+
+    @app.task(unique={"lock": "while_executing", "key": lambda a, k: "partner-api",
+                      "limit": 10, "wait": 600},
+              lock_group=lambda args, kwargs: args[0], lock_group_limit=4)
+    def call_partner(tenant, payload): ...
 
 Lock keys are ``unique:<task name>:<digest>`` (``...:run`` for the lock held
 while running); the job id of a holder is the Celery task id; the OWNER of a
@@ -56,7 +74,7 @@ import redis as redis_py
 from celery import Task, signals
 from celery.exceptions import Reject, Retry
 
-from ._protocol import LOCK_TYPES
+from ._protocol import LOCK_TYPES, TASK_GROUP_OPTIONS, check_task_group, task_group
 from .client import Client
 from .errors import DuplicateTask, LockLost, LockNotAcquired
 from .lock import Lock
@@ -110,14 +128,26 @@ class UniqueOptions:
     server_conflict: str = "skip"
     wait: Optional[float] = None
     retry_countdown: float = 1.0
+    limit: int = 1
+    # Each a value or a callable(args, kwargs) giving it.
+    group: Any = None
+    group_limit: Any = None
+    group_weight: Any = None
 
     @classmethod
-    def parse(cls, value: Union[bool, Dict[str, Any], None]) -> Optional["UniqueOptions"]:
+    def parse(cls, value: Union[bool, Dict[str, Any], None],
+              groups: Optional[Dict[str, Any]] = None) -> Optional["UniqueOptions"]:
+        groups = {k: v for k, v in (groups or {}).items() if v is not None}
         if not value:
+            if groups:
+                raise ValueError("%s needs the unique option (the lock whose limit the groups share)"
+                                 % ", ".join(sorted(groups)))
             return None
         if value is True:
             value = {}
-        known = {"lock", "ttl", "run_ttl", "key", "on_conflict", "wait", "retry_countdown"}
+        if not isinstance(value, dict):
+            raise TypeError("unique must be True or a dict of options, not %r" % (value,))
+        known = {"lock", "ttl", "run_ttl", "key", "on_conflict", "wait", "retry_countdown", "limit"}
         unknown = set(value) - known
         if unknown:
             raise ValueError("unknown unique option(s): %s" % ", ".join(sorted(unknown)))
@@ -132,9 +162,23 @@ class UniqueOptions:
         for c in (client_c, server_c):
             if c not in POLICIES:
                 raise ValueError("on_conflict must be one of %s, not %r" % (", ".join(POLICIES), c))
+        limit = value.get("limit", 1)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError("unique limit must be an integer >= 1, not %r" % (limit,))
+        group = groups.get("lock_group")
+        group_limit, weight = groups.get("lock_group_limit"), groups.get("lock_group_weight")
+        check_task_group(group, group_limit, weight)
         return cls(lock=lock, ttl=float(value.get("ttl", 3600)), run_ttl=float(value.get("run_ttl", 60)),
                    key=value.get("key"), client_conflict=client_c, server_conflict=server_c,
-                   wait=value.get("wait"), retry_countdown=float(value.get("retry_countdown", 1)))
+                   wait=value.get("wait"), retry_countdown=float(value.get("retry_countdown", 1)), limit=limit,
+                   group=group, group_limit=group_limit, group_weight=weight)
+
+
+def _task_option(task: Any, name: str) -> Any:
+    """A task option as given: a function given as ``lock_group=`` became a class attribute,
+    which plain attribute access would bind to the task as a method."""
+    value = inspect.getattr_static(task, name, None)
+    return value.__func__ if isinstance(value, staticmethod) else value
 
 
 def _digest(value: Any) -> str:
@@ -149,15 +193,28 @@ class UniqueTask(Task):
 
     abstract = True
     unique: Union[bool, Dict[str, Any], None] = None
+    # Fair sharing of the lock's limit (see the module's doc): task options, as ``unique``.
+    lock_group: Any = None
+    lock_group_limit: Any = None
+    lock_group_weight: Any = None
 
     # -- configuration -----------------------------------------------------
 
     def unique_options(self) -> Optional[UniqueOptions]:
+        given = (self.unique,) + tuple(_task_option(self, name) for name in TASK_GROUP_OPTIONS)
         cached = self.__dict__.get("_unique_parsed")
-        if cached is None or cached[0] is not self.unique:
-            cached = (self.unique, UniqueOptions.parse(self.unique))
+        if cached is None or any(a is not b for a, b in zip(cached[0], given)):
+            cached = (given, UniqueOptions.parse(self.unique, dict(zip(TASK_GROUP_OPTIONS, given[1:]))))
             self.__dict__["_unique_parsed"] = cached
         return cached[1]
+
+    def unique_group(self, args: Any = None, kwargs: Any = None) -> Dict[str, Any]:
+        """The group options of a call (``group``, ``group_limit``, ``weight``), as sent
+        with each of its locks: {} without ``lock_group`` (or when it gives None)."""
+        opts = self.unique_options()
+        if opts is None:
+            return {}
+        return task_group(opts.group, opts.group_limit, opts.group_weight, args, kwargs)
 
     def unique_key(self, args: Any = None, kwargs: Any = None) -> Optional[str]:
         """The lock key of a call, or None when the call is not unique."""
@@ -217,8 +274,10 @@ class UniqueTask(Task):
         if wait is None and opts.client_conflict == "retry":
             wait = 5.0
         meta = {"task": self.name, "queue": options.get("queue")}
+        group = self.unique_group(args, kwargs)
         for _ in range(3):
-            token = client.lock(key, task_id, ttl=opts.ttl, type=opts.lock, meta=meta, wait=wait)
+            token = client.lock(key, task_id, limit=None if opts.limit == 1 else opts.limit, ttl=opts.ttl, type=opts.lock, meta=meta, wait=wait,
+                                **group)
             if token is not None:
                 break
             holders = client.locked_by(key)
@@ -251,6 +310,7 @@ class UniqueTask(Task):
         client = self.unique_client
         owner = worker_owner(req.hostname)
         kind = opts.lock
+        group = self.unique_group(args, kwargs)
 
         if kind == "until_expired":
             return super().__call__(*args, **kwargs)
@@ -259,8 +319,8 @@ class UniqueTask(Task):
             return super().__call__(*args, **kwargs)
         if kind == "until_executed":
             # The worker takes over the lease: short, renewed, with its OWNER.
-            hold = Lock(client, key, ttl=opts.run_ttl, jid=req.id, owner=owner, type=kind,
-                        on_lost=self._lost_reporter())
+            hold = Lock(client, key, ttl=opts.run_ttl, limit=opts.limit, jid=req.id, owner=owner, type=kind,
+                        on_lost=self._lost_reporter(), **group)
             try:
                 hold.acquire()
             except LockNotAcquired:
@@ -270,8 +330,8 @@ class UniqueTask(Task):
             return self._run_holding(hold, key, opts, args, kwargs, keep_on_retry=True)
 
         # while_executing, until_and_while_executing: a lock around the run.
-        hold = Lock(client, key + ":run", ttl=opts.run_ttl, jid=req.id, owner=owner, type="while_executing",
-                    wait=opts.wait, on_lost=self._lost_reporter())
+        hold = Lock(client, key + ":run", ttl=opts.run_ttl, limit=opts.limit, jid=req.id, owner=owner,
+                    type="while_executing", wait=opts.wait, on_lost=self._lost_reporter(), **group)
         try:
             hold.acquire()
         except LockNotAcquired:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, TypeVar, Union, overload
 
 from redis.exceptions import ResponseError
 
 from . import _protocol as p
 from . import _version
-from ._protocol import Holder, JidT, KeyT
+from ._protocol import GroupWaiters, Holder, JidT, KeyT
 from .errors import translate
 
 _P = TypeVar("_P", bound="PipelineCalls")
@@ -48,13 +48,21 @@ class Client:
     def lock(self, key: KeyT, jid: JidT, *, limit: Optional[int] = None, ttl: Optional[float] = None,
              pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
              owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
-             rate: Optional[p.RateT] = None, wait: Optional[float] = None) -> Optional[int]:
+             rate: Optional[p.RateT] = None, group: Optional[Union[str, bytes]] = None,
+             weight: Optional[int] = None, group_limit: Optional[int] = None, mode: Optional[str] = None,
+             wait: Optional[float] = None) -> Optional[int]:
         """UNIQUE.LOCK: the fencing token on a grant or a renewal, None when denied
         (after waiting up to ``wait`` seconds, when given). ``rate``: a
-        :class:`Rate` (or ``(limit, per_seconds[, burst])``) a new grant also needs."""
+        :class:`Rate` (or ``(limit, per_seconds[, burst])``) a new grant also needs.
+
+        ``group`` (a tenant's name) shares the key's ``limit`` fairly: a freed slot goes
+        to the waiting group holding the fewest slots for its ``weight`` (1 to 1000,
+        default 1). ``group_limit``: a grant also needs fewer than that many holders of
+        the group. ``mode``: ``"shared"`` (readers, up to ``limit``) or ``"exclusive"``
+        (a writer, alone); a renewal keeps both unless told."""
         return p.parse_token(self._call(*p.lock_args(
             key, jid, limit=limit, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta, rate=rate,
-            wait=wait)))
+            group=group, weight=weight, group_limit=group_limit, mode=mode, wait=wait)))
 
     def rate(self, key: KeyT) -> Optional[p.RateState]:
         """UNIQUE.RATE: the key's rate state (what ``lock(..., rate=...)`` spent),
@@ -73,9 +81,18 @@ class Client:
         """UNIQUE.LOCKEDBY: the jids of the live holders, oldest grant first."""
         return list(self._call("UNIQUE.LOCKEDBY", key))
 
-    def waiters(self, key: KeyT) -> int:
+    @overload
+    def waiters(self, key: KeyT, groups: Literal[False] = False) -> int: ...
+
+    @overload
+    def waiters(self, key: KeyT, groups: Literal[True]) -> List[GroupWaiters]: ...
+
+    def waiters(self, key: KeyT, groups: bool = False) -> Union[int, List[GroupWaiters]]:
         """UNIQUE.WAITERS: how many clients wait (``lock(..., wait=...)``) for a
-        slot of ``key``."""
+        slot of ``key``; with ``groups=True``, a :class:`GroupWaiters` per group that
+        waits or holds (``group`` None first, for those without a group, then by name)."""
+        if groups:
+            return p.parse_group_waiters(self._call("UNIQUE.WAITERS", key, "GROUPS"))
         return int(self._call("UNIQUE.WAITERS", key))
 
     def reap(self, owner: Optional[str] = None, count: int = 1000) -> int:

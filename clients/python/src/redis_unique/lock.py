@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Union
 
-from ._protocol import RateT, seconds_to_ms
+from ._protocol import RateT, group_args, seconds_to_ms
 from ._refresh import OnLost, RefreshLoop
 from .client import Client
 from .errors import AlreadyAcquired, LockLost, LockNotAcquired, UniqueError
 
-__all__ = ["Lock", "Semaphore"]
+__all__ = ["Lock", "Semaphore", "RWLock"]
 
 log = logging.getLogger("redis_unique")
 
@@ -25,7 +25,9 @@ class LockState:
     def __init__(self, client: Any, key: str, *, ttl: float, wait: Optional[float], limit: int,
                  owner: Optional[str], meta: Optional[Mapping[str, Any]], renew: bool,
                  jid: Optional[str], type: Optional[str], rate: Optional[RateT] = None,
-                 on_lost: Optional[OnLost] = None) -> None:
+                 on_lost: Optional[OnLost] = None, group: Optional[Union[str, bytes]] = None,
+                 weight: Optional[int] = None, group_limit: Optional[int] = None,
+                 mode: Optional[str] = None) -> None:
         if not ttl or ttl <= 0:
             raise ValueError("ttl must be a positive number of seconds")
         if on_lost is not None and not callable(on_lost):
@@ -43,6 +45,13 @@ class LockState:
         # Spent by the grant only (renewals never spend the rate).
         self.rate = rate
         self.on_lost = on_lost
+        # Told now rather than at the first acquire: a group's options, checked as sent.
+        group_args(group, weight, group_limit, mode)
+        # Sent with the grant; a renewal keeps them (the server keeps the holder's group and mode).
+        self.group = group
+        self.weight = weight
+        self.group_limit = group_limit
+        self.mode = mode
         self.jid = jid if jid is not None else uuid.uuid4().hex
         self.token: Optional[int] = None
         self._refresh: Optional[RefreshLoop] = None
@@ -64,7 +73,8 @@ class LockState:
 
     def _lock_args(self) -> Dict[str, Any]:
         return dict(limit=self.limit, ttl=self.ttl, type=self.type, owner=self.owner, meta=self.meta,
-                    rate=self.rate, wait=self.wait)
+                    rate=self.rate, group=self.group, weight=self.weight, group_limit=self.group_limit,
+                    mode=self.mode, wait=self.wait)
 
     def _granted(self, token: Optional[int], sent_at: float) -> RefreshLoop:
         if token is None:
@@ -148,14 +158,22 @@ class Lock(LockState):
     the renewal thread, or at release when only the release finds it gone);
     leaving the block then raises :class:`LockLost` (unless the block is already
     raising).
+
+    ``group`` (a tenant's name) shares the key's ``limit`` fairly among groups: a
+    freed slot goes to the waiting group that holds the fewest slots for its
+    ``weight``; ``group_limit`` caps the holders of one group. ``mode``
+    (``"shared"`` or ``"exclusive"``) is what :class:`RWLock` sends.
     """
 
     def __init__(self, redis: Any, key: str, *, ttl: float, wait: Optional[float] = None, limit: int = 1,
                  owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None, renew: bool = True,
                  jid: Optional[str] = None, type: Optional[str] = None, rate: Optional[RateT] = None,
-                 on_lost: Optional[OnLost] = None) -> None:
+                 on_lost: Optional[OnLost] = None, group: Optional[Union[str, bytes]] = None,
+                 weight: Optional[int] = None, group_limit: Optional[int] = None,
+                 mode: Optional[str] = None) -> None:
         super().__init__(Client(redis), key, ttl=ttl, wait=wait, limit=limit, owner=owner, meta=meta,
-                         renew=renew, jid=jid, type=type, rate=rate, on_lost=on_lost)
+                         renew=renew, jid=jid, type=type, rate=rate, on_lost=on_lost, group=group,
+                         weight=weight, group_limit=group_limit, mode=mode)
 
     def acquire(self) -> int:
         self._ensure_free()
@@ -200,9 +218,76 @@ class Lock(LockState):
 
 class Semaphore(Lock):
     """A Lock that up to ``limit`` holders take at once (every user of the key
-    should give the same limit)."""
+    should give the same limit). With ``group=`` (a tenant), ``group_limit=`` and
+    ``weight=``, the limit is shared fairly among the groups that wait."""
 
     def __init__(self, redis: Any, key: str, limit: int, *, ttl: float, **kwargs: Any) -> None:
-        if limit < 1:
-            raise ValueError("a semaphore needs a limit of 1 or more")
+        _semaphore_limit(limit)
         super().__init__(redis, key, ttl=ttl, limit=limit, **kwargs)
+
+
+def _semaphore_limit(limit: Any) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError("a semaphore needs a limit of 1 or more, not %r" % (limit,))
+
+
+class RWLockBase:
+    """What the sync and asyncio RWLock share: the settings of the key, and the
+    ``read()`` / ``write()`` holds they make, each a new lock of its own (its own jid
+    and renewal), so that one RWLock serves many threads or tasks."""
+
+    _lock_class: Any = None
+
+    def __init__(self, redis: Any, key: str, *, ttl: float, limit: int, wait: Optional[float] = None,
+                 **kwargs: Any) -> None:
+        _semaphore_limit(limit)
+        for name in ("mode", "jid"):
+            if name in kwargs:
+                raise TypeError("RWLock sets %s itself: read() is shared, write() exclusive, each its own jid"
+                                % name)
+        self.redis = redis
+        self.key = key
+        self.ttl = ttl
+        self.limit = limit
+        self.wait = wait
+        self.options = kwargs
+        # Every mistake at construction, not at the first read() or write().
+        self._lock_class(redis, key, ttl=ttl, limit=limit, wait=wait, mode="shared", **kwargs)
+
+    def _hold(self, mode: str, wait: Any) -> Any:
+        return self._lock_class(self.redis, self.key, ttl=self.ttl, limit=self.limit,
+                                wait=self.wait if wait is _DEFAULT else wait, mode=mode, **self.options)
+
+    def __repr__(self) -> str:
+        return "<%s %r ttl=%gs limit=%d>" % (type(self).__qualname__, self.key, self.ttl, self.limit)
+
+
+_DEFAULT: Any = object()
+
+
+class RWLock(RWLockBase):
+    """Readers share ``key`` (up to ``limit`` at once), a writer holds it alone::
+
+        rw = RWLock(r, "doc:7", ttl=30, limit=10)
+        with rw.read():       # MODE shared
+            ...
+        with rw.write():      # MODE exclusive
+            ...
+
+    The server serves them in order: a waiting writer blocks the readers that come
+    after it, and the readers queued behind it are served together when it leaves,
+    so neither side starves. ``read()`` and ``write()`` give a new :class:`Lock`
+    each (``.token``, ``.lost``...), renewed like any Lock while held; ``wait``
+    (seconds, per RWLock or per call) waits natively, else a taken lock raises
+    :class:`LockNotAcquired`. Other keywords (``owner``, ``meta``, ``type``,
+    ``on_lost``, ``group``...) go to every hold."""
+
+    _lock_class = Lock
+
+    def read(self, *, wait: Any = _DEFAULT) -> Lock:
+        """A shared hold (``with rw.read() as hold:``), one of up to ``limit``."""
+        return self._hold("shared", wait)
+
+    def write(self, *, wait: Any = _DEFAULT) -> Lock:
+        """An exclusive hold (``with rw.write() as hold:``): no reader, no other writer."""
+        return self._hold("exclusive", wait)

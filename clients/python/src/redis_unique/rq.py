@@ -30,6 +30,14 @@ the lock (None if it is gone from Redis), ``raise`` raises
 (default 5) and then raises (``lock_wait`` waits before any policy). When running, ``skip`` returns None without
 running, ``raise`` fails the job with DuplicateTask, ``retry`` fails it too, so
 that the job's RQ ``Retry`` policy runs it again.
+
+``lock_limit``: how many calls with the same key hold the lock at once (default
+1). Fair sharing of that limit among tenants: ``lock_group`` (a string, or
+``callable(args, kwargs)`` giving one; None: no group), ``lock_group_limit`` (at
+most this many holders of one group) and ``lock_group_weight`` (1 to 1000), each
+a value or a callable of the call; a freed slot goes to the waiting group holding
+the fewest slots for its weight. The decorator takes ``limit``, ``group``,
+``group_limit`` and ``weight``, the same.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from typing import Any, Callable, Optional, TypeVar
 from rq import get_current_job
 from rq.job import Callback, Job
 
-from ._protocol import LOCK_TYPES
+from ._protocol import LOCK_TYPES, check_task_group, task_group
 from .client import Client
 from .errors import DuplicateTask, LockLost, LockNotAcquired
 from .lock import Lock
@@ -94,27 +102,36 @@ def _policies(on_conflict: Any) -> tuple:
 
 def enqueue_unique(queue: Any, func: Any, *args: Any, lock: str = "until_executed", lock_ttl: float = 3600,
                    lock_run_ttl: float = 60, lock_key: Optional[Callable[[Any, Any], Any]] = None,
-                   on_conflict: Any = "skip", lock_wait: Optional[float] = None, **kwargs: Any) -> Optional[Job]:
+                   on_conflict: Any = "skip", lock_wait: Optional[float] = None, lock_limit: int = 1,
+                   lock_group: Any = None, lock_group_limit: Any = None, lock_group_weight: Any = None,
+                   **kwargs: Any) -> Optional[Job]:
     """``queue.enqueue(func, *args, **kwargs)`` unless the same call holds the
     lock. ``lock_ttl``: the lease of the lock taken when enqueued (seconds);
     ``lock_run_ttl``: the lease of the lock held while running, renewed every
     third of it; ``lock_key``: what makes two calls the same; ``lock_wait``:
-    seconds to wait for the lock before the conflict policy. Options of RQ (``job_id``, ``meta``, ``retry``, ``job_timeout``...)
+    seconds to wait for the lock before the conflict policy; ``lock_limit``: how
+    many calls with the same key hold it at once; ``lock_group``,
+    ``lock_group_limit``, ``lock_group_weight``: fair sharing of that limit (see
+    the module's doc). Options of RQ (``job_id``, ``meta``, ``retry``, ``job_timeout``...)
     pass through; ``kwargs`` are the function's otherwise, as with enqueue."""
     if lock not in LOCK_TYPES:
         raise ValueError("lock must be one of %s, not %r" % (", ".join(LOCK_TYPES), lock))
     client_policy, server_policy = _policies(on_conflict)
+    _check_limit(lock_limit, "lock_limit")
+    check_task_group(lock_group, lock_group_limit, lock_group_weight)
     fkwargs = dict(kwargs.pop("kwargs", None) or {})
     options = {k: kwargs.pop(k) for k in list(kwargs) if k in _RQ_OPTIONS}
     fkwargs.update(kwargs)
     k = unique_key(func, args, fkwargs, lock_key)
+    group = task_group(lock_group, lock_group_limit, lock_group_weight, args, fkwargs)
     wait = lock_wait
     if k is None:
         return queue.enqueue(func, args=args, kwargs=fkwargs, **options)
     client = Client(queue.connection)
     job_id = options.setdefault("job_id", str(uuid.uuid4()))
     options["meta"] = dict(options.get("meta") or {}, **{META: {
-        "key": k, "lock": lock, "ttl": lock_ttl, "run_ttl": lock_run_ttl, "on_conflict": server_policy, "wait": wait}})
+        "key": k, "lock": lock, "ttl": lock_ttl, "run_ttl": lock_run_ttl, "on_conflict": server_policy, "wait": wait,
+        "limit": lock_limit, **group}})
     if lock == "until_executed":
         if options.get("on_success") or options.get("on_failure"):
             raise ValueError("until_executed frees its lock in the job's callbacks: no on_success/on_failure")
@@ -123,8 +140,8 @@ def enqueue_unique(queue: Any, func: Any, *args: Any, lock: str = "until_execute
     if lock != "while_executing":
         if wait is None and client_policy == "retry":
             wait = 5.0
-        token = client.lock(k, job_id, ttl=lock_ttl, type=lock, wait=wait,
-                            meta={"func": _func_name(func), "queue": queue.name})
+        token = client.lock(k, job_id, limit=None if lock_limit == 1 else lock_limit, ttl=lock_ttl, type=lock,
+                            wait=wait, meta={"func": _func_name(func), "queue": queue.name}, **group)
         if token is None:
             holders = client.locked_by(k)
             existing = holders[0].decode() if holders and isinstance(holders[0], bytes) else None
@@ -144,6 +161,16 @@ def enqueue_unique(queue: Any, func: Any, *args: Any, lock: str = "until_execute
         if lock != "while_executing":
             client.unlock(k, job_id)
         raise
+
+
+def _check_limit(limit: Any, name: str) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError("%s must be an integer >= 1, not %r" % (name, limit))
+
+
+def _group_of(info: Any) -> Any:
+    """The group options stored in a job's meta at enqueue."""
+    return {name: info[name] for name in ("group", "group_limit", "weight") if info.get(name) is not None}
 
 
 _RQ_OPTIONS = {"job_timeout", "description", "result_ttl", "ttl", "failure_ttl", "depends_on", "job_id",
@@ -189,8 +216,9 @@ class UniqueJob(Job):
         if kind == "until_executing":
             client.unlock(k, self.id)
             return super().perform()
-        hold = Lock(client, k + ":run", ttl=info.get("run_ttl") or 60, jid=self.id, owner=_owner(self),
-                    type="while_executing", wait=info.get("wait"), on_lost=_lost_reporter(self.id))
+        hold = Lock(client, k + ":run", ttl=info.get("run_ttl") or 60, limit=info.get("limit") or 1, jid=self.id,
+                    owner=_owner(self), type="while_executing", wait=info.get("wait"),
+                    on_lost=_lost_reporter(self.id), **_group_of(info))
         try:
             hold.acquire()
         except LockNotAcquired:
@@ -219,12 +247,16 @@ def _lost_reporter(job_id: str) -> Callable[[LockLost], None]:
 
 
 def while_executing(key: Optional[Callable[[Any, Any], Any]] = None, *, ttl: float = 60,
-                    on_conflict: str = "skip", wait: Optional[float] = None) -> Callable[[F], F]:
+                    on_conflict: str = "skip", wait: Optional[float] = None, limit: int = 1, group: Any = None,
+                    group_limit: Any = None, weight: Any = None) -> Callable[[F], F]:
     """A job function that runs once at a time per ``key`` (every argument by
-    default): a lock on ``unique:<module.function>:<digest>:run`` around the
-    call, renewed every third of ``ttl``, OWNER the worker's name. Called outside a
-    job, the function just runs."""
+    default; ``limit`` at a time): a lock on ``unique:<module.function>:<digest>:run``
+    around the call, renewed every third of ``ttl``, OWNER the worker's name. Called
+    outside a job, the function just runs. ``group`` (a string or ``callable(args,
+    kwargs)``), ``group_limit`` and ``weight`` share the limit fairly among tenants."""
     _policies(on_conflict)
+    _check_limit(limit, "limit")
+    check_task_group(group, group_limit, weight, names=("group", "group_limit", "weight"))
 
     def decorate(func: F) -> F:
         @functools.wraps(func)
@@ -234,8 +266,9 @@ def while_executing(key: Optional[Callable[[Any, Any], Any]] = None, *, ttl: flo
             if job is None or k is None:
                 return func(*args, **kwargs)
             client = Client(job.connection)
-            hold = Lock(client, k + ":run", ttl=ttl, jid=job.id, owner=_owner(job), type="while_executing",
-                        wait=wait, on_lost=_lost_reporter(job.id))
+            hold = Lock(client, k + ":run", ttl=ttl, limit=limit, jid=job.id, owner=_owner(job),
+                        type="while_executing", wait=wait, on_lost=_lost_reporter(job.id),
+                        **task_group(group, group_limit, weight, args, kwargs))
             try:
                 hold.acquire()
             except LockNotAcquired:
