@@ -126,3 +126,11 @@ def limited_job(self, tenant, i, seconds):
           lock_limits={"{limited}:few": 3})
 def limited_unique(self, tag, fail=False):
     return body(self, tag, fail)
+
+
+# A short lease, renewed every third of a second: the loss of one limit's key is told soon.
+@app.task(name="limited_lost", bind=True,
+          unique={"lock": "while_executing", "run_ttl": 1, "on_conflict": "raise"},
+          lock_limits={"{limited}:lost": 1})
+def limited_lost(self, tag, fail=False):
+    return body(self, tag, fail)

@@ -22,23 +22,25 @@ def argv(*args, **kwargs):
     return [str(a) for a in m.lock_all_args(*args, **kwargs)]
 
 
-# The contract's neutral form (call lock_all: keys, jid, limits, rates [{index, limit, per_ms,
-# burst}], ttl_ms ...; unlock_all: keys, jid), the cases the conformance table gets.
+# In the conformance table's neutral form (clients/conformance/README.md: lock_all's keys,
+# limits, rates [{key: position from 1, rate_limit, rate_per_ms | rate_per_seconds,
+# rate_burst}], ttl_ms ...); the table's own rows run in test_conformance.py.
 CASES = [
     ({"keys": ["a"], "jid": "j"}, ["UNIQUE.LOCKALL", "1", "a", "j"]),
     ({"keys": ["{api}:tenant:acme", "{api}:global"], "jid": "job-7", "limits": [2, 10],
-      "rates": [{"index": 2, "limit": 50, "per_ms": 1000}], "ttl_ms": 30000, "wait_ms": 5000},
+      "rates": [{"key": 2, "rate_limit": 50, "rate_per_ms": 1000}], "ttl_ms": 30000, "wait_ms": 5000},
      ["UNIQUE.LOCKALL", "2", "{api}:tenant:acme", "{api}:global", "job-7", "LIMIT", "2", "10",
       "RATE", "2", "50", "PER", "1000", "TTL", "30000", "WAIT", "5000"]),
     ({"keys": ["a", "b", "c"], "jid": "j", "limits": [0, 1, 3],
-      "rates": [{"index": 3, "limit": 5, "per_ms": 60000, "burst": 2}, {"index": 1, "limit": 1, "per_ms": 10}],
+      "rates": [{"key": 3, "rate_limit": 5, "rate_per_ms": 60000, "rate_burst": 2},
+                {"key": 1, "rate_limit": 1, "rate_per_seconds": 0.01}],
       "pxat_ms": 1900000000000, "type": "while_executing", "owner": "host:1", "meta": {"b": 1, "a": [2]},
       "wait_seconds": 0.0004},
      ["UNIQUE.LOCKALL", "3", "a", "b", "c", "j", "LIMIT", "0", "1", "3", "RATE", "1", "1", "PER", "10",
       "RATE", "3", "5", "PER", "60000", "BURST", "2", "PXAT", "1900000000000", "TYPE", "while_executing",
       "OWNER", "host:1", "META", '{"b":1,"a":[2]}', "WAIT", "1"]),
-    ({"keys": ["a", "b"], "jid": "j", "ttl_seconds": 0.3, "rates": [{"index": 1, "limit": 3, "per_ms": 1000,
-                                                                      "burst": 0}]},
+    ({"keys": ["a", "b"], "jid": "j", "ttl_seconds": 0.3, "rates": [{"key": 1, "rate_limit": 3, "rate_per_ms": 1000,
+                                                                      "rate_burst": 0}]},
      ["UNIQUE.LOCKALL", "2", "a", "b", "j", "RATE", "1", "3", "PER", "1000", "TTL", "300"]),
 ]
 
@@ -50,8 +52,9 @@ def python_kwargs(args):
         if name in ("keys", "jid"):
             continue
         if name == "rates":
-            kwargs["rates"] = {args["keys"][r["index"] - 1]: Rate(r["limit"], per=r["per_ms"] / 1000,
-                                                                   burst=r.get("burst", 0)) for r in value}
+            kwargs["rates"] = {args["keys"][r["key"] - 1]: Rate(
+                r["rate_limit"], per=r["rate_per_ms"] / 1000 if "rate_per_ms" in r else r["rate_per_seconds"],
+                burst=r.get("rate_burst", 0)) for r in value}
         elif name in ("ttl_ms", "wait_ms"):
             kwargs[name[:-3]] = value / 1000
         elif name in ("ttl_seconds", "wait_seconds"):

@@ -4,6 +4,7 @@ and the limits taken in one grant; the load test: tenants' calls under a per-ten
 global limit together, sampled on the server, neither limit exceeded, no deadlock, every job
 run. (RQ's ``lock_limits`` and decorator: tests/test_rq.py.)"""
 import uuid
+from pathlib import Path
 
 import pytest
 from celery import Celery
@@ -106,6 +107,26 @@ def test_the_run_lock_and_the_limits_in_one_grant_through_a_real_worker(server):
         assert [res.get(timeout=60) for res in running] == tags
         wait_for(lambda: c.holders(few) == [], message="the limits released")
         assert all(c.holders(mod.limited_unique.unique_key([t], {}) + ":run") == [] for t in tags)
+
+
+def test_a_running_task_that_loses_one_key_is_told_and_frees_the_rest(server):
+    queue = "limited-lost-" + tag()
+    name = "lost-" + tag()[:6]
+    with celery_workers(server, [(name, queue, 2)]) as (mod, _):
+        r = server.client(db=CELERY_DB)
+        c = Client(r)
+        t = tag()
+        res = mod.limited_lost.apply_async((t,), queue=queue)
+        wait_for(lambda: r.llen("runs:" + t) == 1, message="the run")
+        run_key = mod.limited_lost.unique_key([t], {}) + ":run"
+        assert [h.jid for h in c.holders(run_key)] == [res.id]
+        assert c.unlock("{limited}:lost", res.id)  # one key of the grant, freed behind its back
+        log = Path(server.dir, "celery-%s.log" % name)
+        wait_for(lambda: "lost its lock while running" in log.read_text() and res.id in log.read_text(),
+                 timeout=30, message="the loss in the worker's log")
+        r.rpush("gate:" + t, 1)
+        assert res.get(timeout=60) == t  # told, not failed: the job ran
+        wait_for(lambda: c.holders(run_key) == [], message="the rest freed when it ended")
 
 
 # The load test.
