@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 import redis_unique.asyncio as aio
-from redis_unique import Client, GroupWaiters, LockNotAcquired, RWLock, Semaphore
+from redis_unique import Client, GroupWaiters, LockNotAcquired, RWLock, Semaphore, UniqueError
 
 from conftest import wait_for
 
@@ -180,6 +180,27 @@ def test_a_queued_writer_blocks_new_readers_and_the_readers_behind_it_are_served
         x.release()
 
 
+def test_a_write_downgrades_and_a_sole_read_upgrades_never_waiting(r, server, waiting):
+    c = Client(r)
+    rw = RWLock(r, "doc", ttl=30, limit=5)
+    w = rw.write()
+    w.acquire()
+    reader = waiting(RWLock(server.client(), "doc", ttl=30, limit=5, wait=60).read())
+    wait_for(lambda: c.waiters("doc") == 1, message="a reader waiting")
+    assert w.downgrade() is True and w.mode == "shared"
+    assert reader.held.wait(60)  # served at once: the writer is a reader now
+    assert sorted((h.mode, h.token == w.token) for h in c.holders("doc")) == [("shared", False), ("shared", True)]
+    assert w.upgrade() is False and w.mode == "shared"  # another reader holds: at once, unchanged
+    reader.release()
+    assert w.upgrade() is True and w.mode == "exclusive"
+    assert [(h.token, h.mode) for h in c.holders("doc")] == [(w.token, "exclusive")]
+    with pytest.raises(LockNotAcquired):
+        rw.read().acquire()
+    w.release()
+    with pytest.raises(UniqueError):
+        w.upgrade()  # not held
+
+
 def test_rwlock_holds_are_renewed_and_keep_their_mode(r):
     c = Client(r)
     rw = RWLock(r, "doc", ttl=0.3, limit=2)
@@ -212,6 +233,11 @@ def test_asyncio_rwlock(server, r):
             assert [(h.token, h.mode) for h in c.holders("adoc")] == [(w.token, "exclusive")]
             with pytest.raises(LockNotAcquired):
                 await rw.read().acquire()
+            assert await w.downgrade() is True
+            async with rw.read() as other:
+                assert sorted(h.mode for h in c.holders("adoc")) == ["shared", "shared"]
+                assert await other.upgrade() is False
+            assert await w.upgrade() is True and w.mode == "exclusive"
         sem = aio.Semaphore(ar, "asem", 3, ttl=30, group="acme", group_limit=1)
         async with sem:
             with pytest.raises(LockNotAcquired):

@@ -139,6 +139,19 @@ def test_rwlock_gives_a_shared_read_and_an_exclusive_write_each_its_own(cls, loc
         "WAIT", "2000"]
 
 
+def test_a_change_of_mode_is_a_renewal_with_mode(rec):
+    hold = RWLock(rec, "doc", ttl=30, limit=5, renew=False).write()
+    hold.acquire()
+    assert hold.downgrade() is True and hold.mode == "shared"
+    assert rec.sent[-1] == ["UNIQUE.LOCK", "doc", hold.jid, "TTL", "30000", "MODE", "shared"]
+    rec.execute_command = lambda *a: rec.sent.append([str(x) for x in a]) or None
+    assert hold.upgrade() is False and hold.mode == "shared" and not hold.lost  # refused, unchanged
+    assert rec.sent[-1][-2:] == ["MODE", "exclusive"]
+    rec.execute_command = lambda *a: rec.sent.append([str(x) for x in a]) or (1 if a[0] == "UNIQUE.UNLOCK" else 8)
+    assert hold.upgrade() is False and hold.lost  # another token: the hold had ended, the new one given up
+    assert rec.sent[-1] == ["UNIQUE.UNLOCK", "doc", hold.jid]
+
+
 @pytest.mark.parametrize("cls", [RWLock, aio.RWLock])
 def test_rwlock_options_are_checked_when_it_is_made(cls):
     with pytest.raises(ValueError, match="limit of 1 or more"):

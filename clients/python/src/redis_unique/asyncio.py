@@ -165,6 +165,20 @@ class Lock(LockState):
             await self._refresh.stop_task()
         self.token = None
 
+    async def downgrade(self) -> bool:
+        """See :meth:`redis_unique.Lock.downgrade`."""
+        return self._mode_changed("shared", await self._change(self._mode_change("shared")))
+
+    async def upgrade(self) -> bool:
+        """See :meth:`redis_unique.Lock.upgrade`: never waits."""
+        return self._mode_changed("exclusive", await self._change(self._mode_change("exclusive")))
+
+    async def _change(self, args: Any) -> Any:
+        reply = await self.client._call(*args)
+        if p.parse_token(reply) not in (None, self.token):
+            await self.client.unlock(self.key, self.jid)  # a new hold, not this lock's: given up
+        return reply
+
     async def __aenter__(self) -> "Lock":
         await self.acquire()
         return self

@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Any, Dict, Mapping, Optional, Union
 
-from ._protocol import RateT, group_args, seconds_to_ms
+from ._protocol import RateT, group_args, parse_token, renewal_args, seconds_to_ms
 from ._refresh import OnLost, RefreshLoop
 from .client import Client
 from .errors import AlreadyAcquired, LockLost, LockNotAcquired, UniqueError
@@ -98,6 +98,26 @@ class LockState:
         self._refresh.update(type=type, owner=owner, meta=meta)
         self.type, self.owner, self.meta = type or self.type, owner or self.owner, \
             self.meta if meta is None else meta
+
+    def _mode_change(self, mode: str) -> Any:
+        """The LOCK that changes a held lock's mode: a renewal (TTL) with MODE."""
+        if self.token is None or self.lost:
+            raise UniqueError("%r is not held: no mode to change" % (self.key,))
+        return renewal_args(self.key, self.jid, self.lease_ms) + ("MODE", mode)
+
+    def _mode_changed(self, mode: str, reply: Any) -> bool:
+        """True when the server changed the mode (the hold's own token back). nil: an upgrade
+        refused (another holder), the hold unchanged; another token: the hold had ended and
+        the call took a new one, not this lock's to keep."""
+        token = parse_token(reply)
+        if token == self.token:
+            self.mode = mode
+            return True
+        if token is not None:
+            self._lost = LockLost("lost the %s %r: its lease ran out before the change of mode, which took it "
+                                  "again under another fencing token (given up)" % (type(self).__name__.lower(),
+                                                                                     self.key), self.key)
+        return False
 
     def _ensure_free(self) -> None:
         if self.token is not None and not self.lost:
@@ -202,6 +222,23 @@ class Lock(LockState):
         if self._refresh is not None:
             self._refresh.stop()
         self.token = None
+
+    def downgrade(self) -> bool:
+        """An exclusive hold (``RWLock.write()``) becomes shared at once, same token, and
+        the readers waiting are served. True when done."""
+        return self._mode_changed("shared", self._change(self._mode_change("shared")))
+
+    def upgrade(self) -> bool:
+        """A shared hold (``RWLock.read()``) becomes exclusive, same token, when it is the
+        only holder: True. Otherwise False at once, the hold unchanged: an upgrade never
+        waits (two readers waiting to upgrade would wait for each other forever)."""
+        return self._mode_changed("exclusive", self._change(self._mode_change("exclusive")))
+
+    def _change(self, args: Any) -> Any:
+        reply = self.client._call(*args)
+        if parse_token(reply) not in (None, self.token):
+            self.client.unlock(self.key, self.jid)  # a new hold, not this lock's: given up
+        return reply
 
     def __enter__(self) -> "Lock":
         self.acquire()
