@@ -1,6 +1,7 @@
 """The README's section "Several keys in one grant", replayed: each of its python blocks runs
 on its own against the test server (localhost:6379 and a bare Redis() become the test
-server), a block that defines ``main`` has it run by asyncio, and what each block leaves
+server), a line whose comment is a Python value asserts that the line gives it (as
+tests/test_readme.py does), a block that defines ``main`` has it run by asyncio, and what each block leaves
 behind is checked: its tasks' options, its RQ job's limits, and every hold released."""
 import asyncio
 import re
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from redis_unique import Client
+
+from test_readme import checked  # a line ``expr  # value`` asserts that expr gives value
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "## Several keys in one grant"
@@ -25,6 +28,7 @@ def blocks():
 
 def test_the_section_has_its_examples():
     assert len(blocks()) == 4
+    assert checked(blocks()[0]).count("assert ") == 3  # the sync block's values are checked
 
 
 @pytest.mark.parametrize("index", range(4))
@@ -35,7 +39,7 @@ def test_readme_several_keys_example(index, server, r):
     namespace = {"__name__": "readme_example"}
     c = Client(r)
     c.reset_metrics()
-    exec(compile(code, "%s block %d" % (README.name, index), "exec"), namespace)
+    exec(compile(checked(code), "%s block %d" % (README.name, index), "exec"), namespace)
     if asyncio.iscoroutinefunction(namespace.get("main")):
         asyncio.run(asyncio.wait_for(namespace["main"](), 60))
     if "tokens" in namespace:
