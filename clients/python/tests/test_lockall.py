@@ -1,6 +1,7 @@
 """Several keys in one grant against a real server: every key or none through lock_all and
 MultiLock (sync and asyncio), waiting for every key at once, and the renewal of a multi-key
-hold kept, and lost when one key's hold ends (UNLOCK or REAP of one key)."""
+hold kept, and lost when one key's hold ends (UNLOCK or REAP of one key); renewals that send
+the lease only; a cut link restored within the lease (kept) or not (lost when it ends)."""
 import asyncio
 import threading
 
@@ -185,3 +186,58 @@ def test_asyncio_client_and_multilock(server, r):
         await conn.aclose()
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_renewals_send_the_lease_only(r):
+    c = Client(r)
+    old = r.config_get("slowlog-*")
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 1024)
+    r.slowlog_reset()
+    try:
+        with MultiLock(r, {"{s}:a": 2, "{s}:b": 0}, ttl=0.6, owner="w:1", meta={"job": 1}, type="while_executing",
+                       rates={"{s}:b": Rate(1, per=60)}) as hold:
+            wait_for(lambda: hold.renewals >= 3, timeout=30, message="three renewals")
+            # The grant spent the one grant a minute; renewals spend nothing, so they go on.
+            assert c.rate("{s}:b").remaining == 0 and not hold.lost
+        sent = [[x.decode() if isinstance(x, bytes) else x for x in e["command"].split(b" " if isinstance(
+            e["command"], bytes) else " ")] for e in reversed(r.slowlog_get(1024))]
+    finally:
+        r.config_set("slowlog-log-slower-than", old["slowlog-log-slower-than"])
+        r.config_set("slowlog-max-len", old["slowlog-max-len"])
+    calls = [a for a in sent if a[0] == "UNIQUE.LOCKALL"]
+    grant, renewals = calls[0], calls[1:]
+    assert grant[:9] == ["UNIQUE.LOCKALL", "2", "{s}:a", "{s}:b", hold.jid, "LIMIT", "2", "0", "RATE"]
+    assert len(renewals) >= 3
+    assert all(a == ["UNIQUE.LOCKALL", "2", "{s}:a", "{s}:b", hold.jid, "TTL", "600"] for a in renewals), renewals
+    assert ["UNIQUE.UNLOCKALL", "2", "{s}:a", "{s}:b", hold.jid] in sent
+    assert c.holders("{s}:a") == []
+
+
+def test_a_cut_link_restored_within_the_lease_keeps_every_key_and_one_down_past_it_loses(r, proxy):
+    import redis
+
+    c = Client(r)
+    lost = []
+    via = redis.Redis(port=proxy.port)
+    with MultiLock(via, ["{c}:a", "{c}:b"], ttl=3, on_lost=lost.append) as hold:
+        wait_for(lambda: hold.renewals >= 1, timeout=10, message="a first renewal")
+        proxy.cut()
+        wait_for(lambda: proxy.refused >= 1, timeout=10, message="a renewal to meet the cut link")
+        proxy.restore()
+        before = hold.renewals
+        wait_for(lambda: hold.renewals > before, timeout=10, message="a renewal after the link is back")
+        assert [c.holders(k)[0].token for k in ("{c}:a", "{c}:b")] == list(hold.tokens.values())
+    assert lost == [] and c.holders("{c}:a") == []
+
+    hold = MultiLock(via, ["{c}:a", "{c}:b"], ttl=1.2, on_lost=lost.append)
+    hold.acquire()
+    wait_for(lambda: hold.renewals >= 1, timeout=10, message="a first renewal")
+    proxy.cut()
+    wait_for(lambda: lost, timeout=15, message="the loss told when the lease ends")
+    wait_for(lambda: not c.holders("{c}:a") and not c.holders("{c}:b"), timeout=10, message="the leases ended")
+    proxy.restore()
+    with pytest.raises(LockLost, match="before the lease ended"):
+        hold.release()
+    assert len(lost) == 1
+    via.close()
