@@ -134,3 +134,12 @@ def limited_unique(self, tag, fail=False):
           lock_limits={"{limited}:lost": 1})
 def limited_lost(self, tag, fail=False):
     return body(self, tag, fail)
+
+
+# until_and_while_executing with a limit: the lock taken when sent goes when the run's grant
+# (run lock and limit together) is taken or refused.
+@app.task(name="limited_uawe", bind=True,
+          unique={"lock": "until_and_while_executing", "on_conflict": "raise"},
+          lock_limits={"{limited}:uawe": 1})
+def limited_uawe(self, tag, fail=False):
+    return body(self, tag, fail)

@@ -109,6 +109,29 @@ def test_the_run_lock_and_the_limits_in_one_grant_through_a_real_worker(server):
         assert all(c.holders(mod.limited_unique.unique_key([t], {}) + ":run") == [] for t in tags)
 
 
+def test_until_and_while_executing_frees_the_sent_lock_when_the_grant_is_taken_or_refused(server):
+    queue = "limited-uawe-" + tag()
+    with celery_workers(server, [("uawe-" + tag()[:6], queue, 2)]) as (mod, _):
+        r = server.client(db=CELERY_DB)
+        c = Client(r)
+        task = mod.limited_uawe
+        t1, t2 = tag(), tag()
+        first = task.apply_async((t1,), queue=queue)
+        wait_for(lambda: r.llen("runs:" + t1) == 1, message="the first run")
+        assert c.holders(task.unique_key([t1], {})) == []  # the sent lock went as the grant came
+        assert [h.jid for h in c.holders("{limited}:uawe")] == [first.id]
+        second = task.apply_async((t2,), queue=queue)
+        assert [h.jid for h in c.holders(task.unique_key([t2], {}))] == [second.id]  # sent
+        with pytest.raises(LockNotAcquired, match="had no room"):
+            second.get(timeout=60)
+        # Refused: the sent lock freed, nothing of the grant taken.
+        assert c.holders(task.unique_key([t2], {})) == []
+        assert c.holders(task.unique_key([t2], {}) + ":run") == []
+        r.rpush("gate:" + t1, 1)
+        assert first.get(timeout=60) == t1
+        assert c.holders("{limited}:uawe") == [] and c.holders(task.unique_key([t1], {}) + ":run") == []
+
+
 def test_a_running_task_that_loses_one_key_is_told_and_frees_the_rest(server):
     queue = "limited-lost-" + tag()
     name = "lost-" + tag()[:6]
