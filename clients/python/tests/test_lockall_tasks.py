@@ -132,6 +132,23 @@ def test_until_and_while_executing_frees_the_sent_lock_when_the_grant_is_taken_o
         assert c.holders("{limited}:uawe") == [] and c.holders(task.unique_key([t1], {}) + ":run") == []
 
 
+def test_a_running_task_revoked_with_terminate_frees_its_whole_grant(server):
+    queue = "limited-revoke-" + tag()
+    with celery_workers(server, [("revoke-" + tag()[:6], queue, 2)]) as (mod, _):
+        r = server.client(db=CELERY_DB)
+        c = Client(r)
+        t = tag()
+        res = mod.limited_unique.apply_async((t,), queue=queue)
+        wait_for(lambda: r.llen("runs:" + t) == 1, message="the run")
+        run_key = mod.limited_unique.unique_key([t], {}) + ":run"
+        assert [h.jid for h in c.holders("{limited}:few")] == [res.id] == [h.jid for h in c.holders(run_key)]
+        mod.app.control.revoke(res.id, terminate=True, signal="SIGKILL")  # no finally in the child
+        # The child is killed, so its own release never runs: the worker's revoke handler
+        # frees the run lock and every limit's key at once, not left to the leases (60 s).
+        wait_for(lambda: c.holders("{limited}:few") == [] and c.holders(run_key) == [], timeout=30,
+                 message="the grant freed on revoke")
+
+
 def test_a_running_task_that_loses_one_key_is_told_and_frees_the_rest(server):
     queue = "limited-lost-" + tag()
     name = "lost-" + tag()[:6]
