@@ -93,3 +93,53 @@ def fair_job(self, tenant, i, seconds):
 
     time.sleep(seconds)  # the job's work: its length is what the tenants differ in
     r.rpush("fair:done", "%s:%d" % (tenant, i))
+
+
+# The multi-key load test: each call holds a slot of its tenant (at most LIMITED_TENANT at
+# once) and of the whole service (at most LIMITED_GLOBAL), both taken in one grant while it
+# runs, with the keys named in either order (even calls tenant first, odd calls global first):
+# a grant of several keys holds nothing while it waits, so no order deadlocks.
+LIMITED_TENANT, LIMITED_GLOBAL = 2, 5
+
+
+def limited_keys(args, kwargs):
+    tenant, i = args[0], args[1]
+    keys = [("{limited}:tenant:" + tenant, LIMITED_TENANT), ("{limited}:global", LIMITED_GLOBAL)]
+    return dict(keys if i % 2 == 0 else keys[::-1])
+
+
+@app.task(name="limited_job", bind=True,
+          unique={"lock": "while_executing", "key": lambda args, kwargs: None, "wait": 120, "run_ttl": 30,
+                  "on_conflict": "raise"},
+          lock_limits=limited_keys)
+def limited_job(self, tenant, i, seconds):
+    import time
+
+    time.sleep(seconds)  # the job's work, while it holds both slots
+    r.rpush("limited:done", "%s:%d" % (tenant, i))
+
+
+# The run lock and the limits in one grant: one call per argument at a time, three of them
+# at most in all.
+@app.task(name="limited_unique", bind=True,
+          unique={"lock": "while_executing", "on_conflict": "raise"},
+          lock_limits={"{limited}:few": 3})
+def limited_unique(self, tag, fail=False):
+    return body(self, tag, fail)
+
+
+# A short lease, renewed every third of a second: the loss of one limit's key is told soon.
+@app.task(name="limited_lost", bind=True,
+          unique={"lock": "while_executing", "run_ttl": 1, "on_conflict": "raise"},
+          lock_limits={"{limited}:lost": 1})
+def limited_lost(self, tag, fail=False):
+    return body(self, tag, fail)
+
+
+# until_and_while_executing with a limit: the lock taken when sent goes when the run's grant
+# (run lock and limit together) is taken or refused.
+@app.task(name="limited_uawe", bind=True,
+          unique={"lock": "until_and_while_executing", "on_conflict": "raise"},
+          lock_limits={"{limited}:uawe": 1})
+def limited_uawe(self, tag, fail=False):
+    return body(self, tag, fail)

@@ -37,3 +37,11 @@ def we_raise(tag):
                  group_limit=2, weight=3)
 def grouped(tag):
     return gated(tag)
+
+
+# Several keys in one grant: the call's tenant (2 at once) and every call (3 at once); a
+# lock_key of None takes only the limits.
+@while_executing(lambda args, kwargs: None, limits=lambda args, kwargs: {"{rq}:tenant:" + args[0][:4]: 2,
+                                                                         "{rq}:global": 3}, on_conflict="raise")
+def limited(tag):
+    return gated(tag)

@@ -9,9 +9,12 @@ from redis._parsers import BaseParser
 from redis.exceptions import ConnectionError, ResponseError
 
 from redis_unique import Rate
+from redis_unique import _multi as m
 from redis_unique import _protocol as p
 from redis_unique._refresh import RefreshLoop
 from redis_unique.errors import translate
+
+from test_lockall_args import python_kwargs as lock_all_kwargs
 
 TABLE = json.loads((Path(__file__).resolve().parents[2] / "conformance" / "table.json").read_text())
 
@@ -49,6 +52,8 @@ ARGV = {
     "waiters": lambda a: ("UNIQUE.WAITERS", a["key"]),
     "waiters_by_group": lambda a: ("UNIQUE.WAITERS", a["key"], "GROUPS"),
     "rate": lambda a: ("UNIQUE.RATE", a["key"]),
+    "lock_all": lambda a: m.lock_all_args(a["keys"], a["jid"], **lock_all_kwargs(a)),
+    "unlock_all": lambda a: m.unlock_all_args(a["keys"], a["jid"]),
 }
 
 
@@ -69,6 +74,8 @@ VALUE = {
     "holders": lambda r: [neutral_holder(h) for h in p.parse_holders(r)],
     "rate": lambda r: None if p.parse_rate(r) is None else dataclasses.asdict(p.parse_rate(r)),
     "waiters_by_group": lambda r: [dataclasses.asdict(g) for g in p.parse_group_waiters(r)],
+    "lock_all": m.parse_tokens,
+    "unlock_all": int,
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rq import Queue, Retry, Worker
 
-from redis_unique import Client, DuplicateTask
+from redis_unique import Client, DuplicateTask, Rate
 from redis_unique.rq import enqueue_unique, unique_key
 
 from conftest import wait_for
@@ -187,3 +187,38 @@ def test_lock_group_options_reach_the_running_jobs_lock(rqe):
     assert (h.jid, h.group) == (job2.id, "tenant-" + t2[:4])
     r.rpush("gate:" + t2, 1)
     finished(job2)
+
+
+def test_lock_limits_through_real_workers(rqe):
+    jobs, url, r, c, q = rqe
+    x, y = "{rq}:x:" + tag(), "{rq}:y:" + tag()
+    t1, t2 = tag(), tag()
+    first = enqueue_unique(q, jobs.gated, t1, lock="while_executing", lock_limits={x: 1, y: 0},
+                           lock_rates={y: Rate(100, per=1)}, on_conflict="raise")
+    wait_for(lambda: runs(r, t1) == [first.id], message="the run")
+    run_key = unique_key(jobs.gated, [t1], {}) + ":run"
+    # The run lock and both limits: one grant, one owner, one job.
+    held = [c.holders(k) for k in (run_key, x, y)]
+    assert all(len(h) == 1 and (h[0].jid, h[0].owner) == (first.id, held[0][0].owner) for h in held), held
+    assert c.rate(y).limit == 100
+    # Another call: x has no room. It fails (raise) and takes nothing, not even y.
+    second = enqueue_unique(q, jobs.gated, t2, lock="while_executing", lock_limits={x: 1, y: 0},
+                            on_conflict="raise")
+    finished(second, "failed")
+    assert "LockNotAcquired" in second.latest_result().exc_string
+    assert [h.jid for h in c.holders(y)] == [first.id] and runs(r, t2) == []
+    r.rpush("gate:" + t1, 1)
+    finished(first)
+    assert c.holders(run_key) == [] and c.holders(x) == [] and c.holders(y) == []
+
+
+def test_the_decorators_limits(rqe):
+    jobs, url, r, c, q = rqe
+    t = tag()
+    job = q.enqueue(jobs.limited, t)
+    wait_for(lambda: runs(r, t) == [job.id], message="the decorated run")
+    tenant = "{rq}:tenant:" + t[:4]
+    assert [h.jid for h in c.holders(tenant)] == [job.id] and [h.jid for h in c.holders("{rq}:global")] == [job.id]
+    r.rpush("gate:" + t, 1)
+    finished(job)
+    assert c.holders(tenant) == [] and c.holders("{rq}:global") == []

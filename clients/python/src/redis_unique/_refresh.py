@@ -45,6 +45,9 @@ class RefreshLoop:
     loop's thread or task. ``update(type=, owner=, meta=)`` sends a change with the next
     renewal (once)."""
 
+    # Why a renewal answered nil.
+    refused = "another holder has it (the lease ran out, or the lock was reaped or deleted)"
+
     def __init__(self, client: Any, key: Any, jid: Any, token: int, lease_ms: int, *, sent_at: float,
                  on_lost: Optional[OnLost] = None, name: str = "lock") -> None:
         self.client = client
@@ -79,7 +82,23 @@ class RefreshLoop:
     def _next(self) -> Tuple[Tuple[Any, ...], Dict[str, Any], float]:
         with self._mutex:
             changes, self._changes = self._changes, {}
-        return p.renewal_args(self.key, self.jid, self.lease_ms, **changes), changes, time.monotonic()
+        return self._renewal_args(changes), changes, time.monotonic()
+
+    # What differs for a hold of several keys (see MultiRefreshLoop): the renewal's command,
+    # what its reply means, and the release of a hold a late renewal took.
+
+    def _renewal_args(self, changes: Dict[str, Any]) -> Tuple[Any, ...]:
+        return p.renewal_args(self.key, self.jid, self.lease_ms, **changes)
+
+    def _outcome(self, reply: Any) -> str:
+        return p.renewal_outcome(self.token, reply)
+
+    def _took_hold(self, reply: Any) -> bool:
+        return p.parse_token(reply) is not None
+
+    def _unlock_call(self) -> Any:
+        """The release (a coroutine with the asyncio client)."""
+        return self.client.unlock(self.key, self.jid)
 
     def _delay(self) -> Optional[float]:
         """Seconds to the next try; None when the lease has ended without an answer."""
@@ -90,7 +109,7 @@ class RefreshLoop:
 
     def _settle(self, changes: Dict[str, Any], sent_at: float, reply: Any = None,
                 error: Optional[BaseException] = None) -> str:
-        outcome = error_outcome(error) if error is not None else p.renewal_outcome(self.token, reply)
+        outcome = error_outcome(error) if error is not None else self._outcome(reply)
         if outcome == KEPT:
             self.renewals += 1
             self.failures = 0
@@ -107,7 +126,7 @@ class RefreshLoop:
         elif error is not None:
             self._lose("the renewal was refused: %s" % error)
         else:
-            self._lose("another holder has it (the lease ran out, or the lock was reaped or deleted)")
+            self._lose(self.refused)
         return outcome
 
     def _expired(self) -> None:
@@ -147,7 +166,7 @@ class RefreshLoop:
             finally:
                 watchdog.cancel()
             if self.lost is not None:  # told already: a late renewal is given up
-                if error is None and p.parse_token(reply) is not None:
+                if error is None and self._took_hold(reply):
                     self._unlock()
                 return
             outcome = self._settle(changes, sent_at, reply=reply, error=error)
@@ -165,7 +184,7 @@ class RefreshLoop:
 
     def _unlock(self) -> None:
         try:
-            self.client.unlock(self.key, self.jid)
+            self._unlock_call()
         except Exception:  # noqa: BLE001 - best effort: the lease ends it anyway
             pass
 
@@ -200,7 +219,7 @@ class RefreshLoop:
                 outcome = self._settle(changes, sent_at, reply=reply)
             if outcome == LOST_UNLOCK:
                 try:
-                    await self.client.unlock(self.key, self.jid)
+                    await self._unlock_call()
                 except Exception:  # noqa: BLE001 - best effort
                     pass
             if outcome not in (KEPT, RETRY):

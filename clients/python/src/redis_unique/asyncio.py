@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any, Dict, List, Literal, Mapping, Optional, Union, overload
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union, overload
 
 from redis.exceptions import ResponseError
 
 from . import _protocol as p
+from . import _multi as m
 from . import _version
 from ._protocol import GroupWaiters, Holder, JidT, KeyT
 from .client import PipelineCalls
 from ._refresh import OnLost
 from .errors import LockLost, translate
 from .lock import _DEFAULT, LockState, RWLockBase, _semaphore_limit
+from .multilock import MultiLockState
 
-__all__ = ["Client", "Pipeline", "Lock", "Semaphore", "RWLock", "GroupWaiters"]
+__all__ = ["Client", "Pipeline", "Lock", "Semaphore", "RWLock", "MultiLock", "GroupWaiters"]
 
 
 class Client:
@@ -49,6 +51,18 @@ class Client:
         return p.parse_token(await self._call(*p.lock_args(
             key, jid, limit=limit, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta, rate=rate,
             group=group, weight=weight, group_limit=group_limit, mode=mode, wait=wait)))
+
+    async def lock_all(self, keys: Sequence[KeyT], jid: JidT, *, limits: Optional[Sequence[int]] = None,
+                       rates: Optional[m.RatesT] = None, ttl: Optional[float] = None,
+                       pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
+                       owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
+                       wait: Optional[float] = None) -> Optional[List[int]]:
+        return m.parse_tokens(await self._call(*m.lock_all_args(
+            keys, jid, limits=limits, rates=rates, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta,
+            wait=wait)))
+
+    async def unlock_all(self, keys: Sequence[KeyT], jid: JidT) -> int:
+        return int(await self._call(*m.unlock_all_args(keys, jid)))
 
     async def rate(self, key: KeyT) -> Optional[p.RateState]:
         return p.parse_rate(await self._call("UNIQUE.RATE", key))
@@ -200,3 +214,62 @@ class RWLock(RWLockBase):
     def write(self, *, wait: Any = _DEFAULT) -> Lock:
         """An exclusive hold: no reader, no other writer."""
         return self._hold("exclusive", wait)
+
+
+class MultiLock(MultiLockState):
+    """``async with MultiLock(redis, {key: limit, ...}, ttl=..., wait=...)``: every key or
+    none in one grant; see :class:`redis_unique.MultiLock`. The renewal of every key runs as
+    one asyncio task on the running loop (``on_lost`` is called from it)."""
+
+    def __init__(self, redis: Any, locks: Any, *, ttl: float, wait: Optional[float] = None,
+                 rates: Optional[m.RatesT] = None, owner: Optional[str] = None,
+                 meta: Optional[Mapping[str, Any]] = None, renew: bool = True, jid: Optional[str] = None,
+                 type: Optional[str] = None, on_lost: Optional[OnLost] = None) -> None:
+        super().__init__(Client(redis), locks, ttl=ttl, wait=wait, rates=rates, owner=owner, meta=meta,
+                         renew=renew, jid=jid, type=type, on_lost=on_lost)
+
+    async def acquire(self) -> Dict[Any, int]:
+        self._ensure_free()
+        sent_at = time.monotonic()
+        refresh = self._granted(await self.client.lock_all(self.keys, self.jid, **self._lock_args()), sent_at)
+        if self.renew:
+            refresh.start_task()
+        return self.tokens  # type: ignore[return-value]
+
+    async def release(self) -> None:
+        """Stops renewing and releases every key. Raises LockLost if the hold was lost."""
+        if self._refresh is not None:
+            await self._refresh.stop_task()
+        if self.token is None:
+            return
+        if self._error() is not None:
+            # Lost on one key, the others are still this job's until their leases end: freed now.
+            try:
+                await self.client.unlock_all(self.keys, self.jid)
+            except Exception:  # noqa: BLE001 - best effort: the leases end them anyway
+                pass
+            self._released(False)
+            return
+        try:
+            removed = await self.client.unlock_all(self.keys, self.jid)
+        except BaseException:
+            self.token = None
+            raise
+        self._released(removed)
+
+    async def detach(self) -> None:
+        if self._refresh is not None:
+            await self._refresh.stop_task()
+        self.token = None
+
+    async def __aenter__(self) -> "MultiLock":
+        await self.acquire()
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            await self.release()
+        except LockLost:
+            if exc_type is None:
+                raise
+            self._exit_lost(exc_type)

@@ -49,6 +49,28 @@ Fair sharing of that limit among tenants, as task options beside ``unique``:
               lock_group=lambda args, kwargs: args[0], lock_group_limit=4)
     def call_partner(tenant, payload): ...
 
+Several limits at once (per tenant and in total, say), as task options beside ``unique``
+with a lock held while the task runs (``while_executing`` or ``until_and_while_executing``):
+
+- ``lock_limits``: ``{key: limit}`` (0: no limit), or ``callable(args, kwargs)`` giving one
+  (None or ``{}``: this call has none). When the task starts, its run lock and every one of
+  these keys are taken in one grant, every key or none, waiting up to ``wait`` seconds for
+  all of them to have room at once (holding nothing meanwhile); renewed as one every third of
+  ``run_ttl``; released when it ends. A call whose ``key`` gives None takes only the limits.
+  When a limit has no room, ``on_conflict`` applies on the server side (``raise`` and
+  ``retry`` with :class:`~redis_unique.LockNotAcquired`).
+- ``lock_rates``: ``{key: Rate}`` for some of those keys (or a callable giving it), spent
+  only when the whole grant succeeds.
+
+    @app.task(unique={"lock": "while_executing", "key": lambda a, k: None, "wait": 600},
+              lock_limits=lambda args, kwargs: {"{api}:tenant:%s" % args[0]: 2, "{api}:global": 10},
+              lock_rates={"{api}:global": Rate(50, per=1)})
+    def call_api(tenant, payload): ...
+
+In a cluster every key of one grant needs one hash tag (``{api}``), the run lock's too (a
+``key`` callable giving ``"{api}..."``). Not with ``lock_group``: a grant of several keys has
+no fair sharing among groups.
+
 Lock keys are ``unique:<task name>:<digest>`` (``...:run`` for the lock held
 while running); the job id of a holder is the Celery task id; the OWNER of a
 lock held by a worker is ``<node name>:<pid of the worker's main process>``,
@@ -74,10 +96,12 @@ import redis as redis_py
 from celery import Task, signals
 from celery.exceptions import Reject, Retry
 
+from ._multi import check_task_limits, rates_of, task_limits
 from ._protocol import LOCK_TYPES, TASK_GROUP_OPTIONS, check_task_group, task_group
 from .client import Client
 from .errors import DuplicateTask, LockLost, LockNotAcquired
 from .lock import Lock
+from .multilock import MultiLock
 
 __all__ = ["UniqueTask", "UniqueOptions", "unique_client", "worker_owner", "reap_worker", "monitor_workers"]
 
@@ -86,6 +110,9 @@ log = logging.getLogger("redis_unique.celery")
 CLIENT_SIDE = ("until_executed", "until_executing", "until_and_while_executing", "until_expired")
 SERVER_SIDE = ("while_executing", "until_and_while_executing")
 POLICIES = ("skip", "raise", "retry")
+# The lock types whose run lock several keys with their limits may join.
+LIMITS_LOCKS = ("while_executing", "until_and_while_executing")
+TASK_OPTIONS = TASK_GROUP_OPTIONS + ("lock_limits", "lock_rates")
 
 _worker_pid: Optional[int] = None
 _clients: Dict[Tuple[int, str], Client] = {}
@@ -133,11 +160,19 @@ class UniqueOptions:
     group: Any = None
     group_limit: Any = None
     group_weight: Any = None
+    # Several keys with their limits (and rates), taken with the run lock in one grant: each
+    # a dict or a callable(args, kwargs) giving one.
+    limits: Any = None
+    rates: Any = None
 
     @classmethod
     def parse(cls, value: Union[bool, Dict[str, Any], None],
               groups: Optional[Dict[str, Any]] = None) -> Optional["UniqueOptions"]:
         groups = {k: v for k, v in (groups or {}).items() if v is not None}
+        limits, rates = groups.pop("lock_limits", None), groups.pop("lock_rates", None)
+        if not value and (limits is not None or rates is not None):
+            raise ValueError("lock_limits and lock_rates need the unique option (with a lock held while the "
+                             "task runs: while_executing or until_and_while_executing)")
         if not value:
             if groups:
                 raise ValueError("%s needs the unique option (the lock whose limit the groups share)"
@@ -168,10 +203,18 @@ class UniqueOptions:
         group = groups.get("lock_group")
         group_limit, weight = groups.get("lock_group_limit"), groups.get("lock_group_weight")
         check_task_group(group, group_limit, weight)
+        check_task_limits(limits, rates)
+        if limits is not None:
+            if lock not in LIMITS_LOCKS:
+                raise ValueError("lock_limits are taken when the task starts and held while it runs: the unique "
+                                 "lock must be %s, not %r" % (" or ".join(LIMITS_LOCKS), lock))
+            if group is not None:
+                raise ValueError("lock_limits and lock_group cannot go together: a grant of several keys has "
+                                 "no fair sharing among groups")
         return cls(lock=lock, ttl=float(value.get("ttl", 3600)), run_ttl=float(value.get("run_ttl", 60)),
                    key=value.get("key"), client_conflict=client_c, server_conflict=server_c,
                    wait=value.get("wait"), retry_countdown=float(value.get("retry_countdown", 1)), limit=limit,
-                   group=group, group_limit=group_limit, group_weight=weight)
+                   group=group, group_limit=group_limit, group_weight=weight, limits=limits, rates=rates)
 
 
 def _task_option(task: Any, name: str) -> Any:
@@ -197,14 +240,17 @@ class UniqueTask(Task):
     lock_group: Any = None
     lock_group_limit: Any = None
     lock_group_weight: Any = None
+    # Several keys with their limits, taken with the run lock in one grant (see the module's doc).
+    lock_limits: Any = None
+    lock_rates: Any = None
 
     # -- configuration -----------------------------------------------------
 
     def unique_options(self) -> Optional[UniqueOptions]:
-        given = (self.unique,) + tuple(_task_option(self, name) for name in TASK_GROUP_OPTIONS)
+        given = (self.unique,) + tuple(_task_option(self, name) for name in TASK_OPTIONS)
         cached = self.__dict__.get("_unique_parsed")
         if cached is None or any(a is not b for a, b in zip(cached[0], given)):
-            cached = (given, UniqueOptions.parse(self.unique, dict(zip(TASK_GROUP_OPTIONS, given[1:]))))
+            cached = (given, UniqueOptions.parse(self.unique, dict(zip(TASK_OPTIONS, given[1:]))))
             self.__dict__["_unique_parsed"] = cached
         return cached[1]
 
@@ -215,6 +261,14 @@ class UniqueTask(Task):
         if opts is None:
             return {}
         return task_group(opts.group, opts.group_limit, opts.group_weight, args, kwargs)
+
+    def unique_limits(self, args: Any = None, kwargs: Any = None) -> Optional[Dict[str, Any]]:
+        """The keys, limits and rates of a call (``{"keys", "limits", "rates"}``), taken with
+        its run lock in one grant: None without ``lock_limits`` (or when it gives none)."""
+        opts = self.unique_options()
+        if opts is None or opts.limits is None:
+            return None
+        return task_limits(opts.limits, opts.rates, args, kwargs, extra=1)
 
     def unique_key(self, args: Any = None, kwargs: Any = None) -> Optional[str]:
         """The lock key of a call, or None when the call is not unique."""
@@ -305,12 +359,15 @@ class UniqueTask(Task):
         if opts is None or req.called_directly or not req.id:
             return super().__call__(*args, **kwargs)
         key = self.unique_key(args, kwargs)
-        if key is None:
+        limits = self.unique_limits(args, kwargs)
+        if key is None and limits is None:
             return super().__call__(*args, **kwargs)
         client = self.unique_client
         owner = worker_owner(req.hostname)
         kind = opts.lock
         group = self.unique_group(args, kwargs)
+        if limits is not None:
+            return self._run_limited(key, limits, opts, args, kwargs)
 
         if kind == "until_expired":
             return super().__call__(*args, **kwargs)
@@ -339,6 +396,24 @@ class UniqueTask(Task):
         if kind == "until_and_while_executing":
             client.unlock(key, req.id)
         return self._run_holding(hold, key, opts, args, kwargs, keep_on_retry=False)
+
+    def _run_limited(self, key: Optional[str], limits: Dict[str, Any], opts: UniqueOptions, args: Any,
+                     kwargs: Any) -> Any:
+        """while_executing and until_and_while_executing with ``lock_limits``: the run lock
+        (when the call is unique) and every limit's key in one grant, renewed as one."""
+        req = self.request
+        locks: Dict[str, int] = {} if key is None else {key + ":run": opts.limit}
+        locks.update(zip(limits["keys"], limits["limits"]))
+        hold = MultiLock(self.unique_client, locks, ttl=opts.run_ttl, jid=req.id, owner=worker_owner(req.hostname),
+                         type="while_executing", wait=opts.wait, rates=rates_of(limits) or None,
+                         on_lost=self._lost_reporter())
+        try:
+            hold.acquire()
+        except LockNotAcquired:
+            return self._server_conflict(key, opts, args, limits=limits["keys"])
+        if opts.lock == "until_and_while_executing" and key is not None:
+            self.unique_client.unlock(key, req.id)
+        return self._run_holding(hold, key or "", opts, args, kwargs, keep_on_retry=False)  # type: ignore[arg-type]
 
     def _lost_reporter(self) -> Callable[[LockLost], None]:
         """Tells at once, in the worker's log, that the running task lost its lock."""
@@ -372,26 +447,35 @@ class UniqueTask(Task):
                     except LockLost:
                         pass  # told when it was lost
 
-    def _server_conflict(self, key: str, opts: UniqueOptions, args: Any) -> Any:
+    def _server_conflict(self, key: Optional[str], opts: UniqueOptions, args: Any,
+                         limits: Optional[list] = None) -> Any:
         req = self.request
-        holders = self.unique_client.locked_by(key + ":run")
+        holders = [] if key is None else self.unique_client.locked_by(key + ":run")
         existing = holders[0].decode() if holders and isinstance(holders[0], bytes) else None
         policy = opts.server_conflict
         keep_sent_lock = opts.lock == "until_and_while_executing" and policy == "retry"
-        if opts.lock == "until_and_while_executing" and not keep_sent_lock:
+        if opts.lock == "until_and_while_executing" and not keep_sent_lock and key is not None:
             self.unique_client.unlock(key, req.id)
-        if policy == "skip":
-            log.info("unique task %s[%s]: %s is running: skipped", self.name, req.id, existing)
-            return None
-        exc = DuplicateTask("task %s is already running with the same arguments (%s)" % (self.name, existing),
-                            key + ":run", existing)
+        if limits is not None and (existing is None or len(holders) < opts.limit):
+            # Not a duplicate: one of the limits had no room (the grant waited up to ``wait``).
+            exc: LockNotAcquired = LockNotAcquired(
+                "task %s: its limits (%s) had no room for it" % (self.name, ", ".join(limits)), limits[0])
+            if policy == "skip":
+                log.info("unique task %s[%s]: its limits had no room: skipped", self.name, req.id)
+                return None
+        else:
+            if policy == "skip":
+                log.info("unique task %s[%s]: %s is running: skipped", self.name, req.id, existing)
+                return None
+            exc = DuplicateTask("task %s is already running with the same arguments (%s)" % (self.name, existing),
+                                "%s:run" % key, existing)
         if policy == "raise":
             raise exc
         try:
             raise self.retry(countdown=opts.retry_countdown, exc=exc)
-        except DuplicateTask:
+        except LockNotAcquired:
             # max_retries reached: the task fails for good and frees its sent lock.
-            if keep_sent_lock:
+            if keep_sent_lock and key is not None:
                 self.unique_client.unlock(key, req.id)
             raise
 
@@ -409,6 +493,9 @@ def _release_on_revoke(sender: Any = None, request: Any = None, **_: Any) -> Non
         if key is not None:
             task.unique_client.unlock(key, request.id)
             task.unique_client.unlock(key + ":run", request.id)
+        limits = task.unique_limits(getattr(request, "args", None), getattr(request, "kwargs", None))
+        if limits is not None:
+            task.unique_client.unlock_all(limits["keys"], request.id)
     except Exception:  # noqa: BLE001 - a signal handler must not break the worker
         log.exception("redis_unique: releasing the locks of revoked task %s failed", request.id)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, TypeVar, Union, overload
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, TypeVar, Union, overload
 
 from redis.exceptions import ResponseError
 
 from . import _protocol as p
+from . import _multi as m
 from . import _version
 from ._protocol import GroupWaiters, Holder, JidT, KeyT
 from .errors import translate
@@ -63,6 +64,27 @@ class Client:
         return p.parse_token(self._call(*p.lock_args(
             key, jid, limit=limit, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta, rate=rate,
             group=group, weight=weight, group_limit=group_limit, mode=mode, wait=wait)))
+
+    def lock_all(self, keys: Sequence[KeyT], jid: JidT, *, limits: Optional[Sequence[int]] = None,
+                 rates: Optional[m.RatesT] = None, ttl: Optional[float] = None,
+                 pxat: Union[datetime, int, None] = None, type: Optional[str] = None,
+                 owner: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
+                 wait: Optional[float] = None) -> Optional[List[int]]:
+        """UNIQUE.LOCKALL: a hold on every key or on none, for one ``jid``. The fencing
+        tokens in key order on a grant or a renewal, None when refused (after waiting up
+        to ``wait`` seconds for every key to have room at once, when given).
+
+        ``limits``: one per key, in key order (default 1 each; 0: no limit). ``rates``: a
+        dict ``{key: Rate}`` (or a list in key order, None for a key without one), spent
+        only when the whole grant succeeds. 1 to 64 keys, each once; in a cluster they
+        need one hash tag (``{api}:tenant:acme``, ``{api}:global``)."""
+        return m.parse_tokens(self._call(*m.lock_all_args(
+            keys, jid, limits=limits, rates=rates, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta,
+            wait=wait)))
+
+    def unlock_all(self, keys: Sequence[KeyT], jid: JidT) -> int:
+        """UNIQUE.UNLOCKALL: releases ``jid``'s holds on the keys; the number released."""
+        return int(self._call(*m.unlock_all_args(keys, jid)))
 
     def rate(self, key: KeyT) -> Optional[p.RateState]:
         """UNIQUE.RATE: the key's rate state (what ``lock(..., rate=...)`` spent),
@@ -136,6 +158,16 @@ class PipelineCalls:
     def unlock(self: _P, key: KeyT, jid: JidT) -> _P:
         self._pipe.execute_command("UNIQUE.UNLOCK", key, jid)
         self._parsers.append(bool)
+        return self
+
+    def lock_all(self: _P, keys: Sequence[KeyT], jid: JidT, **kwargs: Any) -> _P:
+        self._pipe.execute_command(*m.lock_all_args(keys, jid, **kwargs))
+        self._parsers.append(m.parse_tokens)
+        return self
+
+    def unlock_all(self: _P, keys: Sequence[KeyT], jid: JidT) -> _P:
+        self._pipe.execute_command(*m.unlock_all_args(keys, jid))
+        self._parsers.append(int)
         return self
 
     def holders(self: _P, key: KeyT) -> _P:

@@ -31,6 +31,16 @@ the lock (None if it is gone from Redis), ``raise`` raises
 running, ``raise`` fails the job with DuplicateTask, ``retry`` fails it too, so
 that the job's RQ ``Retry`` policy runs it again.
 
+Several limits at once (per tenant and in total): ``lock_limits`` (``{key: limit}``, 0 for
+no limit, or ``callable(args, kwargs)`` giving one, computed when enqueued) and
+``lock_rates`` (``{key: Rate}``), with ``lock="while_executing"`` or
+``"until_and_while_executing"`` (workers with ``UniqueJob``): when the job starts, its run
+lock and every one of these keys are taken in one grant, every key or none, waiting up to
+``lock_wait`` for all of them at once; renewed as one; released when it ends. A
+``lock_key`` giving None takes only the limits. No room: ``on_conflict`` (``raise`` and
+``retry`` with :class:`~redis_unique.LockNotAcquired`). The decorator takes ``limits`` and
+``rates``, the same, computed at each call. Not with a group.
+
 ``lock_limit``: how many calls with the same key hold the lock at once (default
 1). Fair sharing of that limit among tenants: ``lock_group`` (a string, or
 ``callable(args, kwargs)`` giving one; None: no group), ``lock_group_limit`` (at
@@ -54,15 +64,19 @@ from typing import Any, Callable, Optional, TypeVar
 from rq import get_current_job
 from rq.job import Callback, Job
 
+from ._multi import check_task_limits, rates_of, task_limits
 from ._protocol import LOCK_TYPES, check_task_group, task_group
 from .client import Client
 from .errors import DuplicateTask, LockLost, LockNotAcquired
 from .lock import Lock
+from .multilock import MultiLock
 
 __all__ = ["enqueue_unique", "while_executing", "UniqueJob", "unique_key"]
 
 log = logging.getLogger("redis_unique.rq")
 META = "redis_unique"
+# The lock types whose run lock several keys with their limits may join.
+LIMITS_LOCKS = ("while_executing", "until_and_while_executing")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -104,7 +118,7 @@ def enqueue_unique(queue: Any, func: Any, *args: Any, lock: str = "until_execute
                    lock_run_ttl: float = 60, lock_key: Optional[Callable[[Any, Any], Any]] = None,
                    on_conflict: Any = "skip", lock_wait: Optional[float] = None, lock_limit: int = 1,
                    lock_group: Any = None, lock_group_limit: Any = None, lock_group_weight: Any = None,
-                   **kwargs: Any) -> Optional[Job]:
+                   lock_limits: Any = None, lock_rates: Any = None, **kwargs: Any) -> Optional[Job]:
     """``queue.enqueue(func, *args, **kwargs)`` unless the same call holds the
     lock. ``lock_ttl``: the lease of the lock taken when enqueued (seconds);
     ``lock_run_ttl``: the lease of the lock held while running, renewed every
@@ -112,32 +126,37 @@ def enqueue_unique(queue: Any, func: Any, *args: Any, lock: str = "until_execute
     seconds to wait for the lock before the conflict policy; ``lock_limit``: how
     many calls with the same key hold it at once; ``lock_group``,
     ``lock_group_limit``, ``lock_group_weight``: fair sharing of that limit (see
-    the module's doc). Options of RQ (``job_id``, ``meta``, ``retry``, ``job_timeout``...)
+    the module's doc); ``lock_limits`` (``{key: limit}`` or a callable of the call giving
+    one) and ``lock_rates`` (``{key: Rate}``): several keys taken with the run lock in one
+    grant (see the module's doc). Options of RQ (``job_id``, ``meta``, ``retry``, ``job_timeout``...)
     pass through; ``kwargs`` are the function's otherwise, as with enqueue."""
     if lock not in LOCK_TYPES:
         raise ValueError("lock must be one of %s, not %r" % (", ".join(LOCK_TYPES), lock))
     client_policy, server_policy = _policies(on_conflict)
     _check_limit(lock_limit, "lock_limit")
     check_task_group(lock_group, lock_group_limit, lock_group_weight)
+    _check_limits_with(lock, lock_group, lock_limits, lock_rates, ("lock_limits", "lock_rates"), "lock_group")
     fkwargs = dict(kwargs.pop("kwargs", None) or {})
     options = {k: kwargs.pop(k) for k in list(kwargs) if k in _RQ_OPTIONS}
     fkwargs.update(kwargs)
     k = unique_key(func, args, fkwargs, lock_key)
     group = task_group(lock_group, lock_group_limit, lock_group_weight, args, fkwargs)
+    # Computed now, as the key: the worker takes what the call was enqueued with.
+    limits = task_limits(lock_limits, lock_rates, args, fkwargs, ("lock_limits", "lock_rates"), extra=1)
     wait = lock_wait
-    if k is None:
+    if k is None and limits is None:
         return queue.enqueue(func, args=args, kwargs=fkwargs, **options)
     client = Client(queue.connection)
     job_id = options.setdefault("job_id", str(uuid.uuid4()))
     options["meta"] = dict(options.get("meta") or {}, **{META: {
         "key": k, "lock": lock, "ttl": lock_ttl, "run_ttl": lock_run_ttl, "on_conflict": server_policy, "wait": wait,
-        "limit": lock_limit, **group}})
+        "limit": lock_limit, **group, **({} if limits is None else {"limits": limits})}})
     if lock == "until_executed":
         if options.get("on_success") or options.get("on_failure"):
             raise ValueError("until_executed frees its lock in the job's callbacks: no on_success/on_failure")
         options["on_success"] = Callback(_release_on_success)
         options["on_failure"] = Callback(_release_on_failure)
-    if lock != "while_executing":
+    if lock != "while_executing" and k is not None:
         if wait is None and client_policy == "retry":
             wait = 5.0
         token = client.lock(k, job_id, limit=None if lock_limit == 1 else lock_limit, ttl=lock_ttl, type=lock,
@@ -158,9 +177,38 @@ def enqueue_unique(queue: Any, func: Any, *args: Any, lock: str = "until_execute
     try:
         return queue.enqueue(func, args=args, kwargs=fkwargs, **options)
     except BaseException:
-        if lock != "while_executing":
+        if lock != "while_executing" and k is not None:
             client.unlock(k, job_id)
         raise
+
+
+def _check_limits_with(lock: Optional[str], group: Any, limits: Any, rates: Any, names: Any, group_name: str) -> None:
+    check_task_limits(limits, rates, names)
+    if limits is None:
+        return
+    if lock is not None and lock not in LIMITS_LOCKS:
+        raise ValueError("%s are taken when the job starts and held while it runs: lock must be %s, not %r"
+                         % (names[0], " or ".join(LIMITS_LOCKS), lock))
+    if group is not None:
+        raise ValueError("%s and %s cannot go together: a grant of several keys has no fair sharing among groups"
+                         % (names[0], group_name))
+
+
+def _limited_hold(client: Client, run_key: Optional[str], run_limit: int, limits: Any, **kwargs: Any) -> MultiLock:
+    """The run lock (when the call is unique) and every limit's key, one grant."""
+    locks = {} if run_key is None else {run_key: run_limit}
+    locks.update(zip(limits["keys"], limits["limits"]))
+    return MultiLock(client, locks, type="while_executing", rates=rates_of(limits) or None, **kwargs)
+
+
+def _limits_conflict(policy: str, run_key: Optional[str], run_limit: int, limits: Any, client: Client) -> None:
+    """A grant refused: a duplicate when the run lock is full, else no room in a limit."""
+    if run_key is not None and len(client.locked_by(run_key)) >= run_limit:
+        return _conflict(policy, run_key, client)
+    if policy == "skip":
+        log.info("unique job: its limits (%s) had no room: skipped", ", ".join(limits["keys"]))
+        return None
+    raise LockNotAcquired("its limits (%s) had no room" % ", ".join(limits["keys"]), limits["keys"][0])
 
 
 def _check_limit(limit: Any, name: str) -> None:
@@ -213,6 +261,8 @@ class UniqueJob(Job):
             return super().perform()
         client = Client(self.connection)
         k = info["key"]
+        if info.get("limits") is not None:
+            return self._perform_limited(client, k, kind, info)
         if kind == "until_executing":
             client.unlock(k, self.id)
             return super().perform()
@@ -237,6 +287,29 @@ class UniqueJob(Job):
                 pass  # told when it was lost
 
 
+    def _perform_limited(self, client: Client, k: Optional[str], kind: str, info: Any) -> Any:
+        run_key = None if k is None else k + ":run"
+        hold = _limited_hold(client, run_key, info.get("limit") or 1, info["limits"], ttl=info.get("run_ttl") or 60,
+                             jid=self.id, owner=_owner(self), wait=info.get("wait"), on_lost=_lost_reporter(self.id))
+        try:
+            hold.acquire()
+        except LockNotAcquired:
+            policy = info.get("on_conflict", "skip")
+            if kind == "until_and_while_executing" and k is not None and \
+                    not (policy == "retry" and self.retries_left):
+                client.unlock(k, self.id)
+            return _limits_conflict(policy, run_key, info.get("limit") or 1, info["limits"], client)
+        if kind == "until_and_while_executing" and k is not None:
+            client.unlock(k, self.id)
+        try:
+            return super().perform()
+        finally:
+            try:
+                hold.release()
+            except LockLost:
+                pass  # told when it was lost
+
+
 def _lost_reporter(job_id: str) -> Callable[[LockLost], None]:
     """Tells at once, in the worker's log, that the running job lost its lock."""
 
@@ -248,31 +321,44 @@ def _lost_reporter(job_id: str) -> Callable[[LockLost], None]:
 
 def while_executing(key: Optional[Callable[[Any, Any], Any]] = None, *, ttl: float = 60,
                     on_conflict: str = "skip", wait: Optional[float] = None, limit: int = 1, group: Any = None,
-                    group_limit: Any = None, weight: Any = None) -> Callable[[F], F]:
+                    group_limit: Any = None, weight: Any = None, limits: Any = None,
+                    rates: Any = None) -> Callable[[F], F]:
     """A job function that runs once at a time per ``key`` (every argument by
     default; ``limit`` at a time): a lock on ``unique:<module.function>:<digest>:run``
     around the call, renewed every third of ``ttl``, OWNER the worker's name. Called
     outside a job, the function just runs. ``group`` (a string or ``callable(args,
-    kwargs)``), ``group_limit`` and ``weight`` share the limit fairly among tenants."""
+    kwargs)``), ``group_limit`` and ``weight`` share the limit fairly among tenants. ``limits``
+    (``{key: limit}`` or a callable of the call giving one) and ``rates`` (``{key: Rate}``):
+    several keys taken with the lock in one grant, every key or none."""
     _policies(on_conflict)
     _check_limit(limit, "limit")
     check_task_group(group, group_limit, weight, names=("group", "group_limit", "weight"))
+    _check_limits_with(None, group, limits, rates, ("limits", "rates"), "group")
 
     def decorate(func: F) -> F:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             job = get_current_job()
             k = unique_key(func, args, kwargs, key)
-            if job is None or k is None:
+            found = None if job is None else task_limits(limits, rates, args, kwargs, ("limits", "rates"), extra=1)
+            if job is None or (k is None and found is None):
                 return func(*args, **kwargs)
             client = Client(job.connection)
-            hold = Lock(client, k + ":run", ttl=ttl, limit=limit, jid=job.id, owner=_owner(job),
-                        type="while_executing", wait=wait, on_lost=_lost_reporter(job.id),
-                        **task_group(group, group_limit, weight, args, kwargs))
+            run_key = None if k is None else k + ":run"
+            hold: Any
+            if found is not None:
+                hold = _limited_hold(client, run_key, limit, found, ttl=ttl, jid=job.id, owner=_owner(job), wait=wait,
+                                     on_lost=_lost_reporter(job.id))
+            else:
+                hold = Lock(client, run_key, ttl=ttl, limit=limit, jid=job.id, owner=_owner(job),
+                            type="while_executing", wait=wait, on_lost=_lost_reporter(job.id),
+                            **task_group(group, group_limit, weight, args, kwargs))
             try:
                 hold.acquire()
             except LockNotAcquired:
-                return _conflict(on_conflict, k + ":run", client)
+                if found is not None:
+                    return _limits_conflict(on_conflict, run_key, limit, found, client)
+                return _conflict(on_conflict, run_key, client)
             try:
                 return func(*args, **kwargs)
             finally:
