@@ -25,14 +25,31 @@ type Processor<T, R> = (job: Job<T, R>, token?: string, signal?: AbortSignal) =>
 export interface GroupLimitOptions<T = unknown> {
   /** The Redis connection for the locks: an ioredis or node-redis client, or a Client. */
   redis: RedisClient | Client;
-  /** The group of a job (e.g. its customer id); null or undefined: not limited. */
+  /** The group of a job (e.g. its customer id); null or undefined: not limited (and outside `total`). */
   group: (job: Job<T>) => string | null | undefined;
-  /** How many jobs of one group may run at once, across every worker. */
-  concurrency: number;
+  /**
+   * How many jobs of one group may run at once, across every worker. Needed without `total`;
+   * optional with it (a group waiting alone may then take the whole `total`).
+   */
+  concurrency?: number;
+  /**
+   * How many jobs of every group together may run at once, shared fairly: a freed slot goes
+   * to the waiting group that runs the fewest jobs for its `weight` (jobs running now, not jobs
+   * run so far), first come first served within a group. Without it, each group has a key of
+   * its own and only `concurrency` applies.
+   */
+  total?: number;
+  /**
+   * A group's weight in the fair share of `total` (1 to 1000, default 1): a number, or a
+   * function of the job and its group. A group of weight 2 gets twice the slots of a group of
+   * weight 1 while both wait. Needs `total`.
+   */
+  weight?: number | ((job: Job<T>, group: string) => number);
   /**
    * A rate per group beside the concurrency, as BullMQ's own `limiter`: at most `max` jobs of
    * one group start every `duration` ms (evenly spaced), plus `burst` at once. Decided with
-   * the concurrency in one atomic grant; a job refused by either waits the same way.
+   * the concurrency in one atomic grant; a job refused by either waits the same way. Not with
+   * `total` (the groups then share one key, whose rate could only be the queue's).
    */
   limiter?: { max: number; duration: number; burst?: number };
   /** The lease of a running job's slot in ms, renewed every third of it. Default 30000. */
@@ -43,7 +60,10 @@ export interface GroupLimitOptions<T = unknown> {
   delay?: number;
   /** The longest delay, in ms. Default 30000. */
   maxDelay?: number;
-  /** The prefix of the lock keys: `<prefix>:<queue>:<group>`. Default `unique:group`. */
+  /**
+   * The prefix of the lock keys: `<prefix>:<queue>:<group>`, default `unique:group`; with
+   * `total`, one key per queue, `<prefix>:<queue>`, default `unique:fair`.
+   */
   prefix?: string;
   /** The lock type shown in metrics and the Locks tab. Default `group`. */
   type?: string;
@@ -71,17 +91,26 @@ export function uniqueWorkerName(base = "worker"): string {
   return `${base}:${hostname()}:${process.pid}:${randomBytes(4).toString("hex")}`;
 }
 
+const GROUP_LIMIT_OPTIONS = new Set([
+  "redis", "group", "concurrency", "total", "weight", "limiter", "lease", "wait", "delay", "maxDelay", "prefix", "type",
+  "onLockLost", "workerName",
+]);
+
 /**
- * Per-group concurrency for one Worker:
+ * Per-group concurrency for one Worker, and with `total` a limit shared fairly by the groups:
  *
  *     const limit = new GroupLimit({ redis, group: (job) => job.data.customerId, concurrency: 2,
- *                                    limiter: { max: 100, duration: 60_000 } });   // optional
+ *                                    total: 10 });   // optional: 10 in all, shared fairly
  *     const worker = new Worker("jobs", limit.wrap(process), { connection, name: limit.workerName });
  */
 export class GroupLimit<T = unknown> {
   readonly client: Client;
   /** Pass it as the Worker's `name`: BullMQ lists workers by it, and it is the OWNER of their slots. */
   readonly workerName: string;
+  /** How many jobs of one group may run at once (undefined: only `total` bounds a group). */
+  readonly concurrency: number | undefined;
+  /** How many jobs of every group may run at once, shared fairly (undefined: no such limit). */
+  readonly total: number | undefined;
   private readonly lease: number;
   private readonly wait: number;
   private readonly delay: number;
@@ -92,15 +121,45 @@ export class GroupLimit<T = unknown> {
   private readonly rate: commands.RateLimit | undefined;
 
   constructor(private readonly options: GroupLimitOptions<T> & { workerName?: string }) {
-    this.client = options.redis instanceof Client ? options.redis : new Client(options.redis);
+    if (typeof options !== "object" || options === null) throw new TypeError("redis-unique: GroupLimit takes an options object");
+    const unknown = Object.keys(options).filter((name) => !GROUP_LIMIT_OPTIONS.has(name));
+    if (unknown.length) {
+      throw new TypeError(`redis-unique: unknown GroupLimit option ${unknown.join(", ")} (known: ${[...GROUP_LIMIT_OPTIONS].join(", ")})`);
+    }
     if (typeof options.group !== "function") throw new TypeError("redis-unique: group must be a function of the job");
-    commands.checkLimit(options.concurrency);
-    if (options.concurrency < 1) throw new RangeError("redis-unique: concurrency must be at least 1");
+    const { concurrency, total, weight } = options;
+    if (total === undefined) {
+      if (weight !== undefined) {
+        throw new TypeError(
+          "redis-unique: weight needs total: a weight is a group's share of a limit the groups share (total); " +
+            "without total each group has a key and a concurrency of its own, with nothing to share",
+        );
+      }
+      if (concurrency === undefined) throw new TypeError("redis-unique: give concurrency (per group), total (in all), or both");
+    } else {
+      commands.checkLimit(total);
+      if (total < 1) throw new RangeError(`redis-unique: total must be a whole number of at least 1, got ${total}`);
+      if (options.limiter !== undefined) {
+        throw new TypeError(
+          "redis-unique: limiter cannot be combined with total: limiter is a rate per group, and with total every " +
+            "group of the queue shares one key, whose rate would be the queue's in all. Leave out total for a rate " +
+            "per group, or use the Worker's own limiter for a rate of the queue",
+        );
+      }
+      if (weight !== undefined && typeof weight !== "function") commands.checkWeight(weight);
+    }
+    if (concurrency !== undefined) {
+      commands.checkLimit(concurrency);
+      if (concurrency < 1) throw new RangeError("redis-unique: concurrency must be at least 1");
+    }
+    this.client = options.redis instanceof Client ? options.redis : new Client(options.redis);
+    this.concurrency = concurrency;
+    this.total = total;
     this.lease = options.lease ?? 30_000;
     this.wait = options.wait ?? 1_000;
     this.delay = options.delay ?? 1_000;
     this.maxDelay = options.maxDelay ?? 30_000;
-    this.prefix = options.prefix ?? "unique:group";
+    this.prefix = options.prefix ?? (total === undefined ? "unique:group" : "unique:fair");
     this.type = commands.checkType(options.type ?? "group");
     this.workerName = options.workerName ?? uniqueWorkerName();
     this.rate = options.limiter && { limit: options.limiter.max, per: options.limiter.duration, burst: options.limiter.burst };
@@ -110,9 +169,23 @@ export class GroupLimit<T = unknown> {
     }
   }
 
-  /** The lock key of a group of a queue. */
-  key(queueName: string, group: string): string {
+  /**
+   * The lock key of a group of a queue: `<prefix>:<queue>:<group>`; with `total`, the one
+   * key of the queue, `<prefix>:<queue>`, whatever the group.
+   */
+  key(queueName: string, group?: string): string {
+    if (this.total !== undefined) return `${this.prefix}:${queueName}`;
+    if (group === undefined) throw new TypeError("redis-unique: key() of a GroupLimit without total needs the group");
     return `${this.prefix}:${queueName}:${group}`;
+  }
+
+  /** The UNIQUE.LOCK options of a job of `group` (checked when sent). */
+  lockOptions(job: Job<T>, group: string): commands.LockOptions {
+    const base = { ttl: this.lease, owner: this.workerName, type: this.type, wait: this.wait };
+    if (this.total === undefined) return { limit: this.concurrency, ...base, rate: this.rate };
+    const { weight } = this.options;
+    const w = typeof weight === "function" ? weight(job, group) : weight;
+    return { limit: this.total, ...base, group, weight: w, groupLimit: this.concurrency };
   }
 
   /** The processor, run only while the job holds a slot of its group. */
@@ -123,14 +196,7 @@ export class GroupLimit<T = unknown> {
       const key = this.key(job.queueName, String(group));
       const jid = String(job.id);
       const sentAt = Date.now();
-      const slot = await this.client.lock(key, jid, {
-        limit: this.options.concurrency,
-        ttl: this.lease,
-        owner: this.workerName,
-        type: this.type,
-        rate: this.rate,
-        wait: this.wait,
-      });
+      const slot = await this.client.lock(key, jid, this.lockOptions(job, String(group)));
       if (slot === null) {
         await job.moveToDelayed(Date.now() + this.backoff(jid), token);
         throw new DelayedError();
@@ -190,7 +256,11 @@ export class DeadWorkerReaper {
     this.registry = options.registry ?? `unique:workers:${queue.name}`;
   }
 
-  /** Records a worker's name, so that its locks are freed once BullMQ stops listing it. */
+  /**
+   * Records a worker's name, so that its locks are freed once BullMQ stops listing it. Call it
+   * once the Worker is ready (`await worker.waitUntilReady()`): BullMQ lists it from then on, and
+   * a pass before that would take it for dead (and forget it).
+   */
   async register(workerName: string): Promise<void> {
     await this.client.transport.send(["SADD", this.registry, workerName]);
   }
@@ -199,7 +269,8 @@ export class DeadWorkerReaper {
   async reap(): Promise<number> {
     const names = (await this.client.transport.send(["SMEMBERS", this.registry])) as Array<string | Buffer>;
     if (!names.length) return 0;
-    const live = (await this.queue.getWorkers()).map((w) => String(w.name ?? ""));
+    // BullMQ gives each worker's connection name as `rawname` (its `name` is the queue's).
+    const live = (await this.queue.getWorkers()).map((w) => String(w.rawname ?? w.name ?? ""));
     let removed = 0;
     for (const raw of names) {
       const name = String(raw);

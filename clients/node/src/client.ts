@@ -1,5 +1,5 @@
 import * as commands from "./commands.js";
-import type { Command, Holder, LockOptions, Metrics, ReapOptions } from "./commands.js";
+import type { Command, GroupWaiters, Holder, LockOptions, Metrics, ReapOptions } from "./commands.js";
 import { fromReply, ModuleVersionMismatchError, UniqueError } from "./errors.js";
 import { type RedisClient, type Reply, type Transport, transportFor } from "./transport.js";
 import { decodeModuleVersion, loadedModuleVersion, moduleVersionCheck } from "./version.js";
@@ -173,9 +173,14 @@ export class Client {
     return this.run(commands.rate(key));
   }
 
-  /** How many clients wait for a slot of `key`. */
-  waiters(key: string): Promise<number> {
-    return this.run(commands.waiters(key));
+  /**
+   * How many clients wait for a slot of `key`; with `{ groups: true }`, per group that waits
+   * or holds: `[{ group, waiting, holding }]` (group null for those without one, first).
+   */
+  waiters(key: string, options?: { groups?: false }): Promise<number>;
+  waiters(key: string, options: { groups: true }): Promise<GroupWaiters[]>;
+  waiters(key: string, options: { groups?: boolean } = {}): Promise<number | GroupWaiters[]> {
+    return options.groups ? this.run(commands.waitersByGroup(key)) : this.run(commands.waiters(key));
   }
 
   /**
@@ -404,8 +409,9 @@ export class Batch {
     return this.add(commands.rate(key));
   }
 
-  waiters(key: string): this {
-    return this.add(commands.waiters(key));
+  /** WAITERS, or with `{ groups: true }` WAITERS GROUPS (as Client.waiters). */
+  waiters(key: string, options: { groups?: boolean } = {}): this {
+    return this.add(options.groups ? commands.waitersByGroup(key) : commands.waiters(key));
   }
 
   /** Any other command, sent as is (its reply returned as the client gives it). */

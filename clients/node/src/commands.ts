@@ -26,9 +26,29 @@ export interface LockOptions {
   meta?: Record<string, unknown> | string;
   /** A rate a new grant also needs: at most `limit` grants per `per` ms, plus `burst` at once (renewals never spend it). */
   rate?: RateLimit;
+  /**
+   * The caller's group (a tenant id, 1 to 1024 bytes). Waiters of several groups share the
+   * key's `limit` fairly: a freed slot goes to the waiting group holding the fewest slots for
+   * its `weight`. Kept by the hold (a renewal keeps it).
+   */
+  group?: string;
+  /** The group's weight among the waiting groups, 1 to 1000 (default 1); needs `group`. */
+  weight?: number;
+  /** A grant also needs fewer than this many live holders of the caller's `group` on the key; needs `group`. */
+  groupLimit?: number;
+  /**
+   * `shared` (readers: up to `limit` at once, none while a writer holds or waits ahead) or
+   * `exclusive` (a writer: holds alone, whatever `limit` says). Without it, today's
+   * behaviour (counted as shared against a writer). On a renewal: `shared` downgrades an
+   * exclusive hold, `exclusive` upgrades only the sole holder (null otherwise, never waiting).
+   */
+  mode?: LockMode;
   /** When denied, wait up to this many milliseconds for a slot (and the rate), first come, first served. */
   wait?: number;
 }
+
+/** A hold's mode: readers share, a writer holds alone. */
+export type LockMode = "shared" | "exclusive";
 
 /** `RATE limit PER per [BURST burst]`: at most `limit` grants every `per` milliseconds, evenly spaced, plus `burst` at once. */
 export interface RateLimit {
@@ -64,6 +84,18 @@ export interface Holder {
   type: string;
   owner: string | null;
   meta: Record<string, unknown> | null;
+  /** The hold's group, or null when taken without one. */
+  group: string | null;
+  /** The hold's mode, or null when taken without one (it then counts as shared against a writer). */
+  mode: LockMode | null;
+}
+
+/** One group of UNIQUE.WAITERS key GROUPS: how many of it wait for the key, and how many hold it. */
+export interface GroupWaiters {
+  /** The group, or null for the waiters and holders without one. */
+  group: string | null;
+  waiting: number;
+  holding: number;
 }
 
 export interface ReapOptions {
@@ -75,6 +107,8 @@ export interface ReapOptions {
 
 const TYPE_NAME = /^[A-Za-z0-9_:.-]{1,64}$/;
 const MAX_LIMIT = 2147483647;
+const MAX_WEIGHT = 1000;
+const MODES: readonly LockMode[] = ["shared", "exclusive"];
 
 function wholeMs(name: string, value: unknown, min: number): number {
   if (typeof value !== "number" || Number.isNaN(value)) {
@@ -122,10 +156,51 @@ export function checkLimit(limit: unknown): number {
   return limit;
 }
 
+export function checkGroup(group: unknown): string {
+  return nonEmpty("group", group, 1024);
+}
+
+export function checkWeight(weight: unknown): number {
+  if (typeof weight !== "number") throw new TypeError(`redis-unique: weight must be a number, got ${typeof weight}`);
+  if (!Number.isInteger(weight) || weight < 1 || weight > MAX_WEIGHT) {
+    throw new RangeError(`redis-unique: weight must be a whole number from 1 to ${MAX_WEIGHT}, got ${weight}`);
+  }
+  return weight;
+}
+
+export function checkGroupLimit(groupLimit: unknown): number {
+  if (typeof groupLimit !== "number") throw new TypeError(`redis-unique: groupLimit must be a number, got ${typeof groupLimit}`);
+  if (!Number.isInteger(groupLimit) || groupLimit < 1 || groupLimit > MAX_LIMIT) {
+    throw new RangeError(`redis-unique: groupLimit must be a whole number from 1 to ${MAX_LIMIT}, got ${groupLimit}`);
+  }
+  return groupLimit;
+}
+
+export function checkMode(mode: unknown): LockMode {
+  if (typeof mode !== "string") throw new TypeError(`redis-unique: mode must be "shared" or "exclusive", got ${typeof mode}`);
+  if (!MODES.includes(mode as LockMode)) {
+    throw new RangeError(`redis-unique: mode must be "shared" or "exclusive", got ${JSON.stringify(mode)}`);
+  }
+  return mode as LockMode;
+}
+
+/** `GROUP name [WEIGHT w] [GROUPLIMIT m]`: WEIGHT and GROUPLIMIT only with a group. */
+export function groupArgv(group?: string, weight?: number, groupLimit?: number): string[] {
+  if (group === undefined) {
+    if (weight !== undefined) throw new TypeError("redis-unique: weight needs group (it is the group's weight among the waiting groups)");
+    if (groupLimit !== undefined) throw new TypeError("redis-unique: groupLimit needs group (it limits the holders of the caller's group)");
+    return [];
+  }
+  const argv = ["GROUP", checkGroup(group)];
+  if (weight !== undefined) argv.push("WEIGHT", String(checkWeight(weight)));
+  if (groupLimit !== undefined) argv.push("GROUPLIMIT", String(checkGroupLimit(groupLimit)));
+  return argv;
+}
+
 /** The argv of UNIQUE.LOCK; every option checked. */
 export function lockArgv(key: string, jid: string, options: LockOptions = {}): string[] {
   const argv = ["UNIQUE.LOCK", checkKey(key), checkJid(jid)];
-  const { ttl, pxat, limit, type, owner, meta, rate, wait } = options;
+  const { ttl, pxat, limit, type, owner, meta, rate, group, weight, groupLimit, mode, wait } = options;
   if (limit !== undefined) argv.push("LIMIT", String(checkLimit(limit)));
   if (ttl !== undefined && pxat !== undefined) throw new TypeError("redis-unique: give ttl or pxat, not both");
   if (ttl !== undefined) argv.push("TTL", String(wholeMs("ttl", ttl, 1)));
@@ -143,6 +218,8 @@ export function lockArgv(key: string, jid: string, options: LockOptions = {}): s
     argv.push("META", text);
   }
   if (rate !== undefined) argv.push(...rateArgv(rate));
+  argv.push(...groupArgv(group, weight, groupLimit));
+  if (mode !== undefined) argv.push("MODE", checkMode(mode));
   if (wait !== undefined) argv.push("WAIT", String(wholeMs("wait", wait, 1)));
   return argv;
 }
@@ -209,6 +286,8 @@ export function parseHolder(entry: Reply): Holder {
   const ttl = int(f.get("ttl") ?? -1);
   const owner = f.get("owner");
   const meta = f.get("meta");
+  const group = f.get("group");
+  const mode = f.get("mode");
   let parsedMeta: Record<string, unknown> | null = null;
   if (meta !== null && meta !== undefined) {
     try {
@@ -226,6 +305,8 @@ export function parseHolder(entry: Reply): Holder {
     type: text(f.get("type") ?? "lock"),
     owner: owner === null || owner === undefined ? null : text(owner),
     meta: parsedMeta,
+    group: group === null || group === undefined ? null : text(group),
+    mode: mode === null || mode === undefined ? null : (text(mode) as LockMode),
   };
 }
 
@@ -260,6 +341,28 @@ export function rate(key: string): Command<RateState | null> {
 /** WAITERS: how many clients wait for a slot of the key. */
 export function waiters(key: string): Command<number> {
   return { argv: ["UNIQUE.WAITERS", checkKey(key)], parse: int };
+}
+
+/**
+ * WAITERS GROUPS: per group that waits for or holds the key, how many wait and how many
+ * hold (the holders and waiters without a group first, as group null, then by name).
+ */
+export function waitersByGroup(key: string): Command<GroupWaiters[]> {
+  return {
+    argv: ["UNIQUE.WAITERS", checkKey(key), "GROUPS"],
+    parse: (r) =>
+      Array.isArray(r)
+        ? r.map((entry) => {
+            const f = fields(entry);
+            const group = f.get("group");
+            return {
+              group: group === null || group === undefined ? null : text(group),
+              waiting: int(f.get("waiting") ?? 0),
+              holding: int(f.get("holding") ?? 0),
+            };
+          })
+        : [],
+  };
 }
 
 /** One REAP step: [next cursor, holders removed]. */

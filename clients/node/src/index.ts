@@ -1,7 +1,9 @@
 export { Client, Batch } from "./client.js";
 export type { ClientOptions } from "./client.js";
 export * as commands from "./commands.js";
-export type { Command, Holder, LockOptions, Metrics, RateLimit, RateState, ReapOptions } from "./commands.js";
+export type {
+  Command, GroupWaiters, Holder, LockMode, LockOptions, Metrics, RateLimit, RateState, ReapOptions,
+} from "./commands.js";
 export {
   AlreadyAcquiredError,
   CommandError,
@@ -11,9 +13,9 @@ export {
   ModuleVersionMismatchError,
   UniqueError,
 } from "./errors.js";
-export { Mutex, Semaphore, defaultOnLockLost } from "./locks.js";
+export { Mutex, RWLock, Semaphore, defaultOnLockLost } from "./locks.js";
 export { VERSION } from "./version.js";
-export type { LockLostCallback, LockObjectOptions } from "./locks.js";
+export type { LockLostCallback, LockObjectOptions, RWLockOptions } from "./locks.js";
 export type { IoRedisLike, NodeRedisLike, RedisClient, Transport } from "./transport.js";
 export { Refresher, RENEW_RETRY_CODES, renewIntervalMs, renewRetryMs, renewalArgv, renewalOutcome } from "./refresh.js";
 export type { RefresherOptions, RenewalChanges, RenewalOutcome } from "./refresh.js";

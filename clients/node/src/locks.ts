@@ -6,7 +6,7 @@ import { Refresher, renewIntervalMs } from "./refresh.js";
 import type { RedisClient, Transport } from "./transport.js";
 
 /** What `onLockLost` is called with: `this` is the lock object, as in redis-semaphore. */
-export type LockLostCallback = (this: Mutex | Semaphore, error: LockLostError) => void;
+export type LockLostCallback = (this: Mutex | Semaphore | RWLock, error: LockLostError) => void;
 
 export interface LockObjectOptions {
   /** The lease in ms, renewed every third of it while held (redis-semaphore's name). Default 10000. */
@@ -45,6 +45,15 @@ export interface LockObjectOptions {
   /** A rate each acquire also needs (`{ limit, per, burst? }`, per in ms): "at most 3 at once and 50 a second". */
   rate?: commands.RateLimit;
   /**
+   * This holder's group (a tenant id): waiters of several groups share the limit fairly, a
+   * freed slot going to the waiting group that holds the fewest slots for its `weight`.
+   */
+  group?: string;
+  /** The group's weight among the waiting groups, 1 to 1000 (default 1); needs `group`. */
+  weight?: number;
+  /** At most this many holders of this `group` at once on the key (besides the limit); needs `group`. */
+  groupLimit?: number;
+  /**
    * Called, with `this` the lock object, when a renewal finds the hold gone. Default (as
    * redis-semaphore's): throws the LockLostError, which, as whatever this callback throws,
    * surfaces as an unhandled promise rejection.
@@ -54,7 +63,8 @@ export interface LockObjectOptions {
 
 const KNOWN_OPTIONS = new Set([
   "lockTimeout", "acquireTimeout", "refreshInterval", "identifier", "identifierSuffix", "acquiredExternally",
-  "externallyAcquiredIdentifier", "acquireAttemptsLimit", "owner", "meta", "type", "rate", "onLockLost",
+  "externallyAcquiredIdentifier", "acquireAttemptsLimit", "owner", "meta", "type", "rate", "group", "weight",
+  "groupLimit", "onLockLost",
 ]);
 
 /** redis-semaphore's default: the error is thrown where nothing catches it. */
@@ -149,6 +159,10 @@ class LeasedLock {
   private sentAt = 0;
   private external: boolean;
   private readonly onLockLost: LockLostCallback;
+  /** @internal The MODE of the next acquire (an RWLock's read or write), and of the hold once granted. */
+  requestMode: commands.LockMode | undefined;
+  /** @internal `this` of onLockLost (an RWLock gives itself). */
+  lockObject: Mutex | Semaphore | RWLock;
 
   constructor(
     private readonly redis: Client | RedisClient | Transport,
@@ -156,6 +170,7 @@ class LeasedLock {
     readonly limit: number,
     private readonly options: LockObjectOptions = {},
   ) {
+    this.lockObject = this as unknown as Mutex;
     checkOptions(options);
     commands.checkKey(key);
     commands.checkLimit(limit);
@@ -197,9 +212,9 @@ class LeasedLock {
     return this._token !== null;
   }
 
-  private lockOptions(wait?: number) {
-    const { owner, meta, type, rate } = this.options;
-    return { ttl: this.lockTimeout, limit: this.limit, owner, meta, type, rate, wait };
+  private lockOptions(wait?: number): commands.LockOptions {
+    const { owner, meta, type, rate, group, weight, groupLimit } = this.options;
+    return { ttl: this.lockTimeout, limit: this.limit, owner, meta, type, rate, group, weight, groupLimit, mode: this.requestMode, wait };
   }
 
   /**
@@ -278,6 +293,9 @@ class LeasedLock {
   private async takeOver(): Promise<boolean> {
     const held = (await this.client.holders(this.key)).find((h) => h.jid === this.identifier);
     if (!held) return false;
+    // An RWLock takes over a hold of the mode asked for only: a renewal with the other MODE
+    // would downgrade a writer, or try to upgrade a reader.
+    if (this.requestMode !== undefined && (held.mode ?? "shared") !== this.requestMode) return false;
     this.sentAt = Date.now();
     const token = await this.client.lock(this.key, this.identifier, this.lockOptions());
     if (token !== held.token) {
@@ -287,6 +305,32 @@ class LeasedLock {
     }
     this.external = false;
     return this.took(token);
+  }
+
+  /**
+   * @internal A renewal with MODE `mode` now (an RWLock's downgrade or upgrade), never
+   * waiting: true when the server kept this hold's token under the new mode, false when it
+   * answered nil (an upgrade refused, the hold unchanged). Another token means the hold had
+   * ended and this call took a new one: given up, and a LockLostError thrown.
+   */
+  async changeMode(mode: commands.LockMode): Promise<boolean> {
+    const held = this._token;
+    if (held === null) throw new LockLostError(this.key, this.identifier, "not held: no mode to change");
+    const token = await this.client.lock(this.key, this.identifier, { ttl: this.lockTimeout, mode });
+    if (token === held) {
+      this.requestMode = mode;
+      return true;
+    }
+    if (token === null) return false;
+    this.forget();
+    await this.client.unlock(this.key, this.identifier).catch(() => {});
+    throw new LockLostError(this.key, this.identifier, "the hold had ended before the change of mode (the new grant was given up)");
+  }
+
+  /** @internal Forgets the hold without a call (it is known to be gone). */
+  forget(): void {
+    this.stopRefresh();
+    this._token = null;
   }
 
   private took(token: number | null): boolean {
@@ -301,7 +345,7 @@ class LeasedLock {
           this._token = null;
           // Whatever onLockLost throws (by default the error itself) is left unhandled on
           // purpose, as redis-semaphore's.
-          void Promise.resolve().then(() => this.onLockLost.call(this as unknown as Mutex, error));
+          void Promise.resolve().then(() => this.onLockLost.call(this.lockObject, error));
         },
       }).start();
     }
@@ -323,5 +367,167 @@ export class Semaphore extends LeasedLock {
       throw new RangeError(`redis-unique: a Semaphore's limit must be a whole number of at least 1, got ${String(limit)}`);
     }
     super(redis, key, limit, options);
+  }
+}
+
+export interface RWLockOptions extends LockObjectOptions {
+  /** At most this many readers at once (default 0: no limit). A writer always holds alone. */
+  limit?: number;
+}
+
+/**
+ * A readers-writer lock on `key`, one holder per object (as a Mutex): `acquireRead()` shares
+ * the key with other readers (up to `limit`), `acquireWrite()` holds it alone. A writer waits
+ * for the readers holding it, and readers that come after a waiting writer queue behind it, so
+ * neither side starves; the readers queued behind a writer are served together when it leaves.
+ * The lease is renewed as a Mutex's, with the same options; `release()` ends either hold.
+ *
+ *     const rw = new RWLock(redis, "report:2024");
+ *     await rw.acquireRead();  try { await read(); }  finally { await rw.releaseRead(); }
+ *     await rw.acquireWrite(); try { await write(); } finally { await rw.releaseWrite(); }
+ */
+export class RWLock {
+  private readonly lock: LeasedLock;
+
+  constructor(redis: Client | RedisClient | Transport, readonly key: string, options: RWLockOptions = {}) {
+    if (typeof options !== "object" || options === null) throw new TypeError("redis-unique: lock options must be an object");
+    const { limit = 0, ...rest } = options;
+    if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 0) {
+      throw new RangeError(`redis-unique: an RWLock's limit must be a whole number of readers (0: no limit), got ${String(limit)}`);
+    }
+    this.lock = new LeasedLock(redis, key, limit, rest);
+    this.lock.lockObject = this;
+  }
+
+  /** At most this many readers at once (0: no limit). */
+  get limit(): number {
+    return this.lock.limit;
+  }
+
+  get identifier(): string {
+    return this.lock.identifier;
+  }
+
+  get lockTimeout(): number {
+    return this.lock.lockTimeout;
+  }
+
+  get acquireTimeout(): number {
+    return this.lock.acquireTimeout;
+  }
+
+  get refreshInterval(): number {
+    return this.lock.refreshInterval;
+  }
+
+  /** The Client this lock object runs on (shared by the lock objects over one Redis client). */
+  get client(): Client {
+    return this.lock.client;
+  }
+
+  /** The fencing token of the current hold (null when not held). */
+  get token(): number | null {
+    return this.lock.token;
+  }
+
+  get isAcquired(): boolean {
+    return this.lock.isAcquired;
+  }
+
+  /** `"read"` or `"write"` while held, null otherwise. */
+  get mode(): "read" | "write" | null {
+    if (!this.lock.isAcquired) return null;
+    return this.lock.requestMode === "exclusive" ? "write" : "read";
+  }
+
+  /** How many renewals kept the current hold. */
+  get renewals(): number {
+    return this.lock.renewals;
+  }
+
+  /** As Mutex.tryAcquire, as a reader: true when taken within `acquireTimeout`, false otherwise. */
+  tryAcquireRead(signal?: AbortSignal | { signal?: AbortSignal }): Promise<boolean> {
+    return this.take("shared", () => this.lock.tryAcquire(signal));
+  }
+
+  /** As Mutex.acquire, as a reader: LockNotAcquiredError when not taken within `acquireTimeout`. */
+  acquireRead(signal?: AbortSignal | { signal?: AbortSignal }): Promise<void> {
+    return this.take("shared", () => this.lock.acquire(signal));
+  }
+
+  /** As Mutex.tryAcquire, as the writer (alone). */
+  tryAcquireWrite(signal?: AbortSignal | { signal?: AbortSignal }): Promise<boolean> {
+    return this.take("exclusive", () => this.lock.tryAcquire(signal));
+  }
+
+  /** As Mutex.acquire, as the writer (alone). */
+  acquireWrite(signal?: AbortSignal | { signal?: AbortSignal }): Promise<void> {
+    return this.take("exclusive", () => this.lock.acquire(signal));
+  }
+
+  /** Ends a read hold (a no-op when not held; a TypeError when the hold is a write). */
+  releaseRead(): Promise<void> {
+    return this.releaseAs("read");
+  }
+
+  /** Ends the write hold (a no-op when not held; a TypeError when the hold is a read). */
+  releaseWrite(): Promise<void> {
+    return this.releaseAs("write");
+  }
+
+  /** Ends the hold, read or write (a no-op when not held). */
+  release(): Promise<void> {
+    return this.lock.release();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  /**
+   * The write hold becomes a read hold, with the same fencing token and without letting a
+   * waiting writer in between; the readers waiting for the key are served at once.
+   * LockLostError when the hold had ended.
+   */
+  async downgrade(): Promise<void> {
+    if (this.mode !== "write") throw new TypeError("redis-unique: downgrade() needs a write hold");
+    if (await this.lock.changeMode("shared")) return;
+    this.lock.forget();
+    throw new LockLostError(this.key, this.identifier, "another holder has it (the lease ran out, or it was reaped or deleted)");
+  }
+
+  /**
+   * The read hold becomes the write hold, with the same fencing token, only when it is the
+   * only holder: true then, false otherwise (the read hold unchanged). Never waits: two
+   * readers waiting to upgrade would wait for each other forever. To wait, release the read
+   * hold and acquireWrite().
+   */
+  async tryUpgrade(): Promise<boolean> {
+    if (this.mode !== "read") throw new TypeError("redis-unique: tryUpgrade() needs a read hold");
+    return this.lock.changeMode("exclusive");
+  }
+
+  /** Stops renewing the lease (the hold then ends with it, unless released first). */
+  stopRefresh(): void {
+    this.lock.stopRefresh();
+  }
+
+  /** TYPE, OWNER or META changed for the current hold: sent with the next renewal, once. */
+  update(changes: { type?: string; owner?: string; meta?: Record<string, unknown> }): void {
+    this.lock.update(changes);
+  }
+
+  private async take<T>(mode: commands.LockMode, acquire: () => Promise<T>): Promise<T> {
+    if (this.lock.isAcquired) throw new AlreadyAcquiredError(this.key);
+    this.lock.requestMode = mode;
+    return acquire();
+  }
+
+  private async releaseAs(mode: "read" | "write"): Promise<void> {
+    const held = this.mode;
+    if (held !== null && held !== mode) {
+      throw new TypeError(`redis-unique: this RWLock holds ${this.key} for ${held}: release${held === "read" ? "Read" : "Write"}() or release() it`);
+    }
+    await this.lock.release();
   }
 }

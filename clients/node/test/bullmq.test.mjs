@@ -5,7 +5,7 @@ import { fileURLToPath } from "node:url";
 import IORedis from "ioredis";
 import { Queue, QueueEvents, Worker } from "bullmq";
 import { Client } from "../dist/esm/index.js";
-import { GroupLimit, UniqueJobs } from "../dist/esm/bullmq.js";
+import { DeadWorkerReaper, GroupLimit, UniqueJobs } from "../dist/esm/bullmq.js";
 import { startServer, waitFor, calls, totalCommands, assertNoClientsLeft } from "./helpers.mjs";
 
 const WORKER = fileURLToPath(new URL("./bullmq-worker.mjs", import.meta.url));
@@ -181,6 +181,132 @@ test("until_and_while_executing: a duplicate is not queued, and jobs of one key 
   await unique.client.close();
   assert.throws(() => new UniqueJobs({ redis, lock: "until_executed", key: (d) => d.user }), RangeError);
   assert.throws(() => new GroupLimit({ redis, group: () => "g", concurrency: 1.5 }), RangeError);
+  await queue.obliterate({ force: true });
+  await queue.close();
+});
+
+test("fair sharing with real workers: 3 tenants of unequal job lengths and arrival rates share total 8 by their weights", async () => {
+  // Weights 1, 1 and 2 on 8 slots: 2, 2 and 4 while all three wait, whatever their jobs'
+  // lengths (500, 50 and 200 ms) and however fast their jobs come (6, 50 and 25 a second, each
+  // faster than its share serves, so each keeps waiters). At most 5 of a tenant at once.
+  const name = "fair";
+  const connection = { host: "127.0.0.1", port: server.port };
+  const queue = new Queue(name, { connection });
+  const tenants = {
+    big: { weight: 1, ms: 500, perSecond: 6 },
+    small: { weight: 1, ms: 50, perSecond: 50 },
+    heavy: { weight: 2, ms: 200, perSecond: 25 },
+  };
+  const total = 8;
+  const groupLimit = 5;
+  const seconds = 8;
+  await redis.del("workers", "started", ...Object.keys(tenants).flatMap((t) => [`seen:${t}`, `running:${t}`]));
+  const weights = Object.fromEntries(Object.entries(tenants).map(([t, { weight }]) => [t, weight]));
+  for (let i = 0; i < 3; i++) {
+    startWorker(name, {
+      CONCURRENCY: 80, WAIT_CONNECTIONS: 80, TOTAL: total, LIMIT: groupLimit, WEIGHTS: JSON.stringify(weights),
+      WAIT_MS: 120_000,
+    });
+  }
+  await workersReady(3);
+  const key = `unique:fair:${name}`;
+
+  // The server's state, sampled while the jobs come and run: holding and waiting per tenant.
+  const samples = [];
+  let sampling = true;
+  const sampler = (async () => {
+    const r = new IORedis({ port: server.port });
+    const client = new Client(r);
+    while (sampling) {
+      const groups = await client.waiters(key, { groups: true });
+      samples.push(Object.fromEntries(groups.map((g) => [g.group, g])));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await client.close();
+    await r.quit();
+  })();
+
+  // The arrivals: each tenant adds its jobs at its own pace, for `seconds`.
+  let added = 0;
+  const start = Date.now();
+  const due = Object.fromEntries(Object.keys(tenants).map((t) => [t, 0]));
+  while (Date.now() - start < seconds * 1000) {
+    const elapsed = (Date.now() - start) / 1000;
+    const jobs = [];
+    for (const [t, { ms, perSecond }] of Object.entries(tenants)) {
+      for (; due[t] < Math.floor(elapsed * perSecond); due[t]++) jobs.push({ name: "work", data: { group: t, ms } });
+    }
+    if (jobs.length) await queue.addBulk(jobs);
+    added += jobs.length;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await waitFor(async () => (await queue.getJobCounts("completed")).completed === added, {
+    timeout: 120_000, interval: 200, message: `${added} completed jobs`,
+  });
+  sampling = false;
+  await sampler;
+
+  // Nothing starved: every job ran, once.
+  const counts = await queue.getJobCounts("failed", "waiting", "delayed", "active");
+  assert.deepEqual(counts, { failed: 0, waiting: 0, delayed: 0, active: 0 });
+  assert.equal(new Set(await redis.lrange("started", 0, -1)).size, added, "every job ran exactly once");
+
+  // Never over a limit, in any sample, on the server and in the jobs themselves.
+  const holding = (s, t) => s[t]?.holding ?? 0;
+  for (const s of samples) {
+    const held = Object.keys(tenants).map((t) => holding(s, t));
+    assert.ok(held.every((h) => h <= groupLimit), `a tenant over its limit: ${JSON.stringify(s)}`);
+    assert.ok(held.reduce((a, b) => a + b) <= total, `over the total: ${JSON.stringify(s)}`);
+  }
+  for (const t of Object.keys(tenants)) {
+    const seen = (await redis.lrange(`seen:${t}`, 0, -1)).map(Number);
+    assert.ok(Math.max(...seen) <= groupLimit, `${t} ran ${Math.max(...seen)} at once`);
+  }
+  assert.ok(samples.some((s) => Object.keys(tenants).some((t) => holding(s, t) === groupLimit)),
+    "a tenant reached its limit (waiting alone at the end), so the limit was tested");
+
+  // The shares: the mean of the slots each tenant held while the total was saturated and
+  // every tenant had jobs waiting, against its weight's share of the total, within half a slot.
+  const contended = samples.filter((s) => Object.keys(tenants).every((t) => (s[t]?.waiting ?? 0) > 0)
+    && Object.keys(tenants).reduce((n, t) => n + holding(s, t), 0) === total);
+  assert.ok(contended.length >= 50, `${contended.length} samples with every tenant waiting (of ${samples.length})`);
+  const weightSum = Object.values(tenants).reduce((n, { weight }) => n + weight, 0);
+  const report = [];
+  for (const [t, { weight }] of Object.entries(tenants)) {
+    const mean = contended.reduce((n, s) => n + holding(s, t), 0) / contended.length;
+    const fair = (total * weight) / weightSum;
+    report.push(`${t} ${mean.toFixed(2)} (fair ${fair})`);
+    assert.ok(Math.abs(mean - fair) <= 0.5, `${t} held ${mean.toFixed(2)} slots on average, its share is ${fair}`);
+  }
+  console.log(`# fair sharing: ${added} jobs, ${contended.length} of ${samples.length} samples contended; mean slots held: ${report.join(", ")}`);
+  for (const c of children.splice(0)) c.kill("SIGTERM");
+  await queue.obliterate({ force: true });
+  await queue.close();
+});
+
+test("the dead-worker reaper leaves a live worker's slots alone, and frees them once it is gone", async () => {
+  const name = "reaper-live";
+  const connection = { host: "127.0.0.1", port: server.port };
+  const queue = new Queue(name, { connection });
+  const limit = new GroupLimit({ redis, group: (job) => job.data.group, concurrency: 1 });
+  let finish;
+  const held = new Promise((r) => { finish = r; });
+  const worker = new Worker(name, limit.wrap(() => held), { connection, name: limit.workerName });
+  await worker.waitUntilReady();
+  const reaper = new DeadWorkerReaper(redis, queue);
+  await reaper.register(limit.workerName);
+  const job = await queue.add("hold", { group: "g" });
+  const key = limit.key(name, "g");
+  await waitFor(async () => (await client.lockedBy(key)).includes(String(job.id)), { message: "the job holding its slot" });
+  assert.equal(await reaper.reap(), 0, "the worker is listed by BullMQ: nothing reaped");
+  assert.deepEqual(await client.lockedBy(key), [String(job.id)]);
+  // Gone from BullMQ's list while its job still holds (a worker cut off): its slot is freed.
+  await worker.close(true);
+  await waitFor(async () => (await queue.getWorkers()).length === 0, { message: "the worker gone from the list" });
+  assert.equal(await reaper.reap(), 1);
+  assert.deepEqual(await client.lockedBy(key), []);
+  finish();
+  await limit.client.close();
   await queue.obliterate({ force: true });
   await queue.close();
 });

@@ -19,6 +19,7 @@ function nodeOptions(args) {
     if (name === "ttl_ms") options.ttl = value;
     else if (name === "wait_ms") options.wait = value;
     else if (name === "pxat_ms") options.pxat = value;
+    else if (name === "group_limit") options.groupLimit = value;
     else options[name] = value;
   }
   return options;
@@ -30,6 +31,7 @@ const build = {
   locked_by: (a) => commands.lockedBy(a.key),
   holders: (a) => commands.holders(a.key),
   waiters: (a) => commands.waiters(a.key),
+  waiters_by_group: (a) => commands.waitersByGroup(a.key),
   rate: (a) => commands.rate(a.key),
 };
 
@@ -42,12 +44,13 @@ for (const c of table.calls) {
 
 const neutral = (h) => ({
   jid: h.jid, token: h.token, acquired_at_ms: h.acquiredAt, expires_at_ms: h.expiresAt,
-  ttl_ms: h.ttl, type: h.type, owner: h.owner, meta: h.meta,
+  ttl_ms: h.ttl, type: h.type, owner: h.owner, meta: h.meta, group: h.group, mode: h.mode,
 });
 const parse = {
   lock: (r) => commands.lock("k", "j").parse(r),
   unlock: (r) => commands.unlock("k", "j").parse(r),
   holders: (r) => commands.holders("k").parse(r).map(neutral),
+  waiters_by_group: (r) => commands.waitersByGroup("k").parse(r),
   rate: (r) => {
     const s = commands.rate("k").parse(r);
     return s && { limit: s.limit, per_ms: s.per, burst: s.burst, remaining: s.remaining,
