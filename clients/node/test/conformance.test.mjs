@@ -25,7 +25,10 @@ function nodeOptions(args) {
   return options;
 }
 
-/** lock_all's neutral arguments as lockAll's options: `rates` by position from 1 into an array in key order. */
+/**
+ * lock_all's neutral arguments as lockAll's options: `rates` ({ key: position from 1,
+ * rate_limit, rate_per_ms, rate_burst }) into an array in key order.
+ */
 function lockAllOptions(args) {
   const { keys, jid, limits, rates, ...rest } = args;
   const options = nodeOptions(rest);
@@ -33,7 +36,7 @@ function lockAllOptions(args) {
   if (rates !== undefined) {
     options.rates = [];
     for (const r of rates) {
-      options.rates[r.index - 1] = { limit: r.limit, per: r.per_ms, ...(r.burst !== undefined ? { burst: r.burst } : {}) };
+      options.rates[r.key - 1] = { limit: r.rate_limit, per: r.rate_per_ms, ...("rate_burst" in r ? { burst: r.rate_burst } : {}) };
     }
   }
   return options;

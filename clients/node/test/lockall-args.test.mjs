@@ -107,24 +107,6 @@ describe("lockAll argv", () => {
     );
     assert.doesNotThrow(() => commands.lockAllArgv(Array.from({ length: 64 }, (_, i) => `k${i}`), "j"));
   });
-
-  test("the contract's neutral form (conformance shape) maps to lockAll's options", () => {
-    // lock_all { keys, jid, limits, rates: [{ index, limit, per_ms, burst }], ttl_ms, type, owner, meta, wait_ms }
-    const neutral = {
-      keys: ["{x}:a", "{x}:b"], jid: "j", limits: [2, 0], rates: [{ index: 2, limit: 3, per_ms: 100, burst: 1 }],
-      ttl_ms: 1000, type: "t", owner: "o", meta: { k: "v" }, wait_ms: 10,
-    };
-    const rates = [];
-    for (const r of neutral.rates) rates[r.index - 1] = { limit: r.limit, per: r.per_ms, burst: r.burst };
-    assert.deepEqual(
-      commands.lockAllArgv(neutral.keys, neutral.jid, {
-        limits: neutral.limits, rates, ttl: neutral.ttl_ms, type: neutral.type, owner: neutral.owner, meta: neutral.meta,
-        wait: neutral.wait_ms,
-      }),
-      ["UNIQUE.LOCKALL", "2", "{x}:a", "{x}:b", "j", "LIMIT", "2", "0", "RATE", "2", "3", "PER", "100", "BURST", "1",
-        "TTL", "1000", "TYPE", "t", "OWNER", "o", "META", '{"k":"v"}', "WAIT", "10"],
-    );
-  });
 });
 
 describe("Client.lockAll", () => {
