@@ -187,24 +187,26 @@ test("until_and_while_executing: a duplicate is not queued, and jobs of one key 
 
 test("fair sharing with real workers: 3 tenants of unequal job lengths and arrival rates share total 8 by their weights", async () => {
   // Weights 1, 1 and 2 on 8 slots: 2, 2 and 4 while all three wait, whatever their jobs'
-  // lengths (500, 50 and 200 ms) and however fast their jobs come (6, 50 and 25 a second, each
+  // lengths (400, 50 and 200 ms) and however fast their jobs come (20, 50 and 25 a second, each
   // faster than its share serves, so each keeps waiters). At most 5 of a tenant at once.
+  // First come, first served would give each a share of its load (rate x length: 8, 2.5 and
+  // 5 slots' worth), about 4.1, 1.3 and 2.6: "big" would take twice its share.
   const name = "fair";
   const connection = { host: "127.0.0.1", port: server.port };
   const queue = new Queue(name, { connection });
   const tenants = {
-    big: { weight: 1, ms: 500, perSecond: 6 },
+    big: { weight: 1, ms: 400, perSecond: 20 },
     small: { weight: 1, ms: 50, perSecond: 50 },
     heavy: { weight: 2, ms: 200, perSecond: 25 },
   };
   const total = 8;
   const groupLimit = 5;
-  const seconds = 8;
+  const seconds = 6;
   await redis.del("workers", "started", ...Object.keys(tenants).flatMap((t) => [`seen:${t}`, `running:${t}`]));
   const weights = Object.fromEntries(Object.entries(tenants).map(([t, { weight }]) => [t, weight]));
   for (let i = 0; i < 3; i++) {
     startWorker(name, {
-      CONCURRENCY: 80, WAIT_CONNECTIONS: 80, TOTAL: total, LIMIT: groupLimit, WEIGHTS: JSON.stringify(weights),
+      CONCURRENCY: 100, WAIT_CONNECTIONS: 100, TOTAL: total, LIMIT: groupLimit, WEIGHTS: JSON.stringify(weights),
       WAIT_MS: 120_000,
     });
   }
@@ -271,11 +273,13 @@ test("fair sharing with real workers: 3 tenants of unequal job lengths and arriv
     && Object.keys(tenants).reduce((n, t) => n + holding(s, t), 0) === total);
   assert.ok(contended.length >= 50, `${contended.length} samples with every tenant waiting (of ${samples.length})`);
   const weightSum = Object.values(tenants).reduce((n, { weight }) => n + weight, 0);
+  const loadSum = Object.values(tenants).reduce((n, { ms, perSecond }) => n + (ms * perSecond) / 1000, 0);
   const report = [];
-  for (const [t, { weight }] of Object.entries(tenants)) {
+  for (const [t, { weight, ms, perSecond }] of Object.entries(tenants)) {
     const mean = contended.reduce((n, s) => n + holding(s, t), 0) / contended.length;
     const fair = (total * weight) / weightSum;
-    report.push(`${t} ${mean.toFixed(2)} (fair ${fair})`);
+    const fifo = (total * (ms * perSecond) / 1000) / loadSum;
+    report.push(`${t} ${mean.toFixed(2)} (fair ${fair}, first come first served about ${fifo.toFixed(1)})`);
     assert.ok(Math.abs(mean - fair) <= 0.5, `${t} held ${mean.toFixed(2)} slots on average, its share is ${fair}`);
   }
   console.log(`# fair sharing: ${added} jobs, ${contended.length} of ${samples.length} samples contended; mean slots held: ${report.join(", ")}`);
