@@ -1,6 +1,7 @@
 /**
  * BullMQ integration (`redis-unique/bullmq`): per-group concurrency for Workers ("at most
- * 2 jobs of this customer at once, across every worker and process") and unique jobs
+ * 2 jobs of this customer at once, across every worker and process"), several limits per job
+ * in one atomic grant (`limits`: per tenant and in all, each with its rate), and unique jobs
  * (`while_executing`, `until_and_while_executing`), on the module's native locks.
  *
  * A job over its group's limit waits natively for a bounded time (first come, first
@@ -114,6 +115,11 @@ const GROUP_LIMIT_OPTIONS = new Set([
  *     const limit = new GroupLimit({ redis, group: (job) => job.data.customerId, concurrency: 2,
  *                                    total: 10 });   // optional: 10 in all, shared fairly
  *     const worker = new Worker("jobs", limit.wrap(process), { connection, name: limit.workerName });
+ *
+ * or several limits, every one with room or the job waits (one UNIQUE.LOCKALL per job):
+ *
+ *     new GroupLimit({ redis, limits: { tenant: { group: (job) => job.data.tenant, concurrency: 2 },
+ *                                       global: { concurrency: 10, limiter: { max: 50, duration: 1000 } } } });
  */
 export class GroupLimit<T = unknown> {
   readonly client: Client;

@@ -142,3 +142,33 @@ test("a rate per tenant beside the global limit: at most 10 grants a second of e
   await queue.obliterate({ force: true });
   await queue.close();
 });
+
+test("a running job's slots of every limit are renewed together, and an UNLOCK of one is the loss of all", async () => {
+  const lost = [];
+  const limit = new GroupLimit({
+    redis: client, lease: 600,
+    limits: { tenant: { group: (job) => job.data.tenant, concurrency: 2 }, global: { concurrency: 5 } },
+    onLockLost: (error, job) => lost.push([error, job.id]),
+  });
+  const job = { id: "renewed-1", data: { tenant: "acme" }, queueName: "limits-renewal" };
+  const keys = limit.keysOf(job);
+  const leaseEnds = async () => Promise.all(keys.map(async (key) => (await client.holders(key))[0]));
+  const result = await limit.wrap(async (j, token, signal) => {
+    const first = await leaseEnds();
+    // Kept: the same holds (tokens) with their leases moved on, well past the first lease.
+    await waitFor(async () => {
+      const now = await leaseEnds();
+      return now.every((h, i) => h && h.token === first[i].token && h.expiresAt >= first[i].expiresAt + 1200);
+    }, { timeout: 30_000, message: "renewals of both keys" });
+    // Lost: one key's hold removed; the next renewal refuses every key, and the job hears of it.
+    await client.unlock(keys[0], String(j.id));
+    await waitFor(() => signal.aborted, { timeout: 30_000, message: "the processor's signal aborted" });
+    return signal.reason;
+  })(job, "token");
+  assert.equal(lost.length, 1);
+  assert.equal(lost[0][1], "renewed-1");
+  assert.equal(result, lost[0][0], "the signal's reason is the LockLostError onLockLost got");
+  assert.deepEqual(result.keys, keys);
+  await client.unlockAll(keys, "renewed-1"); // the global hold, left to its lease by the refused renewal
+  assert.deepEqual(await Promise.all(keys.map((key) => client.lockedBy(key))), [[], []]);
+});
