@@ -88,7 +88,10 @@ for (const [name, connect] of Object.entries(flavours)) {
       const [x, y] = [k("wait:x"), k("wait:y")];
       await client.lock(x, "hx", { ttl: 30_000 });
       await client.lock(y, "hy", { ttl: 30_000 });
+      // The second is sent once the first waits: each opens a wait connection of its own, and
+      // the server serves multi-key waiters in the order they arrive.
       const first = client.lockAll([x, y], "w1", { ttl: 30_000, wait: 30_000 });
+      await waitFor(async () => (await client.waiters(x)) === 1 && (await client.waiters(y)) === 1, { message: "the first waiter" });
       const second = client.lockAll([y, x], "w2", { ttl: 30_000, wait: 30_000 });
       await waitFor(async () => (await client.waiters(x)) === 2 && (await client.waiters(y)) === 2, { message: "two waiters on each key" });
       await client.unlock(x, "hx");
