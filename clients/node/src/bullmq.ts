@@ -75,7 +75,8 @@ export interface GroupLimitOptions<T = unknown> {
   maxDelay?: number;
   /**
    * The prefix of the lock keys: `<prefix>:<queue>:<group>`, default `unique:group`; with
-   * `total`, one key per queue, `<prefix>:<queue>`, default `unique:fair`.
+   * `total`, one key per queue, `<prefix>:<queue>`, default `unique:fair`; with `limits`,
+   * `<prefix>:{<queue>}:<name>[:<group>]`, default `unique:limit`.
    */
   prefix?: string;
   /** The lock type shown in metrics and the Locks tab. Default `group`. */
