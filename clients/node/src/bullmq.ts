@@ -1,6 +1,7 @@
 /**
  * BullMQ integration (`redis-unique/bullmq`): per-group concurrency for Workers ("at most
- * 2 jobs of this customer at once, across every worker and process") and unique jobs
+ * 2 jobs of this customer at once, across every worker and process"), several limits per job
+ * in one atomic grant (`limits`: per tenant and in all, each with its rate), and unique jobs
  * (`while_executing`, `until_and_while_executing`), on the module's native locks.
  *
  * A job over its group's limit waits natively for a bounded time (first come, first
@@ -17,6 +18,7 @@ import { DelayedError, type Job, type Queue } from "bullmq";
 import { Client } from "./client.js";
 import * as commands from "./commands.js";
 import type { LockLostError } from "./errors.js";
+import { jobGrant, limitKey, normalizeLimits, type JobLimit, type NormalizedLimit } from "./grouplimits.js";
 import { Refresher } from "./refresh.js";
 import type { RedisClient } from "./transport.js";
 
@@ -25,8 +27,8 @@ type Processor<T, R> = (job: Job<T, R>, token?: string, signal?: AbortSignal) =>
 export interface GroupLimitOptions<T = unknown> {
   /** The Redis connection for the locks: an ioredis or node-redis client, or a Client. */
   redis: RedisClient | Client;
-  /** The group of a job (e.g. its customer id); null or undefined: not limited (and outside `total`). */
-  group: (job: Job<T>) => string | null | undefined;
+  /** The group of a job (e.g. its customer id); null or undefined: not limited (and outside `total`). Not with `limits`. */
+  group?: (job: Job<T>) => string | null | undefined;
   /**
    * How many jobs of one group may run at once, across every worker. Needed without `total`;
    * optional with it (a group waiting alone may then take the whole `total`).
@@ -52,6 +54,17 @@ export interface GroupLimitOptions<T = unknown> {
    * `total` (the groups then share one key, whose rate could only be the queue's).
    */
   limiter?: { max: number; duration: number; burst?: number };
+  /**
+   * Several limits on every job, named, instead of `group`/`concurrency`/`limiter`/`total`:
+   * per tenant and in all, say, each with its concurrency and optional rate. A job starts only
+   * when every limit that applies to it has room, in one atomic grant (UNIQUE.LOCKALL): it
+   * holds no slot of one limit while it waits for another, and spends a rate only when it
+   * starts. Keys: `<prefix>:{<queue>}:<name>[:<group>]`, default prefix `unique:limit`.
+   *
+   *     limits: { tenant: { group: (job) => job.data.tenant, concurrency: 2, limiter: { max: 5, duration: 1000 } },
+   *               global: { concurrency: 10, limiter: { max: 50, duration: 1000 } } }
+   */
+  limits?: Record<string, JobLimit<Job<T>>>;
   /** The lease of a running job's slot in ms, renewed every third of it. Default 30000. */
   lease?: number;
   /** How long a job over the limit waits for a slot, natively, in ms. Default 1000. */
@@ -62,7 +75,8 @@ export interface GroupLimitOptions<T = unknown> {
   maxDelay?: number;
   /**
    * The prefix of the lock keys: `<prefix>:<queue>:<group>`, default `unique:group`; with
-   * `total`, one key per queue, `<prefix>:<queue>`, default `unique:fair`.
+   * `total`, one key per queue, `<prefix>:<queue>`, default `unique:fair`; with `limits`,
+   * `<prefix>:{<queue>}:<name>[:<group>]`, default `unique:limit`.
    */
   prefix?: string;
   /** The lock type shown in metrics and the Locks tab. Default `group`. */
@@ -92,7 +106,7 @@ export function uniqueWorkerName(base = "worker"): string {
 }
 
 const GROUP_LIMIT_OPTIONS = new Set([
-  "redis", "group", "concurrency", "total", "weight", "limiter", "lease", "wait", "delay", "maxDelay", "prefix", "type",
+  "redis", "group", "concurrency", "total", "weight", "limiter", "limits", "lease", "wait", "delay", "maxDelay", "prefix", "type",
   "onLockLost", "workerName",
 ]);
 
@@ -102,6 +116,11 @@ const GROUP_LIMIT_OPTIONS = new Set([
  *     const limit = new GroupLimit({ redis, group: (job) => job.data.customerId, concurrency: 2,
  *                                    total: 10 });   // optional: 10 in all, shared fairly
  *     const worker = new Worker("jobs", limit.wrap(process), { connection, name: limit.workerName });
+ *
+ * or several limits, every one with room or the job waits (one UNIQUE.LOCKALL per job):
+ *
+ *     new GroupLimit({ redis, limits: { tenant: { group: (job) => job.data.tenant, concurrency: 2 },
+ *                                       global: { concurrency: 10, limiter: { max: 50, duration: 1000 } } } });
  */
 export class GroupLimit<T = unknown> {
   readonly client: Client;
@@ -111,6 +130,8 @@ export class GroupLimit<T = unknown> {
   readonly concurrency: number | undefined;
   /** How many jobs of every group may run at once, shared fairly (undefined: no such limit). */
   readonly total: number | undefined;
+  /** The named limits of `limits` (undefined: the one limit of `group`). */
+  readonly limits: ReadonlyArray<Readonly<NormalizedLimit<Job<T>>>> | undefined;
   private readonly lease: number;
   private readonly wait: number;
   private readonly delay: number;
@@ -126,9 +147,19 @@ export class GroupLimit<T = unknown> {
     if (unknown.length) {
       throw new TypeError(`redis-unique: unknown GroupLimit option ${unknown.join(", ")} (known: ${[...GROUP_LIMIT_OPTIONS].join(", ")})`);
     }
-    if (typeof options.group !== "function") throw new TypeError("redis-unique: group must be a function of the job");
     const { concurrency, total, weight } = options;
-    if (total === undefined) {
+    if (options.limits !== undefined) {
+      const beside = (["group", "concurrency", "total", "weight", "limiter"] as const).filter((n) => options[n] !== undefined);
+      if (beside.length) {
+        throw new TypeError(
+          `redis-unique: limits replaces ${beside.join(", ")}: give each limit its group, concurrency and limiter inside ` +
+            "limits (total and weight share one key fairly, which a grant of several keys cannot; use them without limits)",
+        );
+      }
+      this.limits = normalizeLimits<Job<T>>(options.limits);
+    } else if (typeof options.group !== "function") {
+      throw new TypeError("redis-unique: group must be a function of the job (or give limits)");
+    } else if (total === undefined) {
       if (weight !== undefined) {
         throw new TypeError(
           "redis-unique: weight needs total: a weight is a group's share of a limit the groups share (total); " +
@@ -159,7 +190,7 @@ export class GroupLimit<T = unknown> {
     this.wait = options.wait ?? 1_000;
     this.delay = options.delay ?? 1_000;
     this.maxDelay = options.maxDelay ?? 30_000;
-    this.prefix = options.prefix ?? (total === undefined ? "unique:group" : "unique:fair");
+    this.prefix = options.prefix ?? (this.limits ? "unique:limit" : total === undefined ? "unique:group" : "unique:fair");
     this.type = commands.checkType(options.type ?? "group");
     this.workerName = options.workerName ?? uniqueWorkerName();
     this.rate = options.limiter && { limit: options.limiter.max, per: options.limiter.duration, burst: options.limiter.burst };
@@ -174,6 +205,7 @@ export class GroupLimit<T = unknown> {
    * key of the queue, `<prefix>:<queue>`, whatever the group.
    */
   key(queueName: string, group?: string): string {
+    if (this.limits) throw new TypeError("redis-unique: a GroupLimit with limits has a key per limit: use keysOf(job) or limitKey(queue, name, group)");
     if (this.total !== undefined) return `${this.prefix}:${queueName}`;
     if (group === undefined) throw new TypeError("redis-unique: key() of a GroupLimit without total needs the group");
     return `${this.prefix}:${queueName}:${group}`;
@@ -188,10 +220,22 @@ export class GroupLimit<T = unknown> {
     return { limit: this.total, ...base, group, weight: w, groupLimit: this.concurrency };
   }
 
-  /** The processor, run only while the job holds a slot of its group. */
+  /** With `limits`: the key of a limit, per group (`group`) or in all. */
+  limitKey(queueName: string, name: string, group?: string): string {
+    return limitKey(this.prefix, queueName, name, group);
+  }
+
+  /** With `limits`: the keys a job holds while it runs, in the order of `limits` (the limits that apply to it). */
+  keysOf(job: Job<T>): string[] {
+    if (!this.limits) throw new TypeError("redis-unique: keysOf() is for a GroupLimit with limits");
+    return jobGrant(this.limits as NormalizedLimit<Job<T>>[], this.prefix, job.queueName, job).keys;
+  }
+
+  /** The processor, run only while the job holds a slot of its group (of every limit, with `limits`). */
   wrap<R>(processor: Processor<T, R>): Processor<T, R> {
+    if (this.limits) return this.wrapAll(processor);
     return async (job, token, signal) => {
-      const group = this.options.group(job);
+      const group = this.options.group!(job);
       if (group === null || group === undefined) return processor(job, token, signal);
       const key = this.key(job.queueName, String(group));
       const jid = String(job.id);
@@ -209,6 +253,37 @@ export class GroupLimit<T = unknown> {
     };
   }
 
+  /** wrap() with `limits`: one LOCKALL for every limit that applies to the job. */
+  private wrapAll<R>(processor: Processor<T, R>): Processor<T, R> {
+    return async (job, token, signal) => {
+      const { keys, limits, rates } = jobGrant(this.limits as NormalizedLimit<Job<T>>[], this.prefix, job.queueName, job);
+      if (keys.length === 0) return processor(job, token, signal);
+      const jid = String(job.id);
+      const sentAt = Date.now();
+      const tokens = await this.client.lockAll(keys, jid, {
+        limits, rates: rates.some((r) => r !== undefined) ? rates : undefined,
+        ttl: this.lease, type: this.type, owner: this.workerName, wait: this.wait,
+      });
+      if (tokens === null) {
+        await job.moveToDelayed(Date.now() + this.backoff(jid), token);
+        throw new DelayedError();
+      }
+      this.tries.delete(jid);
+      const granted = this.wait ? Date.now() : sentAt;
+      return this.hold({ keys, tokens }, jid, granted, (lost) => processor(job, token, anyAbort(signal, lost)), (error) =>
+        (this.options.onLockLost ?? ((e: LockLostError) => process.emitWarning(e)))(error, job));
+    };
+  }
+
+  /**
+   * holding() for holds on several keys taken at once (`tokens` in key order): renewed
+   * together, released together (UNLOCKALL); the loss of any is the loss of all.
+   */
+  holdingAll<R>(keys: string[], jid: string, tokens: number[], sentAt: number,
+                work: (lost: AbortSignal) => Promise<R>, onLost: (error: LockLostError) => void): Promise<R> {
+    return this.hold({ keys, tokens }, jid, sentAt, work, onLost);
+  }
+
   /**
    * Runs `work` while the one renewal loop of this package keeps `jid`'s hold of `key`
    * (fencing token `token`, granted by a LOCK sent at `sentAt`), then releases it. A loss
@@ -216,9 +291,14 @@ export class GroupLimit<T = unknown> {
    */
   async holding<R>(key: string, jid: string, token: number, sentAt: number,
                    work: (lost: AbortSignal) => Promise<R>, onLost: (error: LockLostError) => void): Promise<R> {
+    return this.hold({ key, token }, jid, sentAt, work, onLost);
+  }
+
+  private async hold<R>(held: { key: string; token: number } | { keys: string[]; tokens: number[] }, jid: string, sentAt: number,
+                        work: (lost: AbortSignal) => Promise<R>, onLost: (error: LockLostError) => void): Promise<R> {
     const lost = new AbortController();
     const refresher = new Refresher(this.client, {
-      key, jid, token, leaseMs: this.lease, sentAt,
+      ...held, jid, leaseMs: this.lease, sentAt,
       onLost: (error) => {
         lost.abort(error);
         onLost(error);
@@ -228,7 +308,10 @@ export class GroupLimit<T = unknown> {
       return await work(lost.signal);
     } finally {
       refresher.stop();
-      if (!refresher.lost) await this.client.unlock(key, jid).catch(() => {});
+      if (!refresher.lost) {
+        const release = "keys" in held ? this.client.unlockAll(held.keys, jid) : this.client.unlock(held.key, jid);
+        await release.catch(() => {});
+      }
     }
   }
 
@@ -381,3 +464,5 @@ export class UniqueJobs<T = unknown> {
     });
   }
 }
+
+export type { JobLimit } from "./grouplimits.js";

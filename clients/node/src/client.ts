@@ -1,5 +1,5 @@
 import * as commands from "./commands.js";
-import type { Command, GroupWaiters, Holder, LockOptions, Metrics, ReapOptions } from "./commands.js";
+import type { Command, GroupWaiters, Holder, LockAllOptions, LockOptions, Metrics, ReapOptions } from "./commands.js";
 import { fromReply, ModuleVersionMismatchError, UniqueError } from "./errors.js";
 import { type RedisClient, type Reply, type Transport, transportFor } from "./transport.js";
 import { decodeModuleVersion, loadedModuleVersion, moduleVersionCheck } from "./version.js";
@@ -151,6 +151,37 @@ export class Client {
       const wait = Math.max(1, deadline - Date.now());
       return this.send(connection, commands.lock(key, jid, { ...options, wait }), signal);
     });
+  }
+
+  /**
+   * Takes or renews a hold on every key of `keys` for `jid` at once, or on none: one fencing
+   * token per key, in key order, or null when refused. Each key has its own limit
+   * (`limits`, default 1 each) and rate (`rates`, spent only when every key grants). With
+   * `wait`, a refused call blocks up to `wait` ms on a connection of its own, holding
+   * nothing meanwhile (so two callers naming keys in any order never deadlock). In a
+   * cluster, the keys need one hash tag (`{api}:tenant:acme`, `{api}:global`).
+   */
+  async lockAll(keys: string[], jid: string, options: LockAllOptions = {}): Promise<number[] | null> {
+    const command = commands.lockAll(keys, jid, options);
+    if (options.wait === undefined) return this.run(command);
+    return this.waitLockAll(keys, jid, options);
+  }
+
+  /** UNIQUE.LOCKALL ... WAIT on a wait connection, as waitLock(); an abort ends the wait at once. */
+  async waitLockAll(keys: string[], jid: string, options: LockAllOptions, signal?: AbortSignal): Promise<number[] | null> {
+    commands.lockAll(keys, jid, options); // every option checked before waiting for anything
+    await this.checkModuleVersion();
+    const deadline = Date.now() + (options.wait ?? 0);
+    return this.withConnection(signal, deadline, (connection) => {
+      if (connection === null) return this.run(commands.lockAll(keys, jid, { ...options, wait: undefined }));
+      const wait = Math.max(1, deadline - Date.now());
+      return this.send(connection, commands.lockAll(keys, jid, { ...options, wait }), signal);
+    });
+  }
+
+  /** Releases `jid`'s holds of every key of `keys`: how many it held. */
+  unlockAll(keys: string[], jid: string): Promise<number> {
+    return this.run(commands.unlockAll(keys, jid));
   }
 
   /** Releases `jid`'s hold: true if it held the lock. */
@@ -395,6 +426,17 @@ export class Batch {
 
   unlock(key: string, jid: string): this {
     return this.add(commands.unlock(key, jid));
+  }
+
+  lockAll(keys: string[], jid: string, options: Omit<LockAllOptions, "wait"> = {}): this {
+    if ((options as LockAllOptions).wait !== undefined) {
+      throw new TypeError("redis-unique: wait cannot be used in a pipeline or transaction (nothing blocks there)");
+    }
+    return this.add(commands.lockAll(keys, jid, options));
+  }
+
+  unlockAll(keys: string[], jid: string): this {
+    return this.add(commands.unlockAll(keys, jid));
   }
 
   lockedBy(key: string): this {

@@ -392,3 +392,107 @@ export function metrics(options: { minutes?: number } = {}): Command<Metrics> {
   if (options.minutes !== undefined) argv.push("MINUTES", String(wholeMs("minutes", options.minutes, 1)));
   return { argv, parse: (r) => JSON.parse(text(r)) as Metrics };
 }
+
+/** The most keys one UNIQUE.LOCKALL or UNLOCKALL names. */
+export const MAX_KEYS = 64;
+
+/**
+ * UNIQUE.LOCKALL's options: every key or none, each key with its own limit and rate. GROUP,
+ * WEIGHT, GROUPLIMIT and MODE are single-key options (the module refuses them here, and so
+ * does this package, before sending).
+ */
+export interface LockAllOptions {
+  /** One limit per key, in key order (0: no limit). Default 1 each. */
+  limits?: number[];
+  /**
+   * The rates a new grant also needs, in key order: `rates[i]` for `keys[i]`, null or left out
+   * for a key without one (`[undefined, { limit: 50, per: 1000 }]`). Spent only when every key
+   * grants, never by a renewal.
+   */
+  rates?: Array<RateLimit | null | undefined>;
+  /** The lease of every key, in ms from now. */
+  ttl?: number;
+  /** The end of every key's lease: a Date, or unix time in ms. */
+  pxat?: Date | number;
+  type?: string;
+  owner?: string;
+  meta?: Record<string, unknown> | string;
+  /** When refused, wait up to this many ms until every key can grant at once (holding nothing meanwhile). */
+  wait?: number;
+}
+
+const SINGLE_KEY_ONLY = ["group", "weight", "groupLimit", "mode"] as const;
+const LOCK_ALL_OPTIONS = new Set(["limits", "rates", "ttl", "pxat", "type", "owner", "meta", "wait"]);
+
+/** 1 to 64 keys, each a non-empty string named once. */
+export function checkKeys(keys: unknown): string[] {
+  if (!Array.isArray(keys)) throw new TypeError(`redis-unique: keys must be an array of key names, got ${typeof keys}`);
+  if (keys.length < 1 || keys.length > MAX_KEYS) {
+    throw new RangeError(`redis-unique: give 1 to ${MAX_KEYS} keys, got ${keys.length}`);
+  }
+  const seen = new Set<string>();
+  for (const key of keys) {
+    checkKey(key);
+    if (seen.has(key)) throw new RangeError(`redis-unique: the key ${key} is named twice (each key once)`);
+    seen.add(key);
+  }
+  return keys as string[];
+}
+
+/** The argv of UNIQUE.LOCKALL, options in the reference's order; every option checked. */
+export function lockAllArgv(keys: string[], jid: string, options: LockAllOptions = {}): string[] {
+  checkKeys(keys);
+  if (options === null || typeof options !== "object") throw new TypeError("redis-unique: lockAll options must be an object");
+  for (const name of SINGLE_KEY_ONLY) {
+    if ((options as Record<string, unknown>)[name] !== undefined) {
+      throw new TypeError(
+        `redis-unique: ${name} is not supported by lockAll (UNIQUE.LOCKALL refuses GROUP, WEIGHT, GROUPLIMIT and ` +
+          "MODE): take such a lock with lock() on its own key",
+      );
+    }
+  }
+  const unknown = Object.keys(options).filter((n) => !LOCK_ALL_OPTIONS.has(n) && (options as Record<string, unknown>)[n] !== undefined);
+  if (unknown.length) {
+    throw new TypeError(`redis-unique: unknown lockAll option ${unknown.join(", ")} (known: ${[...LOCK_ALL_OPTIONS].join(", ")})`);
+  }
+  const argv = ["UNIQUE.LOCKALL", String(keys.length), ...keys, checkJid(jid)];
+  const { limits, rates, ttl, pxat, type, owner, meta, wait } = options;
+  if (limits !== undefined) {
+    if (!Array.isArray(limits) || limits.length !== keys.length) {
+      throw new TypeError(`redis-unique: limits must be an array of one limit per key (${keys.length}), in key order`);
+    }
+    argv.push("LIMIT", ...limits.map((l) => String(checkLimit(l))));
+  }
+  if (rates !== undefined) {
+    if (!Array.isArray(rates) || rates.length > keys.length) {
+      throw new TypeError(`redis-unique: rates must be an array of at most one rate per key (${keys.length}), in key order`);
+    }
+    rates.forEach((rate, i) => {
+      if (rate === null || rate === undefined) return;
+      const [, ...rest] = rateArgv(rate);
+      argv.push("RATE", String(i + 1), ...rest);
+    });
+  }
+  // TTL, PXAT, TYPE, OWNER, META: checked and written as LOCK's, then WAIT last.
+  argv.push(...lockArgv(keys[0]!, jid, { ttl, pxat, type, owner, meta }).slice(3));
+  if (wait !== undefined) argv.push("WAIT", String(wholeMs("wait", wait, 1)));
+  return argv;
+}
+
+/** The tokens of a LOCKALL reply, in key order, or null when refused. */
+function tokens(reply: Reply): number[] | null {
+  if (reply === null || reply === undefined) return null;
+  if (!Array.isArray(reply)) throw new TypeError(`redis-unique: UNIQUE.LOCKALL replied ${String(reply)}, not an array of tokens`);
+  return reply.map(int);
+}
+
+/** LOCKALL: one fencing token per key, in key order, or null when refused (or the wait ended). */
+export function lockAll(keys: string[], jid: string, options?: LockAllOptions): Command<number[] | null> {
+  return { argv: lockAllArgv(keys, jid, options), parse: tokens };
+}
+
+/** UNLOCKALL: how many of the keys `jid` held and no longer does. */
+export function unlockAll(keys: string[], jid: string): Command<number> {
+  checkKeys(keys);
+  return { argv: ["UNIQUE.UNLOCKALL", String(keys.length), ...keys, checkJid(jid)], parse: int };
+}

@@ -53,8 +53,12 @@ export class LockNotAcquiredError extends UniqueError {
 
 /** A lock this process held is gone: its lease ran out, or another client removed it. */
 export class LockLostError extends UniqueError {
-  constructor(readonly key: string, readonly identifier: string, readonly reason?: string) {
+  /** Every key of the hold: `[key]`, or the keys of a hold taken by lockAll (lost together). */
+  readonly keys: string[];
+
+  constructor(readonly key: string, readonly identifier: string, readonly reason?: string, keys?: string[]) {
     super(`the lock ${key} is no longer held by ${identifier}: ${reason ?? "its lease ran out or it was removed"}`);
+    this.keys = keys ?? [key];
   }
 }
 

@@ -2,7 +2,7 @@ export { Client, Batch } from "./client.js";
 export type { ClientOptions } from "./client.js";
 export * as commands from "./commands.js";
 export type {
-  Command, GroupWaiters, Holder, LockMode, LockOptions, Metrics, RateLimit, RateState, ReapOptions,
+  Command, GroupWaiters, Holder, LockAllOptions, LockMode, LockOptions, Metrics, RateLimit, RateState, ReapOptions,
 } from "./commands.js";
 export {
   AlreadyAcquiredError,
@@ -14,8 +14,12 @@ export {
   UniqueError,
 } from "./errors.js";
 export { Mutex, RWLock, Semaphore, defaultOnLockLost } from "./locks.js";
+export { MultiLock } from "./multilock.js";
+export type { MultiLockLostCallback, MultiLockOptions } from "./multilock.js";
 export { VERSION } from "./version.js";
 export type { LockLostCallback, LockObjectOptions, RWLockOptions } from "./locks.js";
 export type { IoRedisLike, NodeRedisLike, RedisClient, Transport } from "./transport.js";
-export { Refresher, RENEW_RETRY_CODES, renewIntervalMs, renewRetryMs, renewalArgv, renewalOutcome } from "./refresh.js";
+export {
+  Refresher, RENEW_RETRY_CODES, renewIntervalMs, renewRetryMs, renewalAllArgv, renewalAllOutcome, renewalArgv, renewalOutcome,
+} from "./refresh.js";
 export type { RefresherOptions, RenewalChanges, RenewalOutcome } from "./refresh.js";

@@ -81,7 +81,7 @@ function isAbortSignal(value: unknown): value is AbortSignal {
 }
 
 /** `acquire(signal)` as redis-semaphore, or `acquire({ signal })`. */
-function signalOf(arg: AbortSignal | { signal?: AbortSignal } | undefined): AbortSignal | undefined {
+export function signalOf(arg: AbortSignal | { signal?: AbortSignal } | undefined): AbortSignal | undefined {
   if (arg === undefined || arg === null) return undefined;
   if (isAbortSignal(arg)) return arg;
   if (typeof arg === "object" && (arg.signal === undefined || isAbortSignal(arg.signal))) return arg.signal;
@@ -135,7 +135,7 @@ function checkOptions(options: LockObjectOptions): void {
 // connections: a Client per lock object would leave a connection behind each.
 const shared = new WeakMap<object, Client>();
 
-function clientFor(redis: Client | RedisClient | Transport): Client {
+export function clientFor(redis: Client | RedisClient | Transport): Client {
   if (redis instanceof Client) return redis;
   let client = shared.get(redis);
   if (!client || client.isClosed) {

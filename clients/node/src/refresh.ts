@@ -1,5 +1,5 @@
 // The one loop that keeps a held lease alive, for every lock of this package (Mutex,
-// Semaphore, the BullMQ helpers). The rule is clients/conformance's (README "Renewal"):
+// Semaphore, MultiLock, the BullMQ helpers), on one key or on several held at once. The rule is clients/conformance's (README "Renewal"):
 // renew every third of the lease with only what a renewal needs; the hold's own token back
 // means kept, anything else means lost at once; no answer means try again every tenth of
 // the lease until the lease would have ended, then lost.
@@ -36,6 +36,27 @@ export function renewalArgv(key: string, jid: string, leaseMs: number, changes: 
   return commands.lockArgv(key, jid, { ttl: leaseMs, ...changes });
 }
 
+/**
+ * A renewal of holds on several keys: `UNIQUE.LOCKALL n keys... jid TTL <lease>` and nothing
+ * else (no LIMIT, RATE or WAIT, as a single key's; no TYPE, OWNER or META either).
+ */
+export function renewalAllArgv(keys: string[], jid: string, leaseMs: number): string[] {
+  return commands.lockAllArgv(keys, jid, { ttl: leaseMs });
+}
+
+/**
+ * What a renewal of several keys means for the holds of `tokens` (in key order): the same
+ * tokens, kept; nil, lost (one key's hold had ended, and the module renews every key or
+ * none); other tokens, lost after giving up the new holds (every hold had ended, and the
+ * call took new ones). Errors as a single key's.
+ */
+export function renewalAllOutcome(tokens: readonly number[], reply: readonly number[] | null | undefined, error?: unknown): RenewalOutcome {
+  if (error !== undefined) return renewalOutcome(0, undefined, error);
+  if (reply === null || reply === undefined) return "lost";
+  const same = reply.length === tokens.length && reply.every((t, i) => t === tokens[i]);
+  return same ? "kept" : "lost_unlock";
+}
+
 /** What a renewal's reply (or error) means for the hold of `token`. */
 export function renewalOutcome(token: number, reply: number | null | undefined, error?: unknown): RenewalOutcome {
   if (error !== undefined) {
@@ -46,10 +67,8 @@ export function renewalOutcome(token: number, reply: number | null | undefined, 
   return reply === null || reply === undefined ? "lost" : "lost_unlock";
 }
 
-export interface RefresherOptions {
-  key: string;
+interface RefresherCommon {
   jid: string;
-  token: number;
   leaseMs: number;
   /** Date.now() when the LOCK that granted the hold was sent. */
   sentAt: number;
@@ -58,6 +77,9 @@ export interface RefresherOptions {
   /** Called once, at once, when the hold is lost. */
   onLost: (error: LockLostError) => void;
 }
+
+/** One key's hold, or holds on several keys taken at once by lockAll (renewed all or none). */
+export type RefresherOptions = RefresherCommon & ({ key: string; token: number } | { keys: string[]; tokens: number[] });
 
 /** Renews one hold until stopped or lost; `renewals`, `failures`, `lost` tell how it goes. */
 export class Refresher {
@@ -71,7 +93,22 @@ export class Refresher {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
+  /** The keys of a hold on several keys (renewed by LOCKALL), or null for one key's. */
+  private readonly multi: { keys: string[]; tokens: number[] } | null;
+  private readonly key: string;
+
   constructor(private readonly client: Client, readonly options: RefresherOptions) {
+    if ("keys" in options) {
+      commands.checkKeys(options.keys);
+      if (!Array.isArray(options.tokens) || options.tokens.length !== options.keys.length) {
+        throw new TypeError("redis-unique: a Refresher of several keys needs one token per key");
+      }
+      this.multi = { keys: [...options.keys], tokens: [...options.tokens] };
+      this.key = options.keys.join(", ");
+    } else {
+      this.multi = null;
+      this.key = options.key;
+    }
     this.intervalMs = options.intervalMs ?? renewIntervalMs(options.leaseMs);
     this.retryMs = renewRetryMs(options.leaseMs);
     this.deadline = options.sentAt + options.leaseMs; // the lease started no earlier than the send
@@ -90,6 +127,7 @@ export class Refresher {
 
   /** TYPE, OWNER or META to send with the next renewal (once). */
   update(changes: RenewalChanges): void {
+    if (this.multi) throw new TypeError("redis-unique: a renewal of several keys sends only the lease (no TYPE, OWNER or META)");
     this.changes = { ...this.changes, ...changes };
   }
 
@@ -97,12 +135,16 @@ export class Refresher {
   next(): { argv: string[]; changes: RenewalChanges } {
     const changes = this.changes;
     this.changes = {};
-    return { argv: renewalArgv(this.options.key, this.options.jid, this.options.leaseMs, changes), changes };
+    const { jid, leaseMs } = this.options;
+    if (this.multi) return { argv: renewalAllArgv(this.multi.keys, jid, leaseMs), changes };
+    return { argv: renewalArgv(this.key, jid, leaseMs, changes), changes };
   }
 
   /** Applies the rule to a renewal's result; returns the outcome. */
-  settle(changes: RenewalChanges, sentAt: number, reply: number | null | undefined, error?: unknown): RenewalOutcome {
-    const outcome = renewalOutcome(this.options.token, reply, error);
+  settle(changes: RenewalChanges, sentAt: number, reply: number | number[] | null | undefined, error?: unknown): RenewalOutcome {
+    const outcome = this.multi
+      ? renewalAllOutcome(this.multi.tokens, reply as number[] | null | undefined, error)
+      : renewalOutcome((this.options as { token: number }).token, reply as number | null | undefined, error);
     if (outcome === "kept") {
       this.renewals += 1;
       this.failures = 0;
@@ -132,7 +174,7 @@ export class Refresher {
       this.lose(`no renewal was answered before the lease ended (${this.failures} tries)`);
       return;
     }
-    const { key, jid, leaseMs } = this.options;
+    const { jid, leaseMs } = this.options;
     const { changes } = this.next();
     const sentAt = Date.now();
     // A call that hangs (a client queueing commands while it reconnects) must not hold back
@@ -141,10 +183,12 @@ export class Refresher {
       if (!this.stopped) this.lose("no renewal was answered before the lease ended");
     }, Math.max(0, this.deadline - sentAt));
     watchdog.unref();
-    let reply: number | null | undefined;
+    let reply: number | number[] | null | undefined;
     let error: unknown;
     try {
-      reply = await this.client.lock(key, jid, { ttl: leaseMs, ...changes });
+      reply = this.multi
+        ? await this.client.lockAll(this.multi.keys, jid, { ttl: leaseMs })
+        : await this.client.lock(this.key, jid, { ttl: leaseMs, ...changes });
     } catch (err) {
       error = err ?? new Error("renewal failed");
     } finally {
@@ -155,20 +199,27 @@ export class Refresher {
       // call the client queued or resent through a cut link. Whatever hold it took or kept
       // is no job's now (the user heard the lock is gone): give it up rather than leave it
       // to block others for a lease. Checked before `stopped`, which the loss also sets.
-      if (error === undefined && reply !== null && reply !== undefined) await this.client.unlock(key, jid).catch(() => {});
+      if (error === undefined && reply !== null && reply !== undefined) await this.giveUp();
       return;
     }
     if (this.stopped) return; // released or stopped meanwhile
     const outcome = this.settle(changes, sentAt, reply, error);
-    if (outcome === "lost_unlock") await this.client.unlock(key, jid).catch(() => {});
+    if (outcome === "lost_unlock") await this.giveUp();
     if (outcome === "kept") this.schedule(this.intervalMs);
     else if (outcome === "retry") this.schedule(Math.max(0, Math.min(this.retryMs, this.deadline - Date.now())));
+  }
+
+  /** Best effort: frees what a renewal took or kept after the hold was told lost. */
+  private async giveUp(): Promise<void> {
+    const { jid } = this.options;
+    const release = this.multi ? this.client.unlockAll(this.multi.keys, jid) : this.client.unlock(this.key, jid);
+    await release.catch(() => {});
   }
 
   private lose(why: string): void {
     if (this.lost) return;
     this.stop();
-    this.lost = new LockLostError(this.options.key, this.options.jid, why);
+    this.lost = new LockLostError(this.key, this.options.jid, why, this.multi?.keys);
     this.options.onLost(this.lost);
   }
 }

@@ -25,7 +25,26 @@ function nodeOptions(args) {
   return options;
 }
 
+/**
+ * lock_all's neutral arguments as lockAll's options: `rates` ({ key: position from 1,
+ * rate_limit, rate_per_ms, rate_burst }) into an array in key order.
+ */
+function lockAllOptions(args) {
+  const { keys, jid, limits, rates, ...rest } = args;
+  const options = nodeOptions(rest);
+  if (limits !== undefined) options.limits = limits;
+  if (rates !== undefined) {
+    options.rates = [];
+    for (const r of rates) {
+      options.rates[r.key - 1] = { limit: r.rate_limit, per: r.rate_per_ms, ...("rate_burst" in r ? { burst: r.rate_burst } : {}) };
+    }
+  }
+  return options;
+}
+
 const build = {
+  lock_all: (a) => commands.lockAll(a.keys, a.jid, lockAllOptions(a)),
+  unlock_all: (a) => commands.unlockAll(a.keys, a.jid),
   lock: (a) => commands.lock(a.key, a.jid, nodeOptions(a)),
   unlock: (a) => commands.unlock(a.key, a.jid),
   locked_by: (a) => commands.lockedBy(a.key),
@@ -47,6 +66,8 @@ const neutral = (h) => ({
   ttl_ms: h.ttl, type: h.type, owner: h.owner, meta: h.meta, group: h.group, mode: h.mode,
 });
 const parse = {
+  lock_all: (r) => commands.lockAll(["k1", "k2"], "j").parse(r),
+  unlock_all: (r) => commands.unlockAll(["k1", "k2"], "j").parse(r),
   lock: (r) => commands.lock("k", "j").parse(r),
   unlock: (r) => commands.unlock("k", "j").parse(r),
   holders: (r) => commands.holders("k").parse(r).map(neutral),
