@@ -4,8 +4,9 @@
 //! traits, so that the Redis glue only maps them onto the RDB primitives and
 //! the decoder can be tested, and fed hostile bytes, without a server.
 //!
-//! Encoding version 2 (version 1 is the same without the rate, and has at
-//! least one holder; both are read):
+//! Encoding version 3 (version 2 is the same without a holder's group and
+//! mode, version 1 also without the rate, and has at least one holder; all
+//! are read):
 //!
 //! ```text
 //! unsigned  number of holders (at least 1 when there is no rate)
@@ -17,6 +18,8 @@
 //!   buffer  type
 //!   buffer  owner, empty when none
 //!   buffer  meta,  empty when none
+//!   buffer  group, empty when none          (version 3)
+//!   buffer  mode: empty, shared or exclusive (version 3)
 //! unsigned  1 when a rate follows, else 0
 //!   signed  n, signed per (ms), signed burst, signed tat (units of 1/n ms)
 //! ```
@@ -26,7 +29,8 @@ use std::ffi::CStr;
 use std::fmt;
 
 use crate::engine::{
-    DEFAULT_TYPE, Holder, Lock, Rate, RateLimit, validate_jid, validate_owner, validate_type,
+    DEFAULT_TYPE, Holder, Lock, Mode, Rate, RateLimit, validate_group, validate_jid,
+    validate_owner, validate_type,
 };
 
 /// The internal command that carries an effect to replicas and the AOF
@@ -39,7 +43,7 @@ pub const APPLY_COMMAND: &CStr = c"unique.apply";
 /// (`commands/apply.rs`).
 ///
 /// ```text
-/// unique.apply key now HOLD jid token acquired_at expires_at [type [owner [meta]]]
+/// unique.apply key now HOLD jid token acquired_at expires_at [type [owner [meta [group [mode]]]]]
 /// unique.apply key now RELEASE jid
 /// unique.apply key now REAP owner
 /// unique.apply key now PRUNE
@@ -90,14 +94,18 @@ impl ApplyOp {
     }
 }
 
-/// The values of a holder's last three fields (type, owner, meta) that
-/// `UNIQUE.APPLY ... HOLD` may leave out, from the end: a holder of the
-/// default type with no owner and no meta goes as its first four fields.
-/// The RDB encoding always writes all seven.
-pub const HOLD_DEFAULTS: [&[u8]; 3] = [DEFAULT_TYPE.as_bytes(), b"", b""];
+/// The values of a holder's last five fields (type, owner, meta, group,
+/// mode) that `UNIQUE.APPLY ... HOLD` may leave out, from the end: a holder
+/// of the default type with no owner, meta, group or mode goes as its first
+/// four fields (and an effect written before group and mode existed still
+/// applies). The RDB encoding always writes all nine.
+pub const HOLD_DEFAULTS: [&[u8]; 5] = [DEFAULT_TYPE.as_bytes(), b"", b"", b"", b""];
 
 /// The encoding this build writes; it reads this one and every older one.
-pub const ENCODING_VERSION: i32 = 2;
+pub const ENCODING_VERSION: i32 = 3;
+
+/// The first encoding with a holder's group and mode.
+const FAIR_VERSION: i32 = 3;
 
 /// Stands for "no lease" on the wire: in the encoding, in `UNIQUE.APPLY ...
 /// HOLD` and in the replies of LOCKEDBY WITHMETA.
@@ -193,6 +201,8 @@ pub fn write_holder(h: &Holder, out: &mut impl Sink) {
     out.buffer(h.lock_type().as_bytes());
     out.buffer(h.owner().unwrap_or_default());
     out.buffer(h.meta().unwrap_or_default());
+    out.buffer(h.group().unwrap_or_default());
+    out.buffer(h.mode().map_or("", Mode::name).as_bytes());
 }
 
 /// Reads a lock written with encoding `version`: whole and valid, or an error.
@@ -207,7 +217,7 @@ pub fn decode(version: i32, input: &mut impl Source) -> Result<Lock, DecodeError
     let count = usize::try_from(count).map_err(|_| DecodeError::Corrupt("holder count"))?;
     let mut holders = Vec::with_capacity(count.min(MAX_PREALLOCATED_HOLDERS));
     for _ in 0..count {
-        holders.push(read_holder(input)?);
+        holders.push(read_holder_of(version, input)?);
     }
     let mut seen = HashSet::with_capacity(holders.len());
     if !holders.iter().all(|h| seen.insert(h.jid())) {
@@ -233,6 +243,12 @@ pub fn decode(version: i32, input: &mut impl Source) -> Result<Lock, DecodeError
 /// naming the first bad field (`Io` when the input ends early or cannot be
 /// read).
 pub fn read_holder(input: &mut impl Source) -> Result<Holder, DecodeError> {
+    read_holder_of(ENCODING_VERSION, input)
+}
+
+/// Reads a holder as encoding `version` wrote it (no group or mode before
+/// version 3).
+fn read_holder_of(version: i32, input: &mut impl Source) -> Result<Holder, DecodeError> {
     let bad = |field: &'static str| {
         move |e: DecodeError| match e {
             DecodeError::Io => DecodeError::Io,
@@ -259,6 +275,19 @@ pub fn read_holder(input: &mut impl Source) -> Result<Holder, DecodeError> {
     }
     let meta = input.buffer().map_err(bad("meta"))?;
     std::str::from_utf8(&meta).map_err(|_| DecodeError::Corrupt("meta"))?;
+    let (group, mode) = if version >= FAIR_VERSION {
+        let group = input.buffer().map_err(bad("group"))?;
+        if !group.is_empty() {
+            validate_group(&group).map_err(|_| DecodeError::Corrupt("group"))?;
+        }
+        let mode = match input.buffer().map_err(bad("mode"))?.as_slice() {
+            b"" => None,
+            word => Some(Mode::parse(word).ok_or(DecodeError::Corrupt("mode"))?),
+        };
+        (Some(group).filter(|g| !g.is_empty()), mode)
+    } else {
+        (None, None)
+    };
     Ok(Holder::new(
         &jid,
         token,
@@ -267,7 +296,8 @@ pub fn read_holder(input: &mut impl Source) -> Result<Holder, DecodeError> {
         lock_type,
         Some(owner.as_slice()).filter(|o| !o.is_empty()),
         Some(meta.as_slice()).filter(|m| !m.is_empty()),
-    ))
+    )
+    .with_fair(group.as_deref(), mode))
 }
 
 /// An in-memory encoding, for tests and for fuzzing the decoder.

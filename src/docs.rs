@@ -307,6 +307,51 @@ static LOCK_ARGS: &[Arg] = &[
             "grants allowed at once beyond the steady pace, 0 to 1000000 (default 0)",
         ),
     ]),
+    Arg::new(
+        "group",
+        ArgType::Block,
+        "the group (a tenant) the holder holds for: waiters are served fairly among groups",
+    )
+    .optional()
+    .parts(&[
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "name",
+                ArgType::String,
+                "GROUP",
+                "name",
+                "the group, 1 to 1024 bytes",
+            )
+        },
+        Arg::option(
+            "weight",
+            ArgType::Integer,
+            "WEIGHT",
+            "w",
+            "its share of the slots while it waits, 1 to 1000 (default 1)",
+        ),
+    ]),
+    Arg::option(
+        "grouplimit",
+        ArgType::Integer,
+        "GROUPLIMIT",
+        "m",
+        "a new grant also needs fewer than m holders of the group (needs GROUP)",
+    ),
+    Arg {
+        token: Some("MODE"),
+        ..Arg::new(
+            "mode",
+            ArgType::OneOf,
+            "shared (readers, up to the limit) or exclusive (a writer, alone)",
+        )
+    }
+    .optional()
+    .parts(&[
+        Arg::token("shared", "shared", "hold with others, up to the limit"),
+        Arg::token("exclusive", "exclusive", "hold alone"),
+    ]),
     Arg::option(
         "wait",
         ArgType::Integer,
@@ -428,10 +473,10 @@ pub static LOCKEDBY: CommandDoc = CommandDoc {
 /// UNIQUE.WAITERS.
 pub static WAITERS: CommandDoc = CommandDoc {
     name: "unique.waiters",
-    summary: "Returns how many clients wait for a slot of a lock (UNIQUE.LOCK ... WAIT).",
+    summary: "Returns how many clients wait for a slot of a lock (UNIQUE.LOCK ... WAIT), or per group how many wait and hold.",
     since: VERSION,
-    complexity: "O(1)",
-    arity: 2,
+    complexity: "O(1); with GROUPS, O(N + W) where N is the number of holders of the key and W of its waiters.",
+    arity: -2,
     flags: "readonly fast",
     acl_categories: "read fast",
     tips: "",
@@ -439,7 +484,15 @@ pub static WAITERS: CommandDoc = CommandDoc {
         index: 1,
         flags: &[KeyFlag::Ro, KeyFlag::Access],
     }],
-    args: &[Arg::new("key", ArgType::Key(0), "the lock")],
+    args: &[
+        Arg::new("key", ArgType::Key(0), "the lock"),
+        Arg::token(
+            "groups",
+            "GROUPS",
+            "per group: how many wait and how many hold",
+        )
+        .optional(),
+    ],
 };
 
 /// UNIQUE.RATE.
@@ -599,14 +652,14 @@ mod tests {
         };
         assert_eq!(
             of("unique.lock"),
-            "UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [RATE n PER ms [BURST b]] [WAIT ms]"
+            "UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [RATE n PER ms [BURST b]] [GROUP name [WEIGHT w]] [GROUPLIMIT m] [MODE shared|exclusive] [WAIT ms]"
         );
         assert_eq!(of("unique.unlock"), "UNIQUE.UNLOCK key jid");
         assert_eq!(
             of("unique.lockedby"),
             "UNIQUE.LOCKEDBY key [WITHMETA] [CURSOR cursor] [COUNT n]"
         );
-        assert_eq!(of("unique.waiters"), "UNIQUE.WAITERS key");
+        assert_eq!(of("unique.waiters"), "UNIQUE.WAITERS key [GROUPS]");
         assert_eq!(of("unique.rate"), "UNIQUE.RATE key");
         assert_eq!(of("unique.reap"), "UNIQUE.REAP cursor [COUNT n] [OWNER id]");
         assert_eq!(

@@ -89,6 +89,48 @@ pub const NO_KEY_PERMISSION: &str =
 pub trait Call {
     /// Runs the call again, as the longest waiter in its key's queue.
     fn retry(&self, ctx: &Context) -> Served;
+
+    /// How many live holders `group` (`None`: no group) has on the key now:
+    /// what fair serving weighs. A call that knows no groups says 0.
+    fn holding(&self, _ctx: &Context, _group: Option<&[u8]>) -> usize {
+        0
+    }
+}
+
+/// What the serving rule needs to know of a waiter besides its call: the
+/// group it waits for (`None`: the waiters without GROUP, which compete as
+/// one group of their own), its weight, its GROUPLIMIT, and whether it asks
+/// to hold alone (MODE exclusive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    pub group: Option<Box<[u8]>>,
+    pub weight: u32,
+    pub group_limit: Option<u32>,
+    pub exclusive: bool,
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Self {
+            group: None,
+            weight: 1,
+            group_limit: None,
+            exclusive: false,
+        }
+    }
+}
+
+/// The waiters of a key, as a new call must respect them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Queued {
+    /// Nobody waits.
+    Nobody,
+    /// Some waiter may be served before a newcomer.
+    Waiters,
+    /// Every waiter gave GROUPLIMIT and none is exclusive: each waiting
+    /// group with the largest GROUPLIMIT its waiters gave. They are held
+    /// back while their group holds that many.
+    HeldBack(Vec<(Option<Box<[u8]>>, u32)>),
 }
 
 thread_local! {
@@ -105,6 +147,22 @@ fn with_waiters<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
 /// How many clients wait on `key` of the selected database.
 pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
     with_waiters(|w| w.waiting_on(selected_db(ctx), key))
+}
+
+/// The waiters of `key` (selected database) as a new call sees them: the
+/// common case (nobody waits, or a waiter without GROUPLIMIT) is decided at
+/// the first waiter looked at.
+pub fn queued(ctx: &Context, key: &[u8]) -> Queued {
+    if with_waiters(|w| w.waiting()) == 0 {
+        return Queued::Nobody;
+    }
+    with_waiters(|w| w.queued(selected_db(ctx), key))
+}
+
+/// Per group (`None` first, then by name), how many wait on `key`
+/// (selected database).
+pub fn waiting_by_group(ctx: &Context, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
+    with_waiters(|w| w.by_group(selected_db(ctx), key))
 }
 
 /// How many clients wait, on every key.
@@ -149,6 +207,7 @@ pub fn block(
     ctx: &Context,
     key: &[u8],
     call: Box<dyn Call>,
+    share: Share,
     timeout_ms: i64,
     lease_end: Option<i64>,
     lock_type: &str,
@@ -171,6 +230,7 @@ pub fn block(
     let waiter = Waiter {
         client,
         call,
+        share,
         lock_type: lock_type.into(),
         seq,
         deadline,

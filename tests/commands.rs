@@ -329,7 +329,9 @@ fn lockedby_withmeta_gives_every_field_in_order_on_resp2() {
             "ttl",
             "type",
             "owner",
-            "meta"
+            "meta",
+            "group",
+            "mode"
         ]
     );
     let first = &list[0];
@@ -348,6 +350,8 @@ fn lockedby_withmeta_gives_every_field_in_order_on_resp2() {
     assert_eq!(field(second, "type"), bulk("lock"));
     assert_eq!(field(second, "owner"), Value::Nil);
     assert_eq!(field(second, "meta"), Value::Nil);
+    assert_eq!(field(second, "group"), Value::Nil);
+    assert_eq!(field(second, "mode"), Value::Nil);
 }
 
 #[test]
@@ -371,6 +375,8 @@ fn lockedby_withmeta_is_a_map_on_resp3() {
         "type",
         "owner",
         "meta",
+        "group",
+        "mode",
     ]
     .map(bulk)
     .to_vec();

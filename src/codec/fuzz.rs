@@ -55,13 +55,13 @@ fn check(lock: &Lock) -> Result<(), TestCaseError> {
 
 fn valid_encoding() -> Vec<u8> {
     // count 1, then jid "a", token 7, acquired 1, expires -1, type, owner,
-    // meta, then the rate flag.
+    // meta, group, mode, then the rate flag.
     let mut b = vec![2, 1, 5, 1, b'a', 2, 7, 2, 1];
     b.extend([2, 0x81]);
     b.extend(u64::MAX.to_be_bytes());
     b.extend([5, 4]);
     b.extend(b"lock");
-    b.extend([5, 0, 5, 0]);
+    b.extend([5, 0, 5, 0, 5, 0, 5, 0]);
     b.extend([2, 0]); // no rate
     b
 }
@@ -70,7 +70,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     #[test]
-    fn arbitrary_items(items in prop::collection::vec(item(), 0..40), version in 0i32..3) {
+    fn arbitrary_items(items in prop::collection::vec(item(), 0..40), version in 0i32..4) {
         let items = Items(items);
         if let Ok(lock) = decode(version, &mut ItemReader::new(&items)) {
             check(&lock)?;

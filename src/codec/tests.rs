@@ -34,13 +34,83 @@ fn encoded(lock: &Lock) -> Items {
     items
 }
 
+/// Items per holder in the current encoding, and before group and mode.
+const HOLDER_ITEMS: usize = 9;
+const HOLDER_ITEMS_V2: usize = 7;
+
+/// `lock` as encoding version 2 wrote it (no group or mode): what a server
+/// of the versions before them saved.
+fn encoded_v2(lock: &Lock) -> Items {
+    let items = encoded(lock);
+    let holders = lock.len();
+    let mut out = Items::default();
+    for (i, item) in items.0.into_iter().enumerate() {
+        let in_holder = i >= 1 && i < 1 + holders * HOLDER_ITEMS;
+        if in_holder && (i - 1) % HOLDER_ITEMS >= HOLDER_ITEMS_V2 {
+            continue;
+        }
+        out.0.push(item);
+    }
+    out
+}
+
+#[test]
+fn a_version_2_payload_reads_as_holders_without_group_or_mode() {
+    let lock = sample();
+    let items = encoded_v2(&lock);
+    assert_eq!(items.0.len(), 1 + 2 * HOLDER_ITEMS_V2 + 1);
+    assert_eq!(decode(2, &mut ItemReader::new(&items)), Ok(lock));
+}
+
+#[test]
+fn group_and_mode_round_trip_and_are_checked() {
+    let mut lock = sample();
+    let mut token = 100;
+    let req = LockRequest {
+        limit: 0,
+        group: Some(b"tenant-\x00a"),
+        group_limit: Some(3),
+        mode: Some(crate::engine::Mode::Shared),
+        ..LockRequest::new(b"grouped")
+    };
+    lock.acquire(&req, 1002, || {
+        token += 1;
+        token
+    });
+    let items = encoded(&lock);
+    let back = decode(ENCODING_VERSION, &mut ItemReader::new(&items));
+    assert_eq!(back, Ok(lock.clone()));
+    let h = back.ok().and_then(|l| l.holder(b"grouped").cloned());
+    assert_eq!(
+        h.as_ref().and_then(|h| h.group()),
+        Some(&b"tenant-\x00a"[..])
+    );
+    assert_eq!(h.and_then(|h| h.mode()), Some(crate::engine::Mode::Shared));
+    // The third holder's group and mode, forged.
+    let at = 1 + 2 * HOLDER_ITEMS + 7;
+    for (offset, item, field) in [
+        (0, Item::Buffer(vec![b'g'; 1025]), "group"),
+        (1, Item::Buffer(b"both".to_vec()), "mode"),
+    ] {
+        let mut bad = items.clone();
+        bad.0[at + offset] = item;
+        assert_eq!(
+            decode(ENCODING_VERSION, &mut ItemReader::new(&bad)),
+            Err(DecodeError::Corrupt(field))
+        );
+    }
+}
+
 #[test]
 fn a_rate_is_encoded_after_the_holders_and_may_stand_alone() {
     let limit = RateLimit::new(50, 1000, 5).expect("a limit");
     let mut lock = sample();
     lock.set_rate(Some(Rate { limit, tat: 12_345 }));
     let items = encoded(&lock);
-    assert_eq!(decode(2, &mut ItemReader::new(&items)), Ok(lock.clone()));
+    assert_eq!(
+        decode(ENCODING_VERSION, &mut ItemReader::new(&items)),
+        Ok(lock.clone())
+    );
     // Only the rate left: a lock still (it remembers what was spent).
     let mut alone = Lock::default();
     alone.set_rate(lock.rate().copied());
@@ -73,7 +143,7 @@ fn a_rate_is_encoded_after_the_holders_and_may_stand_alone() {
 #[test]
 fn a_version_1_payload_reads_as_a_lock_without_rate() {
     let lock = sample();
-    let mut items = encoded(&lock);
+    let mut items = encoded_v2(&lock);
     assert_eq!(
         items.0.pop(),
         Some(Item::Unsigned(0)),
@@ -119,7 +189,7 @@ fn a_forged_huge_count_fails_without_allocating_for_it() {
     let mut items = encoded(&sample());
     items.0[0] = Item::Unsigned(1 << 60);
     assert_eq!(
-        decode(1, &mut ItemReader::new(&items)),
+        decode(ENCODING_VERSION, &mut ItemReader::new(&items)),
         Err(DecodeError::Io)
     );
     items.0[0] = Item::Unsigned(0);
@@ -147,7 +217,7 @@ fn invalid_fields_are_corrupt() {
         items.0[at] = item.clone();
         assert!(
             matches!(
-                decode(1, &mut ItemReader::new(&items)),
+                decode(ENCODING_VERSION, &mut ItemReader::new(&items)),
                 Err(DecodeError::Corrupt(_))
             ),
             "{at}: {item:?}"
@@ -168,7 +238,7 @@ fn a_bad_field_is_named() {
         let mut items = good.clone();
         items.0[at] = item;
         assert_eq!(
-            decode(1, &mut ItemReader::new(&items)),
+            decode(ENCODING_VERSION, &mut ItemReader::new(&items)),
             Err(DecodeError::Corrupt(field))
         );
     }
@@ -177,9 +247,9 @@ fn a_bad_field_is_named() {
 #[test]
 fn duplicate_jids_are_corrupt() {
     let mut items = encoded(&sample());
-    items.0[8] = items.0[1].clone();
+    items.0[1 + HOLDER_ITEMS] = items.0[1].clone();
     assert_eq!(
-        decode(1, &mut ItemReader::new(&items)),
+        decode(ENCODING_VERSION, &mut ItemReader::new(&items)),
         Err(DecodeError::Corrupt("the same jid twice"))
     );
 }

@@ -15,7 +15,7 @@ use std::ffi::CStr;
 
 use super::events;
 use crate::codec::ApplyOp;
-use crate::engine::{Acquired, Lock, LockRequest};
+use crate::engine::{Acquired, Lock, LockError, LockRequest, Mode};
 use crate::metrics::Event;
 use crate::{fencing, metrics};
 
@@ -61,7 +61,46 @@ pub enum Attempt {
     Denied {
         lease_end: Option<i64>,
         rate_limited: bool,
+        /// The jid holds already (an upgrade to MODE exclusive refused
+        /// while others hold): it must not wait, since two upgraders
+        /// waiting for each other would wait forever.
+        holds: bool,
     },
+    /// The call does not fit the hold it renews (another GROUP).
+    Refused(LockError),
+}
+
+/// The clients already waiting on the key, as a new call sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ahead<'q> {
+    /// Nobody waits.
+    Nobody,
+    /// Some waiter may be served before a newcomer: the newcomer queues.
+    Waiters,
+    /// Every waiter gave GROUPLIMIT and no waiter is exclusive: for each
+    /// waiting group, the largest GROUPLIMIT its waiters gave. While each
+    /// of these groups holds that many, none of them can take a slot, so
+    /// a newcomer (of another group) is not held back by them.
+    HeldBack(&'q [(Option<Box<[u8]>>, u32)]),
+}
+
+impl From<bool> for Ahead<'_> {
+    fn from(queued: bool) -> Self {
+        if queued { Self::Waiters } else { Self::Nobody }
+    }
+}
+
+impl Ahead<'_> {
+    /// Whether a newcomer must queue behind the waiters, `lock` pruned.
+    pub fn blocks(self, lock: &Lock) -> bool {
+        match self {
+            Self::Nobody => false,
+            Self::Waiters => true,
+            Self::HeldBack(groups) => groups
+                .iter()
+                .any(|(group, max)| lock.group_holding(group.as_deref()) < *max as usize),
+        }
+    }
 }
 
 /// Everything one LOCK decided on its key.
@@ -76,19 +115,21 @@ pub struct LockDecision<'a> {
 
 /// One LOCK on `lock` (a new, empty one when the key does not exist): prune
 /// the ended leases, then grant, renew or deny, and count the outcome.
-/// `queued`: other clients wait on the key ahead of this call, so it may
-/// renew its own hold but not take a free slot.
-pub fn decide_lock<'a>(
+/// `queued`: the clients waiting on the key ahead of this call; while one
+/// of them may take a slot ([`Ahead::blocks`]), this call may renew its own
+/// hold but not take a free slot.
+pub fn decide_lock<'a, 'q>(
     lock: &mut Lock,
     req: &LockRequest<'a>,
     now: i64,
-    queued: bool,
+    queued: impl Into<Ahead<'q>>,
     out: &mut impl Outside,
 ) -> LockDecision<'a> {
     let expired = prune_expired(lock, now, out);
     let jid = req.jid;
+    let held_mode = lock.holder(jid).map(|h| h.mode());
     // Others are waiting for a slot: a newcomer queues behind them.
-    let acquired = if queued && lock.holder(jid).is_none() {
+    let acquired = if held_mode.is_none() && queued.into().blocks(lock) {
         Acquired::Denied
     } else {
         lock.acquire(req, now, || out.next_token(now))
@@ -100,15 +141,19 @@ pub fn decide_lock<'a>(
                 jid,
                 new: true,
                 spent_rate: req.rate.is_some(),
+                downgraded: false,
             };
             (Attempt::Granted(token), change)
         }
         (Acquired::Renewed(token), Some(holder)) => {
             out.count(now, Some(holder.lock_type()), Event::Renewed);
+            // An exclusive hold turned shared makes room for waiters.
+            let downgraded = held_mode == Some(Some(Mode::Exclusive)) && !holder.is_exclusive();
             let change = Change::Hold {
                 jid,
                 new: false,
                 spent_rate: false,
+                downgraded,
             };
             (Attempt::Granted(token), change)
         }
@@ -116,14 +161,17 @@ pub fn decide_lock<'a>(
             Attempt::Denied {
                 lease_end: Some(at),
                 rate_limited: true,
+                holds: false,
             },
             Change::PruneOnly,
         ),
-        _ => (
+        (Acquired::Refused(e), _) => (Attempt::Refused(e), Change::PruneOnly),
+        (_, held) => (
             // Pruned above: the earliest lease is the next to end.
             Attempt::Denied {
                 lease_end: lock.earliest_lease(),
                 rate_limited: false,
+                holds: held.is_some(),
             },
             Change::PruneOnly,
         ),
@@ -152,11 +200,13 @@ pub enum Change<'a> {
     /// ended, and not at all otherwise).
     PruneOnly,
     /// `jid` holds: a new grant (`new`) or a renewal; `spent_rate` when the
-    /// grant spent the key's rate.
+    /// grant spent the key's rate; `downgraded` when a renewal turned an
+    /// exclusive hold shared (waiters may then be served).
     Hold {
         jid: &'a [u8],
         new: bool,
         spent_rate: bool,
+        downgraded: bool,
     },
     /// UNLOCK removed `jid`'s holder.
     Release(&'a [u8]),
@@ -219,7 +269,16 @@ impl<'a> Change<'a> {
             Self::Replayed(event) => event,
             Self::PruneOnly | Self::Hold { new: false, .. } => None,
         };
-        let freed = expired > 0 || matches!(self, Self::Release(_) | Self::Reap(_));
+        let freed = expired > 0
+            || matches!(
+                self,
+                Self::Release(_)
+                    | Self::Reap(_)
+                    | Self::Hold {
+                        downgraded: true,
+                        ..
+                    }
+            );
         Some(Effects {
             replicate,
             expire_event: expired > 0 && !replayed,

@@ -1,21 +1,22 @@
 //! UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json]
-//!             [RATE n PER ms [BURST b]] [WAIT ms]
+//!             [RATE n PER ms [BURST b]] [GROUP name [WEIGHT w]] [GROUPLIMIT m]
+//!             [MODE shared|exclusive] [WAIT ms]
 
 use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::decisions::{Attempt, InRedis, count_denial, decide_lock};
+use super::decisions::{Ahead, Attempt, InRedis, count_denial, decide_lock};
 use super::{ArgError, Freed, finish, parse_int, tracked};
 use crate::config;
 use crate::datatype::LockKey;
 use crate::engine::{
-    DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, RateLimit, validate_jid,
-    validate_meta, validate_owner, validate_type,
+    DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, RateLimit,
+    validate_group, validate_jid, validate_meta, validate_owner, validate_type,
 };
 use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
-use crate::waiting::{self, Served};
+use crate::waiting::{self, Queued, Served, Share};
 
 super::command!(in_place run_in_place);
 
@@ -28,7 +29,24 @@ pub struct LockOptions<'a> {
     pub owner: Option<&'a [u8]>,
     pub meta: Option<&'a str>,
     pub rate: Option<RateLimit>,
+    pub group: Option<&'a [u8]>,
+    /// WEIGHT: only with GROUP, 1 to 1000.
+    pub weight: Option<u32>,
+    pub group_limit: Option<u32>,
+    pub mode: Option<Mode>,
     pub wait: Option<i64>,
+}
+
+impl LockOptions<'_> {
+    /// What the serving rule needs of this call, would it wait.
+    fn share(&self) -> Share {
+        Share {
+            group: self.group.map(Into::into),
+            weight: self.weight.unwrap_or(1),
+            group_limit: self.group_limit,
+            exclusive: self.mode == Some(Mode::Exclusive),
+        }
+    }
 }
 
 /// Parses the options after `key jid`: any order, case-insensitive; an
@@ -69,6 +87,23 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
             per = Some(parse_int(value)?);
         } else if is("BURST") && burst.is_none() {
             burst = Some(parse_int(value)?);
+        } else if is("GROUP") && opts.group.is_none() {
+            validate_group(value)?;
+            opts.group = Some(value);
+        } else if is("WEIGHT") && opts.weight.is_none() {
+            let w = parse_int(value)?;
+            if !(1..=MAX_WEIGHT).contains(&w) {
+                return Err(ArgError::NotAnInteger);
+            }
+            opts.weight = u32::try_from(w).ok();
+        } else if is("GROUPLIMIT") && opts.group_limit.is_none() {
+            let m = parse_int(value)?;
+            if !(1..=MAX_LIMIT).contains(&m) {
+                return Err(ArgError::NotAnInteger);
+            }
+            opts.group_limit = u32::try_from(m).ok();
+        } else if is("MODE") && opts.mode.is_none() {
+            opts.mode = Some(Mode::parse(value).ok_or(LockError::InvalidMode)?);
         } else if is("WAIT") && opts.wait.is_none() {
             let ms = parse_int(value)?;
             if ms <= 0 {
@@ -86,6 +121,9 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
         }
         _ => return Err(ArgError::RateWithoutPer),
     };
+    if opts.group.is_none() && (opts.weight.is_some() || opts.group_limit.is_some()) {
+        return Err(ArgError::NeedsGroup);
+    }
     Ok(opts)
 }
 
@@ -109,17 +147,21 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     freed.serve_waiters(ctx, key_name);
     match attempt {
         Attempt::Granted(token) => Ok(RedisValue::Integer(token)),
+        Attempt::Refused(e) => Err(e.into()),
         Attempt::Denied {
             lease_end,
             rate_limited,
+            holds,
         } => {
             let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
-            match wait {
+            // A holder refused an upgrade does not wait (see Attempt).
+            match wait.filter(|_| !holds) {
                 Some(ms)
                     if waiting::block(
                         ctx,
                         key_name,
                         Box::new(WaitingLock::new(key_name, jid, &opts)),
+                        opts.share(),
                         ms,
                         lease_end,
                         lock_type,
@@ -148,6 +190,10 @@ struct WaitingLock {
     owner: Option<Box<[u8]>>,
     meta: Option<Box<str>>,
     rate: Option<RateLimit>,
+    group: Option<Box<[u8]>>,
+    weight: Option<u32>,
+    group_limit: Option<u32>,
+    mode: Option<Mode>,
 }
 
 impl WaitingLock {
@@ -161,6 +207,10 @@ impl WaitingLock {
             owner: opts.owner.map(Into::into),
             meta: opts.meta.map(Into::into),
             rate: opts.rate,
+            group: opts.group.map(Into::into),
+            weight: opts.weight,
+            group_limit: opts.group_limit,
+            mode: opts.mode,
         }
     }
 
@@ -173,6 +223,10 @@ impl WaitingLock {
             owner: self.owner.as_deref(),
             meta: self.meta.as_deref(),
             rate: self.rate,
+            group: self.group.as_deref(),
+            weight: self.weight,
+            group_limit: self.group_limit,
+            mode: self.mode,
             wait: None,
         }
     }
@@ -193,7 +247,30 @@ impl waiting::Call for WaitingLock {
                 Served::Granted(token)
             }
             Ok((Attempt::Denied { lease_end, .. }, _)) => Served::Denied { lease_end },
+            Ok((Attempt::Refused(e), _)) => Served::Failed(e.to_string()),
             Err(e) => Served::Failed(e.to_string()),
+        }
+    }
+
+    /// The live holders of `group` on its key (read only: a holder whose
+    /// lease ended is not counted, removed or not).
+    fn holding(&self, ctx: &Context, group: Option<&[u8]>) -> usize {
+        let key_name = ctx.create_string(&*self.key);
+        let Some(key) = LockKey::open(ctx, &key_name, false) else {
+            return 0;
+        };
+        match key.lock() {
+            Ok(Some(lock)) => {
+                let now = now_ms();
+                if lock.has_expired(now) {
+                    lock.live_holders(now)
+                        .filter(|h| h.group() == group)
+                        .count()
+                } else {
+                    lock.group_holding(group)
+                }
+            }
+            _ => 0,
         }
     }
 }
@@ -227,8 +304,19 @@ fn attempt(
         owner: opts.owner,
         meta: opts.meta,
         rate: opts.rate,
+        group: opts.group,
+        group_limit: opts.group_limit,
+        mode: opts.mode,
     };
-    let queued = queue == Queue::Behind && waiting::waiting_on(ctx, key_name) > 0;
+    let queued = match queue {
+        Queue::Behind => waiting::queued(ctx, key_name),
+        Queue::Served => Queued::Nobody,
+    };
+    let queued = match &queued {
+        Queued::Nobody => Ahead::Nobody,
+        Queued::Waiters => Ahead::Waiters,
+        Queued::HeldBack(groups) => Ahead::HeldBack(groups),
+    };
 
     let mut key =
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;

@@ -106,7 +106,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
 
 /// One holder as a map (RESP3), which Redis sends as a flat array on RESP2.
 fn reply_holder(reply: &Stream<'_>, h: &Holder, now: i64) {
-    reply.map(8);
+    reply.map(10);
     reply.bulk(b"jid");
     reply.bulk(h.jid());
     reply.bulk(b"token");
@@ -123,6 +123,10 @@ fn reply_holder(reply: &Stream<'_>, h: &Holder, now: i64) {
     reply.optional_bulk(h.owner());
     reply.bulk(b"meta");
     reply.optional_bulk(h.meta());
+    reply.bulk(b"group");
+    reply.optional_bulk(h.group());
+    reply.bulk(b"mode");
+    reply.optional_bulk(h.mode().map(|m| m.name().as_bytes()));
 }
 
 #[cfg(test)]

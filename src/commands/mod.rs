@@ -68,6 +68,8 @@ pub enum ArgError {
     InvalidWait,
     /// RATE without PER, or PER or BURST without RATE.
     RateWithoutPer,
+    /// WEIGHT or GROUPLIMIT without GROUP.
+    NeedsGroup,
     /// METRICS MINUTES outside 1 to `unique.metrics-minutes` (the value).
     Minutes(usize),
     Invalid(LockError),
@@ -93,6 +95,9 @@ impl fmt::Display for ArgError {
             Self::RateWithoutPer => f.write_str(
                 "ERR syntax error: RATE n needs PER ms, and PER and BURST need RATE (RATE n PER ms [BURST b])",
             ),
+            Self::NeedsGroup => {
+                f.write_str("ERR syntax error: WEIGHT and GROUPLIMIT need GROUP name")
+            }
             Self::Minutes(max) => write!(
                 f,
                 "ERR MINUTES must be 1 to {max} (unique.metrics-minutes)"

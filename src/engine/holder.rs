@@ -6,7 +6,10 @@
 use std::fmt;
 
 use super::indexed::Indexed;
-use super::{DEFAULT_TYPE, KNOWN_TYPES, LockRequest, MAX_JID_BYTES, MAX_TYPE_BYTES, Rate};
+use super::{
+    DEFAULT_TYPE, KNOWN_TYPES, LockRequest, MAX_GROUP_BYTES, MAX_JID_BYTES, MAX_TYPE_BYTES, Mode,
+    Rate,
+};
 
 /// One job holding a lock.
 ///
@@ -14,7 +17,11 @@ use super::{DEFAULT_TYPE, KNOWN_TYPES, LockRequest, MAX_JID_BYTES, MAX_TYPE_BYTE
 /// the lock itself when it is the only one): its variable parts share one
 /// `Text` (a custom type name, the jid, the owner, the meta), kept in the
 /// holder itself up to 16 bytes, with their lengths; a known type name is an
-/// index, and "no lease" is a sentinel.
+/// index, and "no lease" is a sentinel. A GROUP and a MODE (fair sharing,
+/// shared/exclusive) cost a holder without them nothing: the mode and
+/// whether a group follows are bits of the type's code, and the group goes
+/// at the end of the text with its length (two bytes), only when there is
+/// one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub token: i64,
@@ -30,13 +37,23 @@ pub struct Holder {
 struct Parts {
     jid_len: u16,
     owner_len: u16,
-    /// An index in `KNOWN_TYPES`, or `CUSTOM_TYPE` (the name leads the text).
+    /// Bits 0-3: an index in `KNOWN_TYPES`, or `CUSTOM_TYPE` (the name
+    /// leads the text); bits 4-5: the mode (`MODE_*`); bit 6: `HAS_GROUP`
+    /// (the text ends with the group and its length).
     type_code: u8,
     custom_type_len: u8,
 }
 
 const NO_LEASE: i64 = i64::MIN;
-const CUSTOM_TYPE: u8 = u8::MAX;
+const CUSTOM_TYPE: u8 = 0x0f;
+const TYPE_BITS: u8 = 0x0f;
+const MODE_SHIFT: u8 = 4;
+const MODE_BITS: u8 = 0x30;
+const MODE_SHARED: u8 = 1;
+const MODE_EXCLUSIVE: u8 = 2;
+const HAS_GROUP: u8 = 0x40;
+/// The group's length, after it at the end of the text.
+const GROUP_LEN_BYTES: usize = 2;
 
 // The bounds the engine validates fit the fields of `Parts` and `Text`: a
 // bound raised past them fails the build here, instead of a length cut
@@ -52,6 +69,10 @@ const _: () = assert!(
 const _: () = assert!(
     KNOWN_TYPES.len() < CUSTOM_TYPE as usize,
     "a known type's index is a u8 below CUSTOM_TYPE"
+);
+const _: () = assert!(
+    MAX_GROUP_BYTES <= u16::MAX as usize,
+    "a group's length is a u16"
 );
 const _: () = assert!(
     INLINE_TEXT <= u8::MAX as usize,
@@ -87,6 +108,19 @@ impl Holder {
     }
 
     fn set_text(&mut self, lock_type: &str, jid: &[u8], owner: &[u8], meta: &[u8]) {
+        let (group, mode) = (self.group().map(<[u8]>::to_vec), self.mode());
+        self.set_all(lock_type, jid, owner, meta, group.as_deref(), mode);
+    }
+
+    fn set_all(
+        &mut self,
+        lock_type: &str,
+        jid: &[u8],
+        owner: &[u8],
+        meta: &[u8],
+        group: Option<&[u8]>,
+        mode: Option<Mode>,
+    ) {
         let known = KNOWN_TYPES.iter().position(|k| *k == lock_type);
         let custom: &[u8] = if known.is_some() {
             &[]
@@ -95,15 +129,82 @@ impl Holder {
         };
         debug_assert!(jid.len() <= MAX_JID_BYTES && owner.len() <= MAX_JID_BYTES);
         debug_assert!(custom.len() <= MAX_TYPE_BYTES);
+        debug_assert!(group.is_none_or(|g| g.len() <= MAX_GROUP_BYTES));
+        let type_index = known
+            .and_then(|k| u8::try_from(k).ok())
+            .unwrap_or(CUSTOM_TYPE);
+        let mode_bits = match mode {
+            None => 0,
+            Some(Mode::Shared) => MODE_SHARED,
+            Some(Mode::Exclusive) => MODE_EXCLUSIVE,
+        } << MODE_SHIFT;
         let parts = Parts {
-            type_code: known
-                .and_then(|k| u8::try_from(k).ok())
-                .unwrap_or(CUSTOM_TYPE),
+            type_code: type_index | mode_bits | if group.is_some() { HAS_GROUP } else { 0 },
             custom_type_len: u8::try_from(custom.len()).unwrap_or(u8::MAX),
             jid_len: u16::try_from(jid.len()).unwrap_or(u16::MAX),
             owner_len: u16::try_from(owner.len()).unwrap_or(u16::MAX),
         };
-        self.text = Text::new(parts, [custom, jid, owner, meta]);
+        let group_len = group
+            .map(|g| u16::try_from(g.len()).unwrap_or(u16::MAX).to_le_bytes())
+            .unwrap_or_default();
+        let tail: &[u8] = if group.is_some() { &group_len } else { &[] };
+        self.text = Text::new(
+            parts,
+            [custom, jid, owner, meta, group.unwrap_or_default(), tail],
+        );
+    }
+
+    /// The same holder with a GROUP and a MODE (as a grant or a decoded
+    /// value gives them).
+    pub fn with_fair(mut self, group: Option<&[u8]>, mode: Option<Mode>) -> Self {
+        if group.is_none() && mode.is_none() && self.group().is_none() && self.mode().is_none() {
+            return self;
+        }
+        let lock_type = self.lock_type().to_string();
+        let (jid, owner, meta) = (
+            self.jid().to_vec(),
+            self.owner().unwrap_or_default().to_vec(),
+            self.meta().unwrap_or_default().to_vec(),
+        );
+        self.set_all(&lock_type, &jid, &owner, &meta, group, mode);
+        self
+    }
+
+    /// The group it holds for (GROUP), if any.
+    pub fn group(&self) -> Option<&[u8]> {
+        let p = self.text.parts();
+        if p.type_code & HAS_GROUP == 0 {
+            return None;
+        }
+        let bytes = self.text.as_bytes();
+        let end = bytes.len().checked_sub(GROUP_LEN_BYTES)?;
+        let len = match bytes.get(end..) {
+            Some(&[a, b]) => usize::from(u16::from_le_bytes([a, b])),
+            _ => return None,
+        };
+        bytes.get(end.checked_sub(len)?..end)
+    }
+
+    /// The mode it holds in (MODE), if one was given.
+    pub fn mode(&self) -> Option<Mode> {
+        match (self.text.parts().type_code & MODE_BITS) >> MODE_SHIFT {
+            MODE_SHARED => Some(Mode::Shared),
+            MODE_EXCLUSIVE => Some(Mode::Exclusive),
+            _ => None,
+        }
+    }
+
+    /// Whether it holds alone (MODE exclusive).
+    pub fn is_exclusive(&self) -> bool {
+        self.mode() == Some(Mode::Exclusive)
+    }
+
+    /// Changes its mode (a renewal's downgrade or upgrade).
+    pub(super) fn set_mode(&mut self, mode: Mode) {
+        if self.mode() != Some(mode) {
+            let group = self.group().map(<[u8]>::to_vec);
+            *self = self.clone().with_fair(group.as_deref(), Some(mode));
+        }
     }
 
     fn part(&self, from: usize, len: usize) -> &[u8] {
@@ -129,12 +230,17 @@ impl Holder {
         let p = self.text.parts();
         let from =
             usize::from(p.custom_type_len) + usize::from(p.jid_len) + usize::from(p.owner_len);
-        self.text.as_bytes().get(from..).filter(|m| !m.is_empty())
+        let bytes = self.text.as_bytes();
+        let end = match self.group() {
+            Some(g) => bytes.len().saturating_sub(g.len() + GROUP_LEN_BYTES),
+            None => bytes.len(),
+        };
+        bytes.get(from..end).filter(|m| !m.is_empty())
     }
 
     pub fn lock_type(&self) -> &str {
         let p = self.text.parts();
-        match KNOWN_TYPES.get(usize::from(p.type_code)) {
+        match KNOWN_TYPES.get(usize::from(p.type_code & TYPE_BITS)) {
             Some(known) => known,
             // Validated as [A-Za-z0-9_:.-] on the way in.
             None => std::str::from_utf8(self.part(0, usize::from(p.custom_type_len)))
@@ -203,7 +309,7 @@ enum Text {
 }
 
 impl Text {
-    fn new(parts: Parts, strings: [&[u8]; 4]) -> Self {
+    fn new(parts: Parts, strings: [&[u8]; 6]) -> Self {
         let total: usize = strings.iter().map(|p| p.len()).sum();
         match u8::try_from(total) {
             Ok(len) if total <= INLINE_TEXT => {
@@ -536,6 +642,23 @@ impl Holders {
         }
         self.shrink();
         before - self.len()
+    }
+
+    /// How many holders `group` has (`None`: those without a group): a
+    /// look-up when indexed, a walk of a few dozen at most otherwise.
+    pub(super) fn group_holding(&self, group: Option<&[u8]>) -> usize {
+        match self.indexed() {
+            Some(i) => i.group_holding(group),
+            None => self.iter().filter(|h| h.group() == group).count(),
+        }
+    }
+
+    /// Whether a holder holds exclusively.
+    pub(super) fn exclusive_held(&self) -> bool {
+        match self.indexed() {
+            Some(i) => i.exclusive_holders() > 0,
+            None => self.iter().any(Holder::is_exclusive),
+        }
     }
 
     /// The earliest end of lease among the holders.

@@ -39,16 +39,56 @@ pub const KNOWN_TYPES: [&str; 6] = [
 /// Largest LIMIT accepted (2^31 - 1).
 pub const MAX_LIMIT: i64 = i32::MAX as i64;
 
+/// Largest GROUP name accepted, in bytes.
+pub const MAX_GROUP_BYTES: usize = 1024;
+/// Largest WEIGHT accepted.
+pub const MAX_WEIGHT: i64 = 1000;
+
+/// How a holder holds (MODE): shared with others up to the limit, or alone.
+/// A holder taken without MODE counts as shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mode {
+    Shared,
+    Exclusive,
+}
+
+impl Mode {
+    /// `shared` or `exclusive`, in any case.
+    pub fn parse(word: &[u8]) -> Option<Self> {
+        if word.eq_ignore_ascii_case(b"shared") {
+            Some(Self::Shared)
+        } else if word.eq_ignore_ascii_case(b"exclusive") {
+            Some(Self::Exclusive)
+        } else {
+            None
+        }
+    }
+
+    /// Its name on the wire and in replies.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Shared => "shared",
+            Self::Exclusive => "exclusive",
+        }
+    }
+}
+
 /// A client error. `Display` gives the exact reply text, error code first.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockError {
     InvalidExpire,
     InvalidJid,
     InvalidOwner,
     InvalidType,
     MetaNotObject,
-    MetaTooLarge { max: usize },
+    MetaTooLarge {
+        max: usize,
+    },
     InvalidRate,
+    InvalidGroup,
+    InvalidMode,
+    /// A renewal naming another GROUP than the one the jid holds for.
+    GroupChanged,
 }
 
 impl fmt::Display for LockError {
@@ -65,6 +105,13 @@ impl fmt::Display for LockError {
             Self::MetaTooLarge { max } => {
                 write!(f, "ERR META is larger than unique.max-meta-bytes ({max})")
             }
+            Self::InvalidGroup => {
+                write!(f, "ERR GROUP must be 1 to {MAX_GROUP_BYTES} bytes")
+            }
+            Self::InvalidMode => f.write_str("ERR MODE must be shared or exclusive"),
+            Self::GroupChanged => f.write_str(
+                "ERR the jid already holds this lock for another GROUP (a renewal keeps its group)",
+            ),
             Self::InvalidRate => write!(
                 f,
                 "ERR RATE n PER ms [BURST b] takes n from 1 to {MAX_RATE}, ms from 1 to {MAX_PER_MS} and b from 0 to {MAX_RATE}"
@@ -83,6 +130,13 @@ pub fn validate_jid(jid: &[u8]) -> Result<(), LockError> {
 pub fn validate_owner(owner: &[u8]) -> Result<(), LockError> {
     if owner.is_empty() || owner.len() > MAX_JID_BYTES {
         return Err(LockError::InvalidOwner);
+    }
+    Ok(())
+}
+
+pub fn validate_group(group: &[u8]) -> Result<(), LockError> {
+    if group.is_empty() || group.len() > MAX_GROUP_BYTES {
+        return Err(LockError::InvalidGroup);
     }
     Ok(())
 }
@@ -149,6 +203,12 @@ pub struct LockRequest<'a> {
     pub meta: Option<&'a str>,
     /// RATE n PER ms [BURST b]: a new grant also needs the key's rate.
     pub rate: Option<RateLimit>,
+    /// GROUP: stored on the holder; with `group_limit`, a new grant also
+    /// needs fewer than that many holders of the group.
+    pub group: Option<&'a [u8]>,
+    pub group_limit: Option<u32>,
+    /// MODE: `None` is today's lock, which counts as shared.
+    pub mode: Option<Mode>,
 }
 
 impl<'a> LockRequest<'a> {
@@ -161,6 +221,9 @@ impl<'a> LockRequest<'a> {
             owner: None,
             meta: None,
             rate: None,
+            group: None,
+            group_limit: None,
+            mode: None,
         }
     }
 }
@@ -176,6 +239,8 @@ pub enum Acquired {
     Denied,
     /// There is room, but the key's rate allows no grant before this unix ms.
     RateLimited(i64),
+    /// The call is wrong for this holder (a renewal naming another GROUP).
+    Refused(LockError),
 }
 
 /// A lock: its holders in grant order, oldest first.
@@ -276,10 +341,25 @@ impl Lock {
         next_token: impl FnOnce() -> i64,
     ) -> Acquired {
         debug_assert!(!self.has_expired(now));
-        if let Some(token) = self.holders.update(req.jid, |h| h.renew(req)) {
+        if let Some(held) = self.holders.find(req.jid) {
+            if req.group.is_some() && req.group != held.group() {
+                return Acquired::Refused(LockError::GroupChanged);
+            }
+            // An upgrade only for the sole holder, and never by waiting.
+            let upgrade = req.mode == Some(Mode::Exclusive) && !held.is_exclusive();
+            if upgrade && self.holders.len() > 1 {
+                return Acquired::Denied;
+            }
+        }
+        if let Some(token) = self.holders.update(req.jid, |h| {
+            h.renew(req);
+            if let Some(mode) = req.mode {
+                h.set_mode(mode);
+            }
+        }) {
             return Acquired::Renewed(token);
         }
-        if req.limit != 0 && self.holders.len() >= req.limit as usize {
+        if !self.admits(req) {
             return Acquired::Denied;
         }
         // The rate is spent by grants only, under the limit the call gives
@@ -297,7 +377,7 @@ impl Lock {
             self.holders.set_rate(Some(rate));
         }
         let token = next_token();
-        self.holders.push(Holder::new(
+        let holder = Holder::new(
             req.jid,
             token,
             now,
@@ -305,8 +385,41 @@ impl Lock {
             req.lock_type.unwrap_or(DEFAULT_TYPE),
             req.owner,
             req.meta.map(str::as_bytes),
-        ));
+        );
+        self.holders.push(holder.with_fair(req.group, req.mode));
         Acquired::Granted(token)
+    }
+
+    /// Whether the holders leave room for a new holder of `req` (its rate
+    /// apart): fewer than LIMIT (0: no limit), fewer than GROUPLIMIT of its
+    /// group, no exclusive holder, and none at all for an exclusive one.
+    fn admits(&self, req: &LockRequest<'_>) -> bool {
+        let held = self.holders.len();
+        if req.limit != 0 && held >= req.limit as usize {
+            return false;
+        }
+        if held > 0 {
+            if req.mode == Some(Mode::Exclusive) || self.holders.exclusive_held() {
+                return false;
+            }
+            if let (Some(group), Some(max)) = (req.group, req.group_limit)
+                && self.holders.group_holding(Some(group)) >= max as usize
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// How many holders `group` has (`None`: the holders without a group).
+    /// Call after [`Lock::prune`] for the live ones.
+    pub fn group_holding(&self, group: Option<&[u8]>) -> usize {
+        self.holders.group_holding(group)
+    }
+
+    /// Whether some holder holds exclusively.
+    pub fn exclusive_held(&self) -> bool {
+        self.holders.exclusive_held()
     }
 
     /// Removes `jid`'s hold and returns it, if it was there. Call after

@@ -95,6 +95,7 @@ proptest! {
                             prop_assert!(held.is_none());
                             prop_assert!(limit > 0 && before.len() >= limit as usize);
                         }
+                        Acquired::Refused(e) => prop_assert!(false, "refused: {}", e),
                         Acquired::RateLimited(at) => {
                             prop_assert!(rated && held.is_none() && at > now);
                             prop_assert!(limit == 0 || before.len() < limit as usize, "a full lock says so first");

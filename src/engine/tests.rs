@@ -452,6 +452,9 @@ fn error_texts_start_with_a_code() {
         LockError::MetaNotObject,
         LockError::MetaTooLarge { max: 3 },
         LockError::InvalidRate,
+        LockError::InvalidGroup,
+        LockError::InvalidMode,
+        LockError::GroupChanged,
     ];
     // Every variant: a new one must be added here to build.
     for e in &all {
@@ -462,7 +465,10 @@ fn error_texts_start_with_a_code() {
             | LockError::InvalidType
             | LockError::MetaNotObject
             | LockError::MetaTooLarge { .. }
-            | LockError::InvalidRate => {}
+            | LockError::InvalidRate
+            | LockError::InvalidGroup
+            | LockError::InvalidMode
+            | LockError::GroupChanged => {}
         }
     }
     for e in all {

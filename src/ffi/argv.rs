@@ -53,7 +53,7 @@ impl Argv {
                 self.len += 1;
                 true
             }
-            // More fields than room: cannot happen (a holder has 7).
+            // More fields than room: cannot happen (a holder has 9).
             _ => {
                 free_string(s);
                 false
@@ -152,7 +152,7 @@ unsafe impl Sync for Shared {}
 static SHARED: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
 
 /// The words of [`word`], in its order.
-const WORDS: [&str; 12] = [
+const WORDS: [&str; 14] = [
     "",
     "HOLD",
     "RELEASE",
@@ -165,6 +165,8 @@ const WORDS: [&str; 12] = [
     "while_executing",
     "until_and_while_executing",
     "until_expired",
+    "shared",
+    "exclusive",
 ];
 
 /// The index in [`WORDS`] of `bytes`: the operation names, the known lock
@@ -184,6 +186,8 @@ fn word(bytes: &[u8]) -> Option<usize> {
         b"while_executing" => 9,
         b"until_and_while_executing" => 10,
         b"until_expired" => 11,
+        b"shared" => 12,
+        b"exclusive" => 13,
         _ => return None,
     })
 }

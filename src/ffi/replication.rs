@@ -7,7 +7,7 @@ use redis_module::{Context, RedisString, raw};
 
 use super::argv::Argv;
 use crate::codec::{APPLY_COMMAND, ApplyOp, HOLD_DEFAULTS, NO_EXPIRY, Sink, write_rate};
-use crate::engine::{Holder, Rate};
+use crate::engine::{Holder, Mode, Rate};
 
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF,
 /// with time 0 so that replay removes nothing.
@@ -71,8 +71,10 @@ pub fn replicate_rate(ctx: &Context, key: &RedisString, now: i64, rate: &Rate) {
 /// Replicates `UNIQUE.APPLY key now HOLD ...`: `holder` exactly as it is,
 /// with the client's own key string, in the fields and the order of
 /// `codec::write_holder` (jid, token, acquired_at, expires_at, type, owner,
-/// meta), less the trailing fields that have their default value (the
-/// default type, no owner, no meta: `codec::HOLD_DEFAULTS`). Each argument
+/// meta, group, mode), less the trailing fields that have their default
+/// value (the default type, no owner, meta, group or mode:
+/// `codec::HOLD_DEFAULTS`; so a plain grant's effect is what it was before
+/// groups and modes, and a replica of an older version applies it). Each argument
 /// of an effect is a string object Redis makes, feeds and frees, so a plain
 /// grant goes as 7 arguments instead of 10. Through RM_Replicate's format:
 /// Redis makes each argument once, for the replication stream itself,
@@ -83,13 +85,15 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
         h.lock_type().as_bytes(),
         h.owner().unwrap_or_default(),
         h.meta().unwrap_or_default(),
+        h.group().unwrap_or_default(),
+        h.mode().map_or("", Mode::name).as_bytes(),
     ];
     let tail_len = HOLD_DEFAULTS
         .iter()
         .zip(&tail)
         .rposition(|(default, field)| default != field)
         .map_or(0, |last| last + 1);
-    let [lock_type, owner, meta] = tail;
+    let [lock_type, owner, meta, group, mode] = tail;
     // The numbers go as text made here (`b`), not as `l`: Redis turns a long
     // long into text one division per digit, and these are 13-digit times
     // and tokens. A new grant's acquired_at is `now`: made once.
@@ -134,7 +138,17 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
                 0 => replicate!(replicate, c"sbcbbbb"),
                 1 => replicate!(replicate, c"sbcbbbbb", lock_type),
                 2 => replicate!(replicate, c"sbcbbbbbb", lock_type, owner),
-                _ => replicate!(replicate, c"sbcbbbbbbb", lock_type, owner, meta),
+                3 => replicate!(replicate, c"sbcbbbbbbb", lock_type, owner, meta),
+                4 => replicate!(replicate, c"sbcbbbbbbbb", lock_type, owner, meta, group),
+                _ => replicate!(
+                    replicate,
+                    c"sbcbbbbbbbbb",
+                    lock_type,
+                    owner,
+                    meta,
+                    group,
+                    mode
+                ),
             };
         }
     }

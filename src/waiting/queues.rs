@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
-use super::Call;
+use super::{Call, Queued, Share};
 use crate::ffi::TimerId;
 
 /// One blocked call: its client, its call, and the lock type it asked for
@@ -14,6 +14,8 @@ use crate::ffi::TimerId;
 pub(super) struct Waiter<C> {
     pub(super) client: C,
     pub(super) call: Box<dyn Call>,
+    /// Its group, weight, GROUPLIMIT and mode, for the serving rule.
+    pub(super) share: Share,
     pub(super) lock_type: Box<str>,
     /// Its number, which its deadline timer carries.
     pub(super) seq: usize,
@@ -78,6 +80,39 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         self.queues
             .get(&(db, key.to_vec()))
             .map_or(0, BTreeMap::len)
+    }
+
+    /// The waiters of `key` as a new call sees them (see [`Queued`]).
+    pub(super) fn queued(&self, db: i32, key: &[u8]) -> Queued {
+        let Some(queue) = self.queues.get(&(db, key.to_vec())) else {
+            return Queued::Nobody;
+        };
+        let mut groups: Vec<(Option<Box<[u8]>>, u32)> = Vec::new();
+        for w in queue.values() {
+            let Some(max) = w.share.group_limit.filter(|_| !w.share.exclusive) else {
+                return Queued::Waiters;
+            };
+            match groups.iter_mut().find(|(g, _)| *g == w.share.group) {
+                Some((_, m)) => *m = (*m).max(max),
+                None => groups.push((w.share.group.clone(), max)),
+            }
+        }
+        if groups.is_empty() {
+            Queued::Nobody
+        } else {
+            Queued::HeldBack(groups)
+        }
+    }
+
+    /// How many wait on `key`, per group (`None` first, then by name).
+    pub(super) fn by_group(&self, db: i32, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
+        let mut groups: BTreeMap<Option<Box<[u8]>>, usize> = BTreeMap::new();
+        if let Some(queue) = self.queues.get(&(db, key.to_vec())) {
+            for w in queue.values() {
+                *groups.entry(w.share.group.clone()).or_default() += 1;
+            }
+        }
+        groups.into_iter().collect()
     }
 
     /// A number for the next waiter, larger than any before it (a 64-bit

@@ -14,6 +14,7 @@ fn waiter(client: u32) -> Waiter<u32> {
     Waiter {
         client,
         call: Box::new(Never),
+        share: Share::default(),
         lock_type: "until_executed".into(),
         seq: client as usize,
         deadline: None,

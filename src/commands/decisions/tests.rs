@@ -53,7 +53,8 @@ fn a_free_key_is_granted_a_new_token_counted_under_its_type() {
         Change::Hold {
             jid: b"a",
             new: true,
-            spent_rate: false
+            spent_rate: false,
+            downgraded: false
         }
     );
     assert_eq!(
@@ -112,7 +113,8 @@ fn a_full_lock_denies_until_its_earliest_lease_and_draws_no_token() {
         d.attempt,
         Attempt::Denied {
             lease_end: Some(NOW + 100),
-            rate_limited: false
+            rate_limited: false,
+            holds: false
         }
     );
     assert_eq!(out.tokens_drawn, 2);
@@ -133,7 +135,8 @@ fn a_newcomer_queues_behind_waiting_clients_even_on_a_free_key() {
         d.attempt,
         Attempt::Denied {
             lease_end: None,
-            rate_limited: false
+            rate_limited: false,
+            holds: false
         }
     );
     assert!(lock.is_empty(), "no holder, no rate: the key is not stored");
@@ -192,7 +195,8 @@ fn a_rate_denial_says_when_the_rate_allows_and_is_counted_twice() {
         d.attempt,
         Attempt::Denied {
             lease_end: Some(NOW + 1000),
-            rate_limited: true
+            rate_limited: true,
+            holds: false
         }
     );
     out.counted.clear();
@@ -307,7 +311,7 @@ proptest! {
                     prop_assert_eq!(outcomes.len(), 1);
                     prop_assert_eq!(outcomes[0].1, Event::Renewed);
                 }
-                (Attempt::Denied { lease_end, rate_limited }, Change::PruneOnly) => {
+                (Attempt::Denied { lease_end, rate_limited, .. }, Change::PruneOnly) => {
                     prop_assert!(!held);
                     prop_assert_eq!(out.tokens_drawn, drawn);
                     prop_assert!(outcomes.is_empty());

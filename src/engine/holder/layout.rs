@@ -83,7 +83,7 @@ proptest! {
     #[test]
     fn text_gives_back_its_parts(a in bytes(40), b in bytes(40), c in bytes(8), d in bytes(80)) {
         let parts = Parts { jid_len: 1, owner_len: 2, type_code: 3, custom_type_len: 4 };
-        let text = Text::new(parts, [&a, &b, &c, &d]);
+        let text = Text::new(parts, [&a, &b, &c, &d, &[], &[]]);
         prop_assert_eq!(text.parts(), parts);
         let all = [a.as_slice(), &b, &c, &d].concat();
         prop_assert_eq!(text.as_bytes(), all.as_slice());
