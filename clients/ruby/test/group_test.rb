@@ -1,0 +1,78 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# Groups, group limits, weights and modes through the gem against the real module: what
+# the server grants, what holders and WAITERS GROUPS say, and whom a freed slot goes to.
+class GroupTest < Minitest::Test
+  include TestHelpers
+
+  def key
+    "group:#{token}"
+  end
+
+  # A client of its own per thread: a lock with wait: blocks its connection.
+  def waiting_lock(jid, **opts)
+    Thread.new { RedisUnique::Client.new(TestSuite.raw_connection).lock(key, jid, wait: 30, **opts) }
+  end
+
+  def groups
+    client.waiters(key, groups: true).map(&:to_a)
+  end
+
+  def test_a_group_limit_refuses_its_group_only_and_holders_show_group_and_mode
+    assert client.lock(key, "a1", limit: 3, group: "acme", group_limit: 2, ttl: 60)
+    assert client.lock(key, "a2", limit: 3, group: "acme", group_limit: 2, ttl: 60, mode: :shared)
+    assert_nil client.lock(key, "a3", limit: 3, group: "acme", group_limit: 2, ttl: 60), "acme holds 2"
+    assert client.lock(key, "g1", limit: 3, group: "globex", group_limit: 2, ttl: 60), "another group is not refused"
+    assert client.lock(key, "n1", limit: 0), "a holder without a group"
+    held = client.holders(key).map { |h| [h.jid, h.group, h.mode] }
+    assert_equal [["a1", "acme", nil], ["a2", "acme", "shared"], ["g1", "globex", nil], ["n1", nil, nil]], held
+    assert_equal [[nil, 0, 1], ["acme", 0, 2], ["globex", 0, 1]], groups, "nil first, then by name"
+    # A renewal keeps the group (no GROUP sent), and a different group is refused.
+    tok = client.holders(key).first.token
+    assert_equal tok, client.lock(key, "a1", ttl: 30)
+    assert_equal "acme", client.holders(key).first.group
+    assert_raises(RedisUnique::CommandError) { client.lock(key, "a1", group: "globex", ttl: 30) }
+    assert_equal [], client.waiters("group:none:#{token}", groups: true)
+  end
+
+  def test_a_waiter_over_its_group_limit_does_not_block_another_group
+    assert client.lock(key, "a1", limit: 3, group: "a", group_limit: 1, ttl: 60)
+    a2 = waiting_lock("a2", limit: 3, group: "a", group_limit: 1, ttl: 60)
+    wait_until(message: "a2 waits") { groups == [["a", 1, 1]] }
+    assert client.lock(key, "b1", limit: 3, group: "b", group_limit: 1, ttl: 60), "a free slot, and b is under its limit"
+    client.unlock(key, "a1")
+    assert_kind_of Integer, a2.value
+    assert_equal [["a", 0, 1], ["b", 0, 1]], groups
+  end
+
+  def test_a_limiter_shared_by_tenants_caps_each
+    limiter = RedisUnique::Limiter.new(TestSuite.raw_connection, key, concurrency: 4, group_limit: 2, ttl: 10, wait: 20)
+    gate = Queue.new
+    seen = Queue.new
+    threads = %w[a a a b b b].each_with_index.map do |tenant, i|
+      Thread.new do
+        own = RedisUnique::Client.new(TestSuite.raw_connection) # the Limiter's renewals use its own
+        RedisUnique::Limiter.new(TestSuite.raw_connection, key, concurrency: 4, group_limit: 2, ttl: 10, wait: 20)
+                            .within("#{tenant}#{i}", group: tenant) do
+          seen << own.waiters(key, groups: true).map(&:to_a)
+          gate.pop
+        end
+      end
+    end
+    wait_until(message: "2 of a and 2 of b hold, the others wait") { groups == [["a", 1, 2], ["b", 1, 2]] }
+    6.times { gate << true }
+    threads.each(&:join)
+    samples = Array.new(seen.size) { seen.pop }
+    assert(samples.all? { |s| s.all? { |_, _, holding| holding <= 2 } }, "never more than 2 of a tenant: #{samples}")
+    assert_empty client.locked_by(key)
+    error = assert_raises(RedisUnique::LimitReached) do
+      2.times { client.lock(key, "x#{_1}", limit: 4, group: "a", ttl: 10) }
+      RedisUnique::Limiter.new(TestSuite.raw_connection, key, concurrency: 4, group_limit: 2, wait: 0.05)
+                          .within(group: "a") { flunk "over a's limit" }
+    end
+    assert_match(/no slot of #{key} for group a within the wait/, error.message)
+    assert limiter.within(group: "b") { true }, "b is under its limit"
+  end
+end
