@@ -43,6 +43,7 @@
 //! without a server (`tests.rs`).
 
 use std::cell::RefCell;
+use std::collections::{BTreeSet, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
@@ -252,35 +253,158 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
     }
 }
 
-/// One pass of the serving rule over a key's queue: oldest waiter first,
-/// each retried on its own call (`retry`); a grant or an error ends its wait,
-/// a denial keeps its place, in order. The rule of who is served, in what
-/// order and when to look again lives here and nowhere else.
-fn serve_pass<C>(queue: Queue<C>, mut retry: impl FnMut(&Waiter<C>) -> Served) -> Pass<C> {
+/// One pass of the serving rule over a key's queue. Which waiter is tried
+/// next, each tried at most once a pass on its own call (`retry`):
+///
+/// - **Fair among groups.** The waiters are grouped by GROUP (those without
+///   one are a group of their own). The next slot is offered to the waiting
+///   group that holds the fewest slots *now* for its weight (`holding(g) /
+///   weight`, `holding` asked of the key, then counted on as this pass
+///   grants), its oldest waiter first (FIFO within a group). Among groups
+///   of equal share, the one whose oldest waiter came first: since a grant
+///   raises the share of the group served, equal groups take turns
+///   (round-robin, weighted through the share). Nothing is kept between
+///   passes: a group that stops waiting leaves no trace and banks nothing.
+/// - **A denial ends nobody else's turn.** A waiter denied (say by its own
+///   group's GROUPLIMIT) keeps its place; the pass goes on with the next
+///   best, so a free slot goes to whoever can take it (work-conserving).
+/// - **Shared/exclusive (PostgreSQL's rule).** A waiter is served only if
+///   it conflicts with no earlier waiter: nobody queued after a waiting
+///   exclusive request is tried before it is served (a writer blocks the
+///   readers behind it; they are served together once it has held and
+///   left), and the exclusive request itself is tried only when no earlier
+///   waiter is left. Its conflicts with the holders are the engine's.
+///
+/// A grant or an error ends a wait; a denial keeps the waiter, in order,
+/// and its earliest end of lease (or rate instant) says when to look again.
+/// The rule of who is served, in what order and when to look again lives
+/// here and nowhere else.
+fn serve_pass<C>(
+    queue: Queue<C>,
+    mut holding: impl FnMut(&Waiter<C>, Option<&[u8]>) -> usize,
+    mut retry: impl FnMut(&Waiter<C>) -> Served,
+) -> Pass<C> {
     let mut pass = Pass {
         ended: Vec::new(),
         still: Queue::new(),
         wake_at: None,
     };
+    // Still waiting (untried or denied in this pass), all and exclusive.
+    let mut waiting: BTreeSet<usize> = queue.keys().copied().collect();
+    let mut exclusive: BTreeSet<usize> = queue
+        .values()
+        .filter(|w| w.share.exclusive)
+        .map(|w| w.seq)
+        .collect();
+    let mut groups: Vec<Group<C>> = Vec::new();
     for waiter in queue.into_values() {
+        match groups.iter_mut().find(|g| g.name == waiter.share.group) {
+            Some(g) => g.untried.push_back(waiter),
+            None => groups.push(Group {
+                name: waiter.share.group.clone(),
+                untried: VecDeque::from([waiter]),
+                held: None,
+            }),
+        }
+    }
+    let mut first = true;
+    loop {
+        let barrier = exclusive.first().copied();
+        let oldest = waiting.first().copied();
+        let mut best: Option<(usize, usize, u32, usize)> = None; // (group, held, weight, seq)
+        for (i, g) in groups.iter_mut().enumerate() {
+            let Some(head) = g.untried.front() else {
+                continue;
+            };
+            let blocked = match barrier {
+                Some(b) if head.seq > b => true,
+                Some(b) if head.seq == b => oldest != Some(b),
+                _ => false,
+            };
+            if blocked {
+                continue;
+            }
+            let held = match g.held {
+                Some(n) => n,
+                None => {
+                    let n = holding(head, g.name.as_deref());
+                    g.held = Some(n);
+                    n
+                }
+            };
+            let weight = head.share.weight.max(1);
+            let better = best.is_none_or(|(_, bh, bw, bs)| {
+                // held / weight < bh / bw, in integers; then the oldest.
+                let (a, b) = (
+                    held as u128 * u128::from(bw),
+                    bh as u128 * u128::from(weight),
+                );
+                a < b || (a == b && head.seq < bs)
+            });
+            if better {
+                best = Some((i, held, weight, head.seq));
+            }
+        }
+        let Some((i, ..)) = best else {
+            break;
+        };
+        let Some(group) = groups.get_mut(i) else {
+            break;
+        };
+        let Some(waiter) = group.untried.pop_front() else {
+            break;
+        };
+        let seq = waiter.seq;
         let reply = match retry(&waiter) {
-            Served::Granted(token) => WaiterReply::Token(token),
-            Served::Failed(e) => WaiterReply::Error(e),
+            Served::Granted(token) => {
+                group.held = group.held.map(|n| n + 1);
+                Some(WaiterReply::Token(token))
+            }
+            Served::Failed(e) => Some(WaiterReply::Error(e)),
             Served::Denied { lease_end } => {
                 pass.wake_at = match (pass.wake_at, lease_end) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                pass.still.insert(waiter.seq, waiter);
-                continue;
+                None
             }
         };
-        pass.ended.push((waiter, reply));
+        if first {
+            // The first retry removed the ended leases: count afresh.
+            first = false;
+            for g in &mut groups {
+                g.held = None;
+            }
+        }
+        match reply {
+            Some(reply) => {
+                waiting.remove(&seq);
+                exclusive.remove(&seq);
+                pass.ended.push((waiter, reply));
+            }
+            None => {
+                pass.still.insert(seq, waiter);
+            }
+        }
+    }
+    // Those behind a waiting exclusive request keep their place untried.
+    for g in groups {
+        for waiter in g.untried {
+            pass.still.insert(waiter.seq, waiter);
+        }
     }
     if pass.still.is_empty() {
         pass.wake_at = None;
     }
     pass
+}
+
+/// The waiters of one group in a pass: those not tried yet, oldest first,
+/// and the slots the group holds (asked once, then counted on).
+struct Group<C> {
+    name: Option<Box<[u8]>>,
+    untried: VecDeque<Waiter<C>>,
+    held: Option<usize>,
 }
 
 /// What one [`serve_pass`] decided.
@@ -307,7 +431,10 @@ fn serve(ctx: &Context, key: &[u8]) {
         return;
     };
     let mut permissions = Permissions::default();
-    let pass = serve_pass(queue, |waiter| {
+    let holding = |waiter: &Waiter<Blocked>, group: Option<&[u8]>| {
+        catch_unwind(AssertUnwindSafe(|| waiter.call.holding(ctx, group))).unwrap_or(0)
+    };
+    let pass = serve_pass(queue, holding, |waiter| {
         if waiter
             .user
             .as_deref()
@@ -508,3 +635,6 @@ impl BlockHandler for Callbacks {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fair_tests;

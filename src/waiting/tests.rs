@@ -99,20 +99,24 @@ fn queue_of(clients: &[u32]) -> Queue<u32> {
 #[test]
 fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
     let mut tried = Vec::new();
-    let pass = serve_pass(queue_of(&[1, 2, 3, 4, 5]), |w| {
-        tried.push(w.client);
-        match w.client {
-            1 => Served::Denied {
-                lease_end: Some(300),
-            },
-            2 => Served::Granted(7),
-            3 => Served::Denied {
-                lease_end: Some(200),
-            },
-            4 => Served::Failed("ERR gone".into()),
-            _ => Served::Denied { lease_end: None },
-        }
-    });
+    let pass = serve_pass(
+        queue_of(&[1, 2, 3, 4, 5]),
+        |_, _| 0,
+        |w| {
+            tried.push(w.client);
+            match w.client {
+                1 => Served::Denied {
+                    lease_end: Some(300),
+                },
+                2 => Served::Granted(7),
+                3 => Served::Denied {
+                    lease_end: Some(200),
+                },
+                4 => Served::Failed("ERR gone".into()),
+                _ => Served::Denied { lease_end: None },
+            }
+        },
+    );
     assert_eq!(tried, [1, 2, 3, 4, 5], "every waiter, oldest first");
     let ended: Vec<_> = pass.ended.iter().map(|(w, r)| (w.client, r)).collect();
     assert_eq!(
@@ -128,18 +132,26 @@ fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
 
 #[test]
 fn a_pass_that_ends_every_wait_arms_no_wake_up() {
-    let pass = serve_pass(queue_of(&[1, 2]), |w| {
-        if w.client == 1 {
-            Served::Denied { lease_end: Some(9) }
-        } else {
-            Served::Granted(1)
-        }
-    });
+    let pass = serve_pass(
+        queue_of(&[1, 2]),
+        |_, _| 0,
+        |w| {
+            if w.client == 1 {
+                Served::Denied { lease_end: Some(9) }
+            } else {
+                Served::Granted(1)
+            }
+        },
+    );
     assert_eq!(pass.wake_at, Some(9));
-    let pass = serve_pass(queue_of(&[1, 2]), |_| Served::Granted(1));
+    let pass = serve_pass(queue_of(&[1, 2]), |_, _| 0, |_| Served::Granted(1));
     assert!(pass.still.is_empty());
     assert_eq!(pass.wake_at, None);
-    let pass = serve_pass(queue_of(&[1]), |_| Served::Denied { lease_end: None });
+    let pass = serve_pass(
+        queue_of(&[1]),
+        |_, _| 0,
+        |_| Served::Denied { lease_end: None },
+    );
     assert_eq!(pass.wake_at, None, "no lease ends: no wake-up");
 }
 

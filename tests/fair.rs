@@ -1,0 +1,332 @@
+//! Fair waiting among groups (GROUP, WEIGHT, GROUPLIMIT) and the
+//! shared/exclusive queue rule (MODE), with real clients blocked in LOCK ...
+//! WAIT on a real server. Every assertion is on the server's state (who
+//! holds, who waits), polled with a generous bound, never on timing.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use common::{Connection, Server, Value, token, wait_for};
+
+/// WAITERS key GROUPS as (group, waiting, holding), no group as "".
+fn groups(con: &mut Connection, key: &str) -> Vec<(String, i64, i64)> {
+    let Ok(Value::Array(rows)) = call!(con, "UNIQUE.WAITERS", key, "GROUPS") else {
+        panic!("WAITERS GROUPS is an array");
+    };
+    rows.into_iter()
+        .map(|row| match row {
+            Value::Array(f) => match f.as_slice() {
+                [_, g, _, Value::Int(w), _, Value::Int(h)] => {
+                    let g = match g {
+                        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                        _ => String::new(),
+                    };
+                    (g, *w, *h)
+                }
+                other => panic!("a group's row: {other:?}"),
+            },
+            other => panic!("a group's row: {other:?}"),
+        })
+        .collect()
+}
+
+/// (waiting, holding) of `group` on `key`.
+fn of(con: &mut Connection, key: &str, group: &str) -> (i64, i64) {
+    groups(con, key)
+        .into_iter()
+        .find(|(g, _, _)| g == group)
+        .map_or((0, 0), |(_, w, h)| (w, h))
+}
+
+fn waiting(con: &mut Connection, key: &str) -> i64 {
+    common::int(call!(con, "UNIQUE.WAITERS", key).expect("WAITERS"))
+}
+
+/// A client blocked in `UNIQUE.LOCK key jid <args> WAIT 60000`, started once
+/// the server counts the waiters before it (so they queue in this order).
+fn waiter(
+    server: &Server,
+    key: &str,
+    jid: &str,
+    args: &[&str],
+) -> JoinHandle<Result<Value, String>> {
+    let observer = &mut server.con();
+    let before = waiting(observer, key);
+    let mut con = server.con();
+    let mut cmd = redis::cmd("UNIQUE.LOCK");
+    cmd.arg(key).arg(jid).arg(args).arg("WAIT").arg(60_000);
+    let handle = std::thread::spawn(move || common::run(&cmd, &mut con));
+    wait_for("the waiter to queue", || {
+        waiting(observer, key) > before || handle.is_finished()
+    });
+    handle
+}
+
+fn holders(con: &mut Connection, key: &str) -> Vec<String> {
+    common::holders(con, key)
+}
+
+/// The case, with real clients: LIMIT 10; tenant "long" has 10 jobs
+/// running and a backlog queued first; tenant "short" then queues jobs of a
+/// 100 ms lease, each of its clients queueing again as soon as it is served.
+/// As long jobs end one by one, the freed slots go to the tenant holding
+/// fewer: the two end at 5 and 5, and stay there while long jobs keep
+/// ending (a first-come queue would have given every slot back to "long").
+#[test]
+fn a_tenant_of_long_jobs_and_one_of_short_jobs_end_at_half_each() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let long = ["LIMIT", "10", "GROUP", "long", "TTL", "600000"];
+    for i in 0..10 {
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            "api",
+            format!("long-{i}"),
+            &long[..]
+        ));
+    }
+    let backlog: Vec<_> = (10..40)
+        .map(|i| waiter(&server, "api", &format!("long-{i}"), &long))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let short: Vec<_> = (0..12)
+        .map(|i| {
+            let mut con = server.con();
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let reply = call!(
+                        &mut con,
+                        "UNIQUE.LOCK",
+                        "api",
+                        format!("short-{i}-{n}"),
+                        "LIMIT",
+                        "10",
+                        "GROUP",
+                        "short",
+                        "TTL",
+                        "100",
+                        "WAIT",
+                        "60000"
+                    );
+                    if reply.is_err() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    wait_for("the short tenant to queue", || {
+        of(con, "api", "short").0 >= 10
+    });
+    assert_eq!(of(con, "api", "long"), (30, 10));
+    // Long jobs end one at a time, each time once the server has settled.
+    let mut ended = 0;
+    let mut end_one_long_job = |con: &mut Connection| {
+        let oldest = holders(con, "api")
+            .into_iter()
+            .find(|j| j.starts_with("long-"))
+            .expect("a long job runs");
+        assert_eq!(
+            call!(con, "UNIQUE.UNLOCK", "api", &oldest),
+            Ok(Value::Int(1))
+        );
+        ended += 1;
+    };
+    for k in 1..=5 {
+        end_one_long_job(con);
+        wait_for("the short tenant to take the freed slot", || {
+            let (_, l) = of(con, "api", "long");
+            let (_, s) = of(con, "api", "short");
+            l == 10 - k && s == k
+        });
+    }
+    // Balanced: a long job that ends is replaced by a long one, and the
+    // short tenant keeps its five through its own leases ending.
+    for _ in 0..10 {
+        end_one_long_job(con);
+        wait_for("5 and 5 again", || {
+            of(con, "api", "long").1 == 5 && of(con, "api", "short").1 == 5
+        });
+    }
+    assert_eq!(ended, 15);
+    for _ in 0..20 {
+        let (l, s) = (of(con, "api", "long").1, of(con, "api", "short").1);
+        assert_eq!(l, 5, "the long tenant keeps its half");
+        assert!((3..=5).contains(&s), "the short tenant holds {s}");
+        assert!(l + s <= 10);
+    }
+    stop.store(true, Ordering::Relaxed);
+    drop(server);
+    for t in short {
+        let _ = t.join();
+    }
+    drop(backlog);
+}
+
+/// "At most 2 per tenant and 6 in all" is one key: a tenant waiting at its
+/// GROUPLIMIT holds no one else back, and a newcomer of another tenant
+/// (without WAIT) takes a free slot past it.
+#[test]
+fn grouplimit_caps_each_tenant_and_the_others_use_the_rest() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let args = |group: &'static str| -> Vec<&'static str> {
+        vec![
+            "LIMIT",
+            "6",
+            "GROUP",
+            group,
+            "GROUPLIMIT",
+            "2",
+            "TTL",
+            "600000",
+        ]
+    };
+    let a: Vec<_> = (0..5)
+        .map(|i| waiter(&server, "k", &format!("a{i}"), &args("A")))
+        .collect();
+    // A's first two got in at once; the other three wait at A's limit.
+    assert_eq!(of(con, "k", "A"), (3, 2));
+    // Nobody but A waits, and A is held back by its own limit: B, without
+    // WAIT, takes a free slot at once.
+    token(call!(con, "UNIQUE.LOCK", "k", "b0", &args("B")[..]));
+    let b: Vec<_> = (1..5)
+        .map(|i| waiter(&server, "k", &format!("b{i}"), &args("B")))
+        .collect();
+    assert_eq!(of(con, "k", "B"), (3, 2));
+    token(call!(con, "UNIQUE.LOCK", "k", "c0", &args("C")[..]));
+    token(call!(con, "UNIQUE.LOCK", "k", "c1", &args("C")[..]));
+    assert_eq!(holders(con, "k").len(), 6);
+    // A slot of A's frees: A's next waiter, in order; never 3 of a tenant.
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "a0"), Ok(Value::Int(1)));
+    wait_for("A's next waiter", || of(con, "k", "A") == (2, 2));
+    assert!(holders(con, "k").contains(&"a2".to_string()));
+    // C leaves: its slots go to the waiting tenants, each up to its limit
+    // only: the slots stay free rather than go over.
+    call!(con, "UNIQUE.UNLOCK", "k", "c0").expect("unlock");
+    call!(con, "UNIQUE.UNLOCK", "k", "c1").expect("unlock");
+    assert_eq!(of(con, "k", "A").1, 2);
+    assert_eq!(of(con, "k", "B").1, 2);
+    assert_eq!(holders(con, "k").len(), 4);
+    drop(server);
+    drop((a, b));
+}
+
+/// Weights: with LIMIT 9, a tenant of weight 2 and one of weight 1, both
+/// waiting with more than enough jobs, fill the slots 6 and 3.
+#[test]
+fn weights_share_the_slots_in_proportion() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "gate", "LIMIT", "9"));
+    // The gate holds 1 of 9: fill the other 8 and queue the rest.
+    let mut clients = Vec::new();
+    for i in 0..10 {
+        clients.push(waiter(
+            &server,
+            "k",
+            &format!("h{i}"),
+            &["LIMIT", "9", "GROUP", "heavy", "WEIGHT", "2"],
+        ));
+        clients.push(waiter(
+            &server,
+            "k",
+            &format!("l{i}"),
+            &["LIMIT", "9", "GROUP", "light"],
+        ));
+    }
+    // Unlocking the gate and the first 8 grants: the queue refills by share.
+    let first: Vec<String> = holders(con, "k")
+        .into_iter()
+        .filter(|j| j != "gate")
+        .collect();
+    call!(con, "UNIQUE.UNLOCK", "k", "gate").expect("unlock");
+    for j in &first {
+        call!(con, "UNIQUE.UNLOCK", "k", j).expect("unlock");
+    }
+    wait_for("9 holders", || holders(con, "k").len() == 9);
+    assert_eq!(of(con, "k", "heavy").1, 6);
+    assert_eq!(of(con, "k", "light").1, 3);
+    drop(server);
+    drop(clients);
+}
+
+/// A queued writer blocks new readers, even with slots free; when the
+/// readers before it leave it holds alone, and when it leaves the readers
+/// queued behind it are served together.
+#[test]
+fn a_writer_blocks_readers_and_the_readers_behind_it_go_together() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let read = ["LIMIT", "10", "MODE", "shared", "TTL", "600000"];
+    let write = ["LIMIT", "10", "MODE", "exclusive", "TTL", "600000"];
+    token(call!(con, "UNIQUE.LOCK", "doc", "r1", &read[..]));
+    token(call!(con, "UNIQUE.LOCK", "doc", "r2", &read[..]));
+    let w = waiter(&server, "doc", "w", &write);
+    // A reader after the writer: no slot, though 8 are free.
+    assert_eq!(
+        call!(con, "UNIQUE.LOCK", "doc", "r3", &read[..]),
+        Ok(Value::Nil)
+    );
+    let behind: Vec<_> = (3..7)
+        .map(|i| waiter(&server, "doc", &format!("r{i}"), &read))
+        .collect();
+    assert_eq!(waiting(con, "doc"), 5);
+    call!(con, "UNIQUE.UNLOCK", "doc", "r1").expect("unlock");
+    assert_eq!(holders(con, "doc"), ["r2"]);
+    call!(con, "UNIQUE.UNLOCK", "doc", "r2").expect("unlock");
+    let wt = token(w.join().expect("the writer"));
+    assert_eq!(holders(con, "doc"), ["w"]);
+    assert_eq!(waiting(con, "doc"), 4);
+    // The writer leaves: all four readers at once.
+    call!(con, "UNIQUE.UNLOCK", "doc", "w").expect("unlock");
+    for r in behind {
+        assert!(token(r.join().expect("a reader")) > wt);
+    }
+    assert_eq!(holders(con, "doc"), ["r3", "r4", "r5", "r6"]);
+}
+
+/// A writer that downgrades to shared lets the waiting readers in.
+#[test]
+fn a_downgrade_serves_the_waiting_readers() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let t = token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "doc",
+        "w",
+        "LIMIT",
+        "3",
+        "MODE",
+        "exclusive"
+    ));
+    let readers: Vec<_> = (0..3)
+        .map(|i| {
+            waiter(
+                &server,
+                "doc",
+                &format!("r{i}"),
+                &["LIMIT", "3", "MODE", "shared"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        token(call!(con, "UNIQUE.LOCK", "doc", "w", "MODE", "shared")),
+        t
+    );
+    // LIMIT 3 with the writer, now a reader, among them: two get in.
+    wait_for("two readers", || holders(con, "doc").len() == 3);
+    assert_eq!(holders(con, "doc"), ["w", "r0", "r1"]);
+    assert_eq!(waiting(con, "doc"), 1);
+    assert_eq!(of(con, "doc", ""), (1, 3));
+    drop(server);
+    drop(readers);
+}
