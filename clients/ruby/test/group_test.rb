@@ -37,6 +37,25 @@ class GroupTest < Minitest::Test
     assert_equal [], client.waiters("group:none:#{token}", groups: true)
   end
 
+  def test_a_freed_slot_goes_to_the_group_holding_fewest
+    assert client.lock(key, "a-held", limit: 2, group: "a", ttl: 60)
+    assert client.lock(key, "a-freed", limit: 2, group: "a", ttl: 60)
+    first_a = waiting_lock("a-1", limit: 2, group: "a", ttl: 60)
+    wait_until(message: "a-1 waits") { groups == [["a", 1, 2]] }
+    second_a = waiting_lock("a-2", limit: 2, group: "a", ttl: 60)
+    wait_until(message: "a-2 waits") { groups == [["a", 2, 2]] }
+    b = waiting_lock("b-1", limit: 2, group: "b", weight: 2, ttl: 60)
+    wait_until(message: "b-1 waits") { groups == [["a", 2, 2], ["b", 1, 0]] }
+    client.unlock(key, "a-freed")
+    assert_kind_of Integer, b.value, "b holds nothing: it gets the slot, though a-1 and a-2 came first"
+    assert_equal [["a", 2, 1], ["b", 0, 1]], groups
+    client.unlock(key, "b-1")
+    assert_kind_of Integer, first_a.value, "then a, in its own order"
+    client.unlock(key, "a-held")
+    assert_kind_of Integer, second_a.value
+    assert_equal %w[a-1 a-2], client.locked_by(key)
+  end
+
   def test_a_waiter_over_its_group_limit_does_not_block_another_group
     assert client.lock(key, "a1", limit: 3, group: "a", group_limit: 1, ttl: 60)
     a2 = waiting_lock("a2", limit: 3, group: "a", group_limit: 1, ttl: 60)
@@ -45,6 +64,23 @@ class GroupTest < Minitest::Test
     client.unlock(key, "a1")
     assert_kind_of Integer, a2.value
     assert_equal [["a", 0, 1], ["b", 0, 1]], groups
+  end
+
+  def test_shared_and_exclusive
+    assert client.lock(key, "r1", limit: 10, mode: :shared, ttl: 60)
+    assert client.lock(key, "r2", limit: 10, mode: :shared, ttl: 60)
+    assert_nil client.lock(key, "w", mode: :exclusive, ttl: 60), "readers hold it"
+    writer = waiting_lock("w", mode: :exclusive, ttl: 60)
+    wait_until(message: "the writer waits") { client.waiters(key) == 1 }
+    late_reader = waiting_lock("r3", limit: 10, mode: :shared, ttl: 60)
+    wait_until(message: "a reader after the writer waits") { client.waiters(key) == 2 }
+    client.unlock(key, "r1")
+    client.unlock(key, "r2")
+    assert_kind_of Integer, writer.value, "the writer, once the readers left"
+    assert_equal [%w[w exclusive]], client.holders(key).map { |h| [h.jid, h.mode] }
+    client.unlock(key, "w")
+    assert_kind_of Integer, late_reader.value
+    assert_equal [%w[r3 shared]], client.holders(key).map { |h| [h.jid, h.mode] }
   end
 
   def test_a_limiter_shared_by_tenants_caps_each
