@@ -83,6 +83,25 @@ class GroupTest < Minitest::Test
     assert_equal [%w[r3 shared]], client.holders(key).map { |h| [h.jid, h.mode] }
   end
 
+  # Through Sidekiq: the runtime lock's holders carry the job's tenant, and a job over its
+  # tenant's lock_group_limit meets on_conflict (here :reject) while another tenant runs.
+  def test_a_sidekiq_job_over_its_tenants_limit_meets_on_conflict
+    TestSuite.workers
+    run_key = "#{digest_of(TenantLimitedJob, token, "a", { "hold" => true })}:RUN"
+    first = TenantLimitedJob.perform_async(token, "a", { "hold" => true })
+    wait_events("start")
+    over = TenantLimitedJob.perform_async(token, "a", { "hold" => true })
+    wait_until(message: "the second job of a rejected") { Sidekiq::DeadSet.new.find_job(over) }
+    other = TenantLimitedJob.perform_async(token, "b", { "hold" => true })
+    wait_events("start", 2)
+    held = client.holders(run_key).map { |h| [h.jid, h.group, h.type] }
+    assert_equal [[first, "a", "while_executing"], [other, "b", "while_executing"]], held
+    release(token, 2)
+    assert_equal [first, other].sort, wait_events("done", 2).map { |e| e["jid"] }.sort
+    wait_until(message: "both slots freed") { client.locked_by(run_key).empty? }
+    refute(events.any? { |e| e["jid"] == over }, "the rejected job never ran")
+  end
+
   def test_a_limiter_shared_by_tenants_caps_each
     limiter = RedisUnique::Limiter.new(TestSuite.raw_connection, key, concurrency: 4, group_limit: 2, ttl: 10, wait: 20)
     gate = Queue.new
