@@ -49,8 +49,9 @@ module RedisUnique
       @owner = owner
       @type = type
       @on_lost = on_lost
-      # Bad values fail here, not at the first call; without a default group, each call's.
-      Client.group_argv(group: group || "-", weight: weight, group_limit: group_limit)
+      # Bad values fail here, not at the first call (checked beside a stand-in group when
+      # each call gives its own).
+      Client.group_argv(group: group.nil? ? "each call's" : group, weight: weight, group_limit: group_limit)
       @group = group
       @group_limit = group_limit
       @weight = weight

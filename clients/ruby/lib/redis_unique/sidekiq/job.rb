@@ -201,6 +201,10 @@ module RedisUnique
 
       # --- fair sharing of a limit among tenants (the runtime lock only) ---
 
+      # The client's keywords by the job options' names, for the messages.
+      OPTION_NAMES = { "group" => "lock_group", "group_limit" => "lock_group_limit",
+                       "weight" => "lock_group_weight" }.freeze
+
       # lock_group: (a String, or a lambda given the job's args: the tenant), with
       # lock_group_limit: (the most jobs of one group holding the lock at once) and
       # lock_group_weight: (the group's share of the slots when groups wait), as the
@@ -212,9 +216,6 @@ module RedisUnique
       # refused with InvalidOption: never left unread. A lambda (or a Proc per job) is
       # called at push, and what it returned is written into the job, so that the server
       # reads a plain value (a Proc does not survive JSON).
-      OPTION_NAMES = { "group" => "lock_group", "group_limit" => "lock_group_limit",
-                       "weight" => "lock_group_weight" }.freeze
-
       def group_options
         return @group_options if defined?(@group_options)
 
