@@ -328,7 +328,7 @@ fn read_holder_of(version: i32, input: &mut impl Source) -> Result<Holder, Decod
     } else {
         (None, None)
     };
-    Ok(Holder::new(
+    Ok(Holder::new_fair(
         &jid,
         token,
         acquired_at,
@@ -336,8 +336,9 @@ fn read_holder_of(version: i32, input: &mut impl Source) -> Result<Holder, Decod
         lock_type,
         Some(owner.as_slice()).filter(|o| !o.is_empty()),
         Some(meta.as_slice()).filter(|m| !m.is_empty()),
-    )
-    .with_fair(group.as_deref(), mode))
+        group.as_deref(),
+        mode,
+    ))
 }
 
 /// An in-memory encoding, for tests and for fuzzing the decoder.

@@ -87,6 +87,32 @@ fn populate(con: &mut Connection) -> i64 {
         ));
         max = max.max(t);
     }
+    // Groups and modes: shared holders of two groups (some with a lease,
+    // many enough on one key to be indexed), and a writer.
+    for i in 0..40 {
+        let mut cmd = redis::cmd("UNIQUE.LOCK");
+        cmd.arg("fair").arg(format!("f{i}")).arg("LIMIT").arg(0);
+        cmd.arg("GROUP")
+            .arg(format!("tenant:{}", i % 2))
+            .arg("MODE")
+            .arg("shared");
+        if i % 3 == 0 {
+            cmd.arg("TTL").arg(600_000 + i);
+        }
+        max = max.max(token(common::run(&cmd, con)));
+    }
+    max = max.max(token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "writer",
+        "w",
+        "MODE",
+        "exclusive",
+        "GROUP",
+        "ops",
+        "TTL",
+        800_000
+    )));
     call!(con, "UNIQUE.LOCK", "leased", "only", "TTL", 900_000).expect("lock");
     max.max(token(call!(
         con,
@@ -301,4 +327,65 @@ fn no_acknowledged_grant_is_lost_to_kill_9() {
         assert_eq!(h.get(3), Some(&Value::Int(*t)), "{key}: same token");
     }
     println!("{} acknowledged grants survived kill -9", acked.len());
+}
+
+/// A lock as the build before groups and modes dumped it (encoding version
+/// 2: three holders, one with every field, one without a lease, a rate):
+/// DUMP of `UNIQUE.LOCK old a LIMIT 0 PXAT 4102444800000 TYPE until_executed
+/// OWNER host:1 META {"n":1}`, `UNIQUE.LOCK old b LIMIT 0` and
+/// `UNIQUE.LOCK old c LIMIT 0 RATE 5 PER 1000 PXAT 4102444800000` on
+/// Redis 7.0.15. It loads with no group and no mode, and saves again.
+const PAYLOAD_BEFORE_GROUPS: &str = "0781ba78aafa5a1c90020203050161028100066130be7906980281000001a218c4378f0281000003bb2cc3d800050e756e74696c5f65786563757465640506686f73743a3105077b226e223a317d050162028100066130be792da80281000001a218c437990281ffffffffffffffff05046c6f636b05000500050163028100066130be7949000281000001a218c437a00281000003bb2cc3d80005046c6f636b05000500020102050243e8020002810000082a7bd51a08000a00d0027898a9560670";
+
+#[test]
+fn a_payload_written_before_groups_and_modes_loads() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let hex = PAYLOAD_BEFORE_GROUPS.as_bytes();
+    let payload: Vec<u8> = hex
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).expect("hex"), 16).expect("hex"))
+        .collect();
+    call!(con, "RESTORE", "old", 0, payload).expect("RESTORE of a version 2 payload");
+    let check = |con: &mut Connection| {
+        let holders = common::with_meta(con, "old");
+        let jids: Vec<Value> = holders.iter().map(|h| common::field(h, "jid")).collect();
+        assert_eq!(
+            jids,
+            ["a", "b", "c"]
+                .map(|j| Value::BulkString(j.into()))
+                .to_vec()
+        );
+        let a = &holders[0];
+        assert_eq!(
+            common::field(a, "type"),
+            Value::BulkString(b"until_executed".to_vec())
+        );
+        assert_eq!(
+            common::field(a, "owner"),
+            Value::BulkString(b"host:1".to_vec())
+        );
+        assert_eq!(
+            common::field(a, "meta"),
+            Value::BulkString(br#"{"n":1}"#.to_vec())
+        );
+        assert_eq!(
+            common::field(a, "expires_at"),
+            Value::Int(4_102_444_800_000)
+        );
+        assert_eq!(common::field(&holders[1], "expires_at"), Value::Int(-1));
+        for h in &holders {
+            assert_eq!(common::field(h, "group"), Value::Nil);
+            assert_eq!(common::field(h, "mode"), Value::Nil);
+        }
+        assert!(matches!(
+            call!(con, "UNIQUE.RATE", "old"),
+            Ok(Value::Array(_))
+        ));
+    };
+    check(con);
+    // Saved again in this build's encoding, it reads back the same.
+    call!(con, "DEBUG", "RELOAD").expect("DEBUG RELOAD");
+    check(con);
+    assert!(token(call!(con, "UNIQUE.LOCK", "after", "j")) > 1_795_711_842_208_000);
 }

@@ -98,6 +98,18 @@ fn a_replica_with_another_configuration_ends_with_identical_data() {
                     cmd.arg("META")
                         .arg(format!(r#"{{"queue":"q{}"}}"#, rng.below(5)));
                 }
+                // Groups (one per jid, so that a renewal names the same)
+                // and modes, in the data replicated.
+                if rng.below(3) == 0 {
+                    cmd.arg("GROUP").arg(format!("tenant:{}", jid.len() % 3));
+                    if rng.below(2) == 0 {
+                        cmd.arg("GROUPLIMIT").arg(1 + rng.below(2));
+                    }
+                }
+                if rng.below(4) == 0 {
+                    cmd.arg("MODE")
+                        .arg(["shared", "exclusive"][rng.below(2) as usize]);
+                }
             }
         }
         let before: Vec<String> = holders(p, &key);
@@ -105,6 +117,8 @@ fn a_replica_with_another_configuration_ends_with_identical_data() {
             Ok(Value::Int(_)) if before.contains(&jid) => renewed += 1,
             Ok(Value::Int(_)) => granted += 1,
             Ok(Value::Nil) => denied += 1,
+            // A renewal naming a GROUP its hold was not taken with.
+            Err(e) if e.contains("another GROUP") => denied += 1,
             other => panic!("LOCK: {other:?}"),
         }
     }
@@ -137,7 +151,7 @@ fn every_shape_of_a_holders_effect_arrives_whole() {
     let primary = Server::start();
     let replica = primary.start_replica(&[]);
     let (p, r) = (&mut primary.con(), &mut replica.con());
-    let shapes: [&[&str]; 5] = [
+    let shapes: [&[&str]; 9] = [
         &[],
         &["TYPE", "until_executed"],
         &["OWNER", "w1"],
@@ -149,6 +163,21 @@ fn every_shape_of_a_holders_effect_arrives_whole() {
             "w1",
             "META",
             r#"{"n":1}"#,
+        ],
+        &["GROUP", "tenant-1"],
+        &["MODE", "exclusive"],
+        &["GROUP", "tenant-1", "MODE", "shared", "OWNER", "w1"],
+        &[
+            "TYPE",
+            "until_executed",
+            "OWNER",
+            "w1",
+            "META",
+            r#"{"n":1}"#,
+            "GROUP",
+            "t",
+            "MODE",
+            "shared",
         ],
     ];
     for (i, options) in shapes.iter().enumerate() {
@@ -173,6 +202,8 @@ fn every_shape_of_a_holders_effect_arrives_whole() {
                 "meta",
                 "acquired_at",
                 "expires_at",
+                "group",
+                "mode",
             ]
             .map(|name| common::field(holder, name))
             .to_vec()

@@ -227,7 +227,7 @@ fn max_token(con: &mut Connection, keys: &[String]) -> i64 {
 }
 
 /// Locks of every shape on `keys`: two holders under LIMIT 3 with leases,
-/// owners and META, one with no lease.
+/// owners and META, a group and a mode, one with no lease.
 fn lock_every_shape(con: &mut Connection, keys: &[String]) {
     for (i, key) in keys.iter().enumerate() {
         let meta = format!(r#"{{"worker":"SyncJob","args":[{i}]}}"#);
@@ -245,7 +245,11 @@ fn lock_every_shape(con: &mut Connection, keys: &[String]) {
             "META",
             &meta,
             "TYPE",
-            "until_executed"
+            "until_executed",
+            "GROUP",
+            format!("tenant-{}", i % 2),
+            "MODE",
+            "shared"
         ));
         if i % 3 == 0 {
             token(call!(con, "UNIQUE.LOCK", key, "forever", "LIMIT", 3));

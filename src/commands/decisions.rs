@@ -129,9 +129,12 @@ pub fn decide_lock<'a, 'q>(
 ) -> LockDecision<'a> {
     let expired = prune_expired(lock, now, out);
     let jid = req.jid;
-    let held_mode = lock.holder(jid).map(|h| h.mode());
+    // Only a renewal to MODE shared can turn an exclusive hold shared.
+    let was_exclusive =
+        req.mode == Some(Mode::Shared) && lock.holder(jid).is_some_and(|h| h.is_exclusive());
     // Others are waiting for a slot: a newcomer queues behind them.
-    let acquired = if held_mode.is_none() && queued.into().blocks(lock) {
+    let queued = queued.into();
+    let acquired = if queued != Ahead::Nobody && lock.holder(jid).is_none() && queued.blocks(lock) {
         Acquired::Denied
     } else {
         lock.acquire(req, now, || out.next_token(now))
@@ -150,7 +153,7 @@ pub fn decide_lock<'a, 'q>(
         (Acquired::Renewed(token), Some(holder)) => {
             out.count(now, Some(holder.lock_type()), Event::Renewed);
             // An exclusive hold turned shared makes room for waiters.
-            let downgraded = held_mode == Some(Some(Mode::Exclusive)) && !holder.is_exclusive();
+            let downgraded = was_exclusive && !holder.is_exclusive();
             let change = Change::Hold {
                 jid,
                 new: false,

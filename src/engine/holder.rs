@@ -92,17 +92,46 @@ impl Holder {
         owner: Option<&[u8]>,
         meta: Option<&[u8]>,
     ) -> Self {
+        Self::new_fair(
+            jid,
+            token,
+            acquired_at,
+            expires_at,
+            lock_type,
+            owner,
+            meta,
+            None,
+            None,
+        )
+    }
+
+    /// A holder as [`Holder::new`], with a GROUP and a MODE (at most
+    /// [`MAX_GROUP_BYTES`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_fair(
+        jid: &[u8],
+        token: i64,
+        acquired_at: i64,
+        expires_at: Option<i64>,
+        lock_type: &str,
+        owner: Option<&[u8]>,
+        meta: Option<&[u8]>,
+        group: Option<&[u8]>,
+        mode: Option<Mode>,
+    ) -> Self {
         let mut h = Self {
             token,
             acquired_at,
             expires_at: expires_at.unwrap_or(NO_LEASE),
             text: Text::default(),
         };
-        h.set_text(
+        h.set_all(
             lock_type,
             jid,
             owner.unwrap_or_default(),
             meta.unwrap_or_default(),
+            group,
+            mode,
         );
         h
     }
@@ -144,20 +173,20 @@ impl Holder {
             jid_len: u16::try_from(jid.len()).unwrap_or(u16::MAX),
             owner_len: u16::try_from(owner.len()).unwrap_or(u16::MAX),
         };
-        let group_len = group
-            .map(|g| u16::try_from(g.len()).unwrap_or(u16::MAX).to_le_bytes())
-            .unwrap_or_default();
-        let tail: &[u8] = if group.is_some() { &group_len } else { &[] };
-        self.text = Text::new(
-            parts,
-            [custom, jid, owner, meta, group.unwrap_or_default(), tail],
-        );
+        self.text = match group {
+            // A holder without a group: its four strings, as before groups.
+            None => Text::new(parts, [custom, jid, owner, meta]),
+            Some(group) => {
+                let len = u16::try_from(group.len()).unwrap_or(u16::MAX).to_le_bytes();
+                Text::new(parts, [custom, jid, owner, meta, group, &len])
+            }
+        };
     }
 
     /// The same holder with a GROUP and a MODE (as a grant or a decoded
     /// value gives them).
     pub fn with_fair(mut self, group: Option<&[u8]>, mode: Option<Mode>) -> Self {
-        if group.is_none() && mode.is_none() && self.group().is_none() && self.mode().is_none() {
+        if group.is_none() && mode.is_none() && !self.has_fair() {
             return self;
         }
         let lock_type = self.lock_type().to_string();
@@ -168,6 +197,12 @@ impl Holder {
         );
         self.set_all(&lock_type, &jid, &owner, &meta, group, mode);
         self
+    }
+
+    /// Whether it has a group or a mode (one read of the type code).
+    #[inline]
+    pub fn has_fair(&self) -> bool {
+        self.text.parts().type_code & (HAS_GROUP | MODE_BITS) != 0
     }
 
     /// The group it holds for (GROUP), if any.
@@ -309,13 +344,14 @@ enum Text {
 }
 
 impl Text {
-    fn new(parts: Parts, strings: [&[u8]; 6]) -> Self {
+    fn new<const N: usize>(parts: Parts, strings: [&[u8]; N]) -> Self {
         let total: usize = strings.iter().map(|p| p.len()).sum();
         match u8::try_from(total) {
             Ok(len) if total <= INLINE_TEXT => {
                 let mut bytes = [0; INLINE_TEXT];
                 let mut at = 0;
-                for s in strings {
+                // Most parts are empty (no owner, meta or group): skipped.
+                for s in strings.into_iter().filter(|s| !s.is_empty()) {
                     if let Some(to) = bytes.get_mut(at..at + s.len()) {
                         to.copy_from_slice(s);
                     }

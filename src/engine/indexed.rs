@@ -204,7 +204,7 @@ impl Indexed {
             self.newest.max(holder.token)
         };
         let leased = holder.expires_at().is_some();
-        self.count(&holder, true);
+        self.count(holder.group(), holder.is_exclusive(), true);
         if let Some(s) = self.slots.get_mut(slot as usize) {
             *s = Some(holder);
         }
@@ -238,7 +238,7 @@ impl Indexed {
         }
         self.unlease(slot);
         let holder = self.slots.get_mut(slot as usize)?.take()?;
-        self.count(&holder, false);
+        self.count(holder.group(), holder.is_exclusive(), false);
         if holder.expires_at().is_none() {
             self.no_lease -= 1;
         }
@@ -253,14 +253,18 @@ impl Indexed {
         let slot = self.find_slot(jid)?;
         let holder = self.slots.get_mut(slot as usize)?.as_mut()?;
         let before = holder.expires_at();
-        let old = holder.clone();
+        // A renewal keeps the group; only a replayed holder may bring
+        // another (copied only then, when there is a group at all).
+        let (old_group, old_exclusive) =
+            (holder.group().map(<[u8]>::to_vec), holder.is_exclusive());
         change(holder);
         debug_assert_eq!(holder.jid(), jid);
         let (after, token) = (holder.expires_at(), holder.token);
-        if old.group() != holder.group() || old.mode() != holder.mode() {
-            let new = holder.clone();
-            self.count(&old, false);
-            self.count(&new, true);
+        let (new_group, new_exclusive) =
+            (holder.group().map(<[u8]>::to_vec), holder.is_exclusive());
+        if old_group != new_group || old_exclusive != new_exclusive {
+            self.count(old_group.as_deref(), old_exclusive, false);
+            self.count(new_group.as_deref(), new_exclusive, true);
         }
         match (before, after) {
             (Some(_), Some(_)) => self.fix(slot),
@@ -277,16 +281,17 @@ impl Indexed {
         Some(token)
     }
 
-    /// Counts `h` in (`added`) or out of the per-group and exclusive counts.
-    fn count(&mut self, h: &Holder, added: bool) {
-        if h.is_exclusive() {
+    /// Counts a holder of `group` (exclusive or not) in (`added`) or out of
+    /// the per-group and exclusive counts.
+    fn count(&mut self, group: Option<&[u8]>, exclusive: bool, added: bool) {
+        if exclusive {
             self.exclusive = if added {
                 self.exclusive + 1
             } else {
                 self.exclusive.saturating_sub(1)
             };
         }
-        let Some(group) = h.group() else {
+        let Some(group) = group else {
             return;
         };
         if added {

@@ -341,7 +341,8 @@ impl Lock {
         next_token: impl FnOnce() -> i64,
     ) -> Acquired {
         debug_assert!(!self.has_expired(now));
-        if let Some(held) = self.holders.find(req.jid) {
+        let fair = req.group.is_some() || req.mode.is_some();
+        if let Some(held) = fair.then(|| self.holders.find(req.jid)).flatten() {
             if req.group.is_some() && req.group != held.group() {
                 return Acquired::Refused(LockError::GroupChanged);
             }
@@ -377,7 +378,7 @@ impl Lock {
             self.holders.set_rate(Some(rate));
         }
         let token = next_token();
-        let holder = Holder::new(
+        self.holders.push(Holder::new_fair(
             req.jid,
             token,
             now,
@@ -385,14 +386,16 @@ impl Lock {
             req.lock_type.unwrap_or(DEFAULT_TYPE),
             req.owner,
             req.meta.map(str::as_bytes),
-        );
-        self.holders.push(holder.with_fair(req.group, req.mode));
+            req.group,
+            req.mode,
+        ));
         Acquired::Granted(token)
     }
 
     /// Whether the holders leave room for a new holder of `req` (its rate
     /// apart): fewer than LIMIT (0: no limit), fewer than GROUPLIMIT of its
     /// group, no exclusive holder, and none at all for an exclusive one.
+    #[inline]
     fn admits(&self, req: &LockRequest<'_>) -> bool {
         let held = self.holders.len();
         if req.limit != 0 && held >= req.limit as usize {

@@ -81,19 +81,34 @@ pub fn replicate_rate(ctx: &Context, key: &RedisString, now: i64, rate: &Rate) {
 /// instead of module strings made, retained and freed around it.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
     let jid = h.jid();
-    let tail = [
+    let (group, mode): (&[u8], &[u8]) = if h.has_fair() {
+        (
+            h.group().unwrap_or_default(),
+            h.mode().map_or("", Mode::name).as_bytes(),
+        )
+    } else {
+        (b"", b"")
+    };
+    let (lock_type, owner, meta) = (
         h.lock_type().as_bytes(),
         h.owner().unwrap_or_default(),
         h.meta().unwrap_or_default(),
-        h.group().unwrap_or_default(),
-        h.mode().map_or("", Mode::name).as_bytes(),
-    ];
-    let tail_len = HOLD_DEFAULTS
-        .iter()
-        .zip(&tail)
-        .rposition(|(default, field)| default != field)
-        .map_or(0, |last| last + 1);
-    let [lock_type, owner, meta, group, mode] = tail;
+    );
+    // How many of the optional fields go: up to the last one that differs
+    // from its default (`HOLD_DEFAULTS`: the default type, then empty).
+    let tail_len = if !mode.is_empty() {
+        5
+    } else if !group.is_empty() {
+        4
+    } else if !meta.is_empty() {
+        3
+    } else if !owner.is_empty() {
+        2
+    } else if Some(&lock_type) != HOLD_DEFAULTS.first() {
+        1
+    } else {
+        0
+    };
     // The numbers go as text made here (`b`), not as `l`: Redis turns a long
     // long into text one division per digit, and these are 13-digit times
     // and tokens. A new grant's acquired_at is `now`: made once.

@@ -59,6 +59,7 @@ class ConformanceTest < Minitest::Test
     when "locked_by" then c.locked_by(args["key"])
     when "holders" then c.holders(args["key"])
     when "waiters" then c.waiters(args["key"])
+    when "waiters_by_group" then c.waiters(args["key"], groups: true)
     when "rate" then c.rate(args["key"])
     end
   end
@@ -80,7 +81,12 @@ class ConformanceTest < Minitest::Test
   def neutral_holder(h)
     { "jid" => h.jid, "token" => h.token, "acquired_at_ms" => (h.acquired_at.to_r * 1000).to_i,
       "expires_at_ms" => h.expires_at && (h.expires_at.to_r * 1000).to_i,
-      "ttl_ms" => h.ttl && (h.ttl * 1000).round, "type" => h.type, "owner" => h.owner, "meta" => h.meta }
+      "ttl_ms" => h.ttl && (h.ttl * 1000).round, "type" => h.type, "owner" => h.owner, "meta" => h.meta,
+      "group" => h.group, "mode" => h.mode }
+  end
+
+  def neutral_waiter_group(g)
+    { "group" => g.group, "waiting" => g.waiting, "holding" => g.holding }
   end
 
   def neutral_rate(r)
@@ -105,6 +111,7 @@ class ConformanceTest < Minitest::Test
       c.instance_variable_set(:@connection, Canned.new(reply["reply"]))
       value = send_call(c, reply["call"], "key" => "k", "jid" => "j")
       value = value.map { |h| neutral_holder(h) } if reply["call"] == "holders"
+      value = value.map { |g| neutral_waiter_group(g) } if reply["call"] == "waiters_by_group"
       value = value && neutral_rate(value) if reply["call"] == "rate"
       if reply["value"].nil?
         assert_nil value

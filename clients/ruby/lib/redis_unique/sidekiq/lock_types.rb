@@ -11,6 +11,8 @@ module RedisUnique
       def client_lock
         return yield if item[RESCHEDULED]
 
+        checked_group_options
+
         if lock_type == "while_executing" || lock_type == "while_executing_reject"
           digest
           return yield
@@ -104,7 +106,8 @@ module RedisUnique
       def run_locked(strategy: nil)
         sent_at = Refresher.now
         token = client.lock(run_key, jid, limit: limit, ttl: ttl_seconds, type: lock_type,
-                                          owner: Sidekiq.identity, meta: meta, rate: rate, wait: wait_seconds)
+                                          owner: Sidekiq.identity, meta: meta, rate: rate, **group_options,
+                                          wait: wait_seconds)
         return ConflictStrategy.new(self, :server, run_key, strategy: strategy).resolve unless token
 
         begin
