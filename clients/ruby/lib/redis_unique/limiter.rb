@@ -33,8 +33,14 @@ module RedisUnique
   class Limiter
     attr_reader :key, :client
 
-    def initialize(redis, key, concurrency: 1, rate: nil, ttl: 60, wait: 30, owner: nil, type: "limiter",
-                   on_lost: nil, group: nil, group_limit: nil, weight: nil)
+    # `key` a String: one limit (concurrency:, rate:). A Hash { key => concurrency }:
+    # several limits in one grant (rates:, no concurrency: nor rate:; see limiter_all.rb).
+    def initialize(redis, key, **options)
+      key.is_a?(Hash) ? setup_all(redis, key, **options) : setup(redis, key, **options)
+    end
+
+    private def setup(redis, key, concurrency: 1, rate: nil, ttl: 60, wait: 30, owner: nil, type: "limiter",
+                      on_lost: nil, group: nil, group_limit: nil, weight: nil)
       raise InvalidOption, "a Limiter needs concurrency: or rate:" if concurrency.nil? && rate.nil?
 
       @client = redis.is_a?(Client) ? redis : Client.new(redis)
@@ -59,7 +65,9 @@ module RedisUnique
 
     # Runs the block holding a slot; yields the grant's fencing token. group: and
     # weight: default to the Limiter's (a group_limit: or weight: needs a group).
-    def within(jid = SecureRandom.uuid, group: @group, weight: @weight)
+    def within(jid = SecureRandom.uuid, group: @group, weight: @weight, &block)
+      return within_all(jid, group: group, weight: weight, &block) if @keys
+
       if group.nil? && (@group_limit || !weight.nil?)
         raise InvalidOption, "this Limiter has #{@group_limit ? "group_limit:" : "weight:"}: give within(group:) " \
                              "(a tenant id), or group: to Limiter.new"
