@@ -186,6 +186,7 @@ end
 
 require_relative "sidekiq/job"
 require_relative "sidekiq/lock_types"
+require_relative "sidekiq/lock_limits"
 require_relative "sidekiq/conflict_strategy"
 require_relative "sidekiq/dependencies"
 require_relative "sidekiq/middleware"
