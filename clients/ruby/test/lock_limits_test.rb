@@ -82,6 +82,39 @@ class LockLimitsTest < Minitest::Test
     assert_equal [[], []], keys.map { |k| client.locked_by(k) }
   end
 
+  # With ReliableFetch, the end-of-job release of every key goes with the acknowledgement,
+  # in one MULTI (UNIQUE.UNLOCKALL there), and after_unlock follows it.
+  def test_reliable_fetch_releases_every_key_with_the_acknowledgement
+    rf = RedisUnique::Sidekiq::ReliableFetch
+    q = "rf_all_#{token}"
+    fetch = if H.sidekiq7?
+              require "sidekiq/capsule"
+              rf.new(Sidekiq::Capsule.new("test-#{token}", Sidekiq.default_configuration).tap { |c| c.queues = [q] })
+            else
+              rf.new(queues: [q], strict: true)
+            end
+    keys = ["{#{token}}:account", "{#{token}}:all"]
+    conn.call("RPUSH", "queue:#{q}", JSON.generate("jid" => "j1", "queue" => q, "class" => "SyncAccountJob"))
+    unit = fetch.retrieve_work
+    assert client.lock_all(keys, "j1", limits: [2, 10], owner: fetch.identity)
+    after = []
+    unit.defer_unlock(keys, client) { after << :unlocked }
+    assert_equal [["j1"], ["j1"]], keys.map { |k| client.locked_by(k) }, "deferred to the acknowledgement"
+    unit.acknowledge
+    assert_equal [[], []], keys.map { |k| client.locked_by(k) }
+    assert_equal [:unlocked], after
+    assert_equal ["UNIQUE.UNLOCKALL", 2, *keys, "j1"], rf.unlock_argv(keys, "j1")
+    # after a hard shutdown requeued the unit, a late release is sent at once
+    conn.call("RPUSH", "queue:#{q}", JSON.generate("jid" => "j2", "queue" => q))
+    unit = fetch.retrieve_work
+    client.lock_all(keys, "j2")
+    fetch.bulk_requeue([unit])
+    unit.defer_unlock(keys, client)
+    assert_equal [[], []], keys.map { |k| client.locked_by(k) }
+  ensure
+    conn.call("DEL", "queue:#{q}", *keys)
+  end
+
   ACCOUNTS = 8
   SYNCS = 15
   PER_ACCOUNT = 2

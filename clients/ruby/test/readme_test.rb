@@ -11,10 +11,11 @@ class ReadmeTest < Minitest::Test
 
   README = File.expand_path("../README.md", __dir__)
   SECTION = "### Fair sharing among tenants, and readers and writers"
+  SEVERAL = "### Several limits at once: per account and in all"
 
-  def blocks
+  def blocks(title = SECTION)
     text = File.read(README)
-    section = text[/^#{Regexp.escape(SECTION)}\n(.*?)(?=^##)/m, 1] or flunk "no section #{SECTION.inspect} in the README"
+    section = text[/^#{Regexp.escape(title)}\n(.*?)(?=^##)/m, 1] or flunk "no section #{title.inspect} in the README"
     section.scan(/^```ruby\n(.*?)^```\n/m).map(&:first)
   end
 
@@ -53,13 +54,29 @@ class ReadmeTest < Minitest::Test
 
   def test_the_client_example_replays
     _, example = blocks
-    url = TestSuite.url.sub(%r{/0\z}, "/2") # a database of this test's own: the example's keys are plain
+    assert_operator replay_on(2, example), :>=, 12
+  end
+
+  def test_the_several_limits_job_is_the_file_the_tests_run
+    job, = blocks(SEVERAL)
+    file = File.read(File.expand_path("../examples/006_several_limits.rb", __dir__))
+    assert_includes file, job, "the README's job is examples/006_several_limits.rb's"
+  end
+
+  def test_the_several_limits_client_example_replays
+    _, example = blocks(SEVERAL)
+    assert_operator replay_on(3, example), :>=, 8
+  end
+
+  # Replays `example` on database `n`, a database of the test's own: the example's keys are plain.
+  def replay_on(n, example)
+    url = TestSuite.url.sub(%r{/0\z}, "/#{n}")
     db = RedisUnique::Connection.new(TestSuite.raw_connection(url))
     db.call("FLUSHDB")
     before = ENV.fetch("REDIS_URL", nil)
     ENV["REDIS_URL"] = url # what Redis.new connects to
     begin
-      assert_operator replay(example), :>=, 12
+      replay(example)
     ensure
       ENV["REDIS_URL"] = before
       db.call("FLUSHDB")
