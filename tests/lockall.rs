@@ -421,9 +421,11 @@ fn a_multi_key_wait_runs_out_on_every_key_at_once() {
     let server = Server::start();
     let con = &mut server.con();
     token(call!(con, "UNIQUE.LOCK", "{t}:b", "y"));
+    // Long enough to see it block, under valgrind too.
+    let wait = (150 * common::patience()).to_string();
     let waiter = start_waiter(
         &server,
-        &["UNIQUE.LOCKALL", "2", "{t}:a", "{t}:b", "w", "WAIT", "150"],
+        &["UNIQUE.LOCKALL", "2", "{t}:a", "{t}:b", "w", "WAIT", &wait],
     );
     assert_eq!(reply_of(waiter), Ok(Value::Nil));
     assert_eq!((waiters(con, "{t}:a"), waiters(con, "{t}:b")), (0, 0));

@@ -446,6 +446,110 @@ fn grants_made_while_slots_move_arrive_and_the_target_leaves_importing_keys_alon
     wait_for("the source to drop the moved keys", || gauges(a) == (0, 0));
 }
 
+/// The tokens of a granted LOCKALL, or a panic with what came back.
+fn tokens_of(reply: Result<Value, String>) -> Vec<i64> {
+    match reply {
+        Ok(Value::Array(list)) => list.into_iter().map(common::int).collect(),
+        other => panic!("expected tokens, got {other:?}"),
+    }
+}
+
+/// Multi-key holds (UNIQUE.LOCKALL, keys of one hash tag) move with their
+/// slot: those taken before, those taken while the slot streams (one
+/// HOLDALL effect each), and a multi-key waiter on the source is redirected.
+#[test]
+fn multi_key_holds_move_with_their_slot_and_their_waiter_is_redirected() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let (a, b) = (&cluster.a, &cluster.b);
+    let tags = keys_in(0, 100, 6, "tenant");
+    let pair = |tag: &str| (format!("{{{tag}}}:tenant"), format!("{{{tag}}}:global"));
+    let mut before = Vec::new();
+    for (i, tag) in tags.iter().take(5).enumerate() {
+        let (t, g) = pair(tag);
+        let granted = tokens_of(call!(
+            &mut a.con(),
+            "UNIQUE.LOCKALL",
+            2,
+            &t,
+            &g,
+            format!("job-{i}"),
+            "LIMIT",
+            1,
+            0,
+            "TTL",
+            600_000,
+            "OWNER",
+            "w1"
+        ));
+        before.push((t, g, granted));
+    }
+    // A multi-key waiter on the source: the tenant key of the last tag is held.
+    let (wt, wg) = pair(&tags[5]);
+    token(call!(&mut a.con(), "UNIQUE.LOCK", &wt, "holder"));
+    let mut waiter = a.con();
+    let (t2, g2) = (wt.clone(), wg.clone());
+    let waiter_thread = std::thread::spawn(move || {
+        call!(
+            &mut waiter,
+            "UNIQUE.LOCKALL",
+            2,
+            &t2,
+            &g2,
+            "w",
+            "WAIT",
+            60_000
+        )
+    });
+    wait_for("the waiter", || {
+        info_field(&mut a.con(), "unique", "unique_waiting") == 1
+    });
+
+    let job = cluster.migrate_and_hold(0, 100);
+    // While the slots stream: more multi-key grants, one effect each.
+    let mut during = Vec::new();
+    for (t, g, _) in &before {
+        let got = tokens_of(call!(
+            &mut a.con(),
+            "UNIQUE.LOCKALL",
+            2,
+            t,
+            g,
+            "during",
+            "LIMIT",
+            2,
+            0,
+            "TTL",
+            600_000
+        ));
+        during.push(got);
+    }
+    prevent_pause(&cluster, false);
+    wait_for_state(a, &job, "success");
+
+    let moved = waiter_thread.join().expect("the waiter");
+    assert!(
+        matches!(&moved, Err(e) if e.starts_with("MOVED ")),
+        "the multi-key waiter is redirected: {moved:?}"
+    );
+    for ((t, g, granted), during) in before.iter().zip(&during) {
+        for (key, i) in [(t, 0), (g, 1)] {
+            let on_b = common::with_meta(&mut b.con(), key);
+            let tokens: Vec<i64> = on_b
+                .iter()
+                .map(|h| common::int(common::field(h, "token")))
+                .collect();
+            assert_eq!(tokens, vec![granted[i], during[i]], "{key}");
+        }
+    }
+    assert_eq!(
+        info_field(&mut a.con(), "unique", "unique_waiting"),
+        0,
+        "no waiter left on the source"
+    );
+}
+
 #[test]
 fn a_cancelled_migration_drops_the_imported_keys_and_their_counts() {
     let Some(cluster) = Cluster::start() else {
