@@ -289,13 +289,18 @@ fn serve_pass<C>(
         still: Queue::new(),
         wake_at: None,
     };
-    // Still waiting (untried or denied in this pass), all and exclusive.
-    let mut waiting: BTreeSet<usize> = queue.keys().copied().collect();
+    // Still waiting (untried or denied in this pass): the exclusive ones,
+    // and all of them while an exclusive one waits (else not needed).
     let mut exclusive: BTreeSet<usize> = queue
         .values()
         .filter(|w| w.share.exclusive)
         .map(|w| w.seq)
         .collect();
+    let mut waiting: BTreeSet<usize> = if exclusive.is_empty() {
+        BTreeSet::new()
+    } else {
+        queue.keys().copied().collect()
+    };
     let mut groups: Vec<Group<C>> = Vec::new();
     for waiter in queue.into_values() {
         match groups.iter_mut().find(|g| g.name == waiter.share.group) {

@@ -142,3 +142,135 @@ proptest! {
         }
     }
 }
+
+/// A LOCK with GROUP, GROUPLIMIT and MODE (a jid's group is fixed, so
+/// that its renewals name the same one).
+#[derive(Debug, Clone)]
+enum FairOp {
+    Lock {
+        jid: u8,
+        limit: u32,
+        group_limit: Option<u32>,
+        mode: Option<Mode>,
+        ttl: Option<i64>,
+    },
+    Unlock {
+        jid: u8,
+    },
+    Advance(i64),
+}
+
+fn fair_op() -> impl Strategy<Value = FairOp> {
+    let mode = prop::sample::select(vec![None, Some(Mode::Shared), Some(Mode::Exclusive)]);
+    prop_oneof![
+        // Up to 60 jids under LIMIT 0 or 50: the indexed layout (past 32)
+        // and back, with its counts per group.
+        5 => (0u8..60, prop_oneof![Just(0u32), Just(50), 1u32..4], prop::option::of(1u32..12), mode, prop::option::of(1i64..60))
+            .prop_map(|(jid, limit, group_limit, mode, ttl)| FairOp::Lock { jid, limit, group_limit, mode, ttl }),
+        2 => (0u8..60).prop_map(|jid| FairOp::Unlock { jid }),
+        1 => (0i64..40).prop_map(FairOp::Advance),
+    ]
+}
+
+/// The group of jid `j`: one of three, or none.
+fn group_of(jid: u8) -> Option<[u8; 2]> {
+    (jid % 4 != 3).then_some([b'g', jid % 4])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Groups and modes through random sequences, in both layouts: no grant
+    /// exceeds LIMIT or its GROUPLIMIT, an exclusive holder holds alone, a
+    /// renewal keeps its group, an upgrade happens only for the sole holder;
+    /// the counts per group and of exclusive holders (kept by the indexed
+    /// layout) equal a walk; and the lock encodes and decodes whole.
+    #[test]
+    fn groups_and_modes_keep_their_rules(ops in prop::collection::vec(fair_op(), 1..200)) {
+        let mut lock = Lock::default();
+        let mut now = 1_700_000_000_000i64;
+        let mut counter = 0i64;
+        for op in ops {
+            match op {
+                FairOp::Lock { jid, limit, group_limit, mode, ttl } => {
+                    lock.prune(now);
+                    let name = [b'j', jid];
+                    let group = group_of(jid);
+                    let before = live(&lock, now);
+                    let held = lock.holder(&name).cloned();
+                    let req = LockRequest {
+                        limit,
+                        expires_at: ttl.map(|t| now + t),
+                        group: group.as_ref().map(|g| g.as_slice()),
+                        group_limit: group.and(group_limit),
+                        mode,
+                        ..LockRequest::new(&name)
+                    };
+                    let acquired = lock.acquire(&req, now, || { counter += 1; counter });
+                    let after = live(&lock, now);
+                    let in_group = |hs: &[Holder]| hs.iter().filter(|h| h.group() == req.group).count();
+                    match acquired {
+                        Acquired::Granted(_) => {
+                            prop_assert!(held.is_none());
+                            if limit > 0 {
+                                prop_assert!(after.len() <= limit as usize);
+                            }
+                            if let Some(m) = req.group_limit {
+                                prop_assert!(in_group(&after) <= m as usize, "over GROUPLIMIT {}", m);
+                            }
+                            if mode == Some(Mode::Exclusive) {
+                                prop_assert_eq!(after.len(), 1, "a writer alone");
+                            }
+                            prop_assert!(!before.iter().any(Holder::is_exclusive), "beside a writer");
+                            let h = lock.holder(&name);
+                            prop_assert_eq!(h.and_then(Holder::group), req.group);
+                            prop_assert_eq!(h.and_then(Holder::mode), mode);
+                        }
+                        Acquired::Renewed(_) => {
+                            let (Some(old), Some(new)) = (held.as_ref(), lock.holder(&name)) else {
+                                return Err(TestCaseError::fail("a renewal of nothing"));
+                            };
+                            prop_assert_eq!(new.group(), old.group(), "a renewal keeps its group");
+                            prop_assert_eq!(new.token, old.token);
+                            prop_assert_eq!(new.mode(), mode.or(old.mode()));
+                            if mode == Some(Mode::Exclusive) && !old.is_exclusive() {
+                                prop_assert_eq!(before.len(), 1, "an upgrade beside others");
+                            }
+                        }
+                        Acquired::Denied => {
+                            if let Some(old) = &held {
+                                prop_assert!(mode == Some(Mode::Exclusive) && !old.is_exclusive() && before.len() > 1);
+                                prop_assert_eq!(lock.holder(&name), Some(old), "a refused upgrade changes nothing");
+                            } else {
+                                let full = limit > 0 && before.len() >= limit as usize;
+                                let capped = req.group_limit.is_some_and(|m| in_group(&before) >= m as usize);
+                                let conflict = before.iter().any(Holder::is_exclusive)
+                                    || (mode == Some(Mode::Exclusive) && !before.is_empty());
+                                prop_assert!(full || capped || conflict, "denied for nothing");
+                            }
+                        }
+                        other => prop_assert!(false, "{:?}", other),
+                    }
+                }
+                FairOp::Unlock { jid } => {
+                    lock.prune(now);
+                    lock.release(&[b'j', jid]);
+                }
+                FairOp::Advance(ms) => now += ms,
+            }
+            // The counts, against a walk of every holder (pruned or not).
+            let all: Vec<Holder> = lock.holders().cloned().collect();
+            for g in [None, Some(&b"g\x00"[..]), Some(b"g\x01"), Some(b"g\x02")] {
+                let walked = all.iter().filter(|h| h.group() == g).count();
+                prop_assert_eq!(lock.group_holding(g), walked, "{:?}", g);
+            }
+            prop_assert_eq!(lock.exclusive_held(), all.iter().any(Holder::is_exclusive));
+        }
+        // An empty lock is no key: nothing to save.
+        if !lock.is_empty() {
+            let mut items = Items::default();
+            codec::encode(&lock, &mut items);
+            prop_assert_eq!(codec::decode(codec::ENCODING_VERSION, &mut ItemReader::new(&items)), Ok(lock.clone()));
+        }
+    }
+}

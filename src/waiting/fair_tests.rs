@@ -402,3 +402,63 @@ proptest! {
         prop_assert_eq!(sim.granted.len(), seqs.len());
     }
 }
+
+proptest! {
+    /// Shares converge: groups of random weights, all with more work waiting
+    /// than the key has slots, fill an empty key so that no group holds more
+    /// than one slot beyond its weighted share of any other's:
+    /// `(held(i) - 1) / w(i) <= held(j) / w(j)` for every pair.
+    #[test]
+    fn backlogged_groups_fill_the_slots_by_their_weights(
+        limit in 1u32..30,
+        weights in prop::collection::vec(1u32..5, 1..4),
+    ) {
+        let mut sim = Sim::new(limit);
+        for _ in 0..limit {
+            for (g, &w) in weights.iter().enumerate() {
+                sim.wait(Ask { weight: w, ttl: 1000, ..Ask::of(g as u8) });
+            }
+        }
+        sim.serve()?;
+        prop_assert_eq!(sim.lock.borrow().len(), limit as usize, "work-conserving");
+        for (i, &wi) in weights.iter().enumerate() {
+            for (j, &wj) in weights.iter().enumerate() {
+                let (hi, hj) = (sim.held(Some(i as u8)) as u64, sim.held(Some(j as u8)) as u64);
+                prop_assert!(
+                    hi.saturating_sub(1) * u64::from(wj) <= hj * u64::from(wi),
+                    "group {} holds {} (weight {}), group {} holds {} (weight {})", i, hi, wi, j, hj, wj
+                );
+            }
+        }
+    }
+
+    /// The bound for a group that holds nothing: once some holder leaves,
+    /// it is served before any waiter that arrived after its oldest one.
+    #[test]
+    fn a_group_holding_nothing_is_passed_only_by_older_waiters(
+        others in prop::collection::vec((0u8..3, 1i64..20), 1..20),
+        late in 1usize..20,
+    ) {
+        let mut sim = Sim::new(2);
+        // The others hold the key and queue; the newcomer group 9 queues
+        // after `late` of them (or after all).
+        let late = late.min(others.len());
+        let mut seqs = Vec::new();
+        for &(g, ttl) in &others[..late] {
+            seqs.push(sim.wait(Ask { ttl, ..Ask::of(g) }));
+        }
+        let mine = sim.wait(Ask { ttl: 5, ..Ask::of(9) });
+        for &(g, ttl) in &others[late..] {
+            seqs.push(sim.wait(Ask { ttl, ..Ask::of(g) }));
+        }
+        loop {
+            sim.serve()?;
+            if sim.granted.iter().any(|(s, _)| *s == mine) {
+                break;
+            }
+            prop_assert!(sim.next_lease(), "nothing left to end");
+        }
+        let before_mine: Vec<usize> = sim.granted.iter().map(|(s, _)| *s).take_while(|s| *s != mine).collect();
+        prop_assert!(before_mine.iter().all(|s| *s < mine), "a later waiter went first: {:?}", before_mine);
+    }
+}

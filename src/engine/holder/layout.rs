@@ -160,3 +160,44 @@ proptest! {
         prop_assert_eq!(matches!(holders, Holders::Indexed(_)), super::super::indexed::in_token_order(&v));
     }
 }
+
+proptest! {
+    /// A group and a mode cost a holder without them nothing, and every
+    /// part reads back whatever is given, through a renewal and a change of
+    /// mode.
+    #[test]
+    fn a_group_and_a_mode_read_back_with_every_other_part(
+        jid in prop::collection::vec(any::<u8>(), 1..40),
+        owner in bytes(20),
+        meta in prop::sample::select(vec!["", "{}", "{\"a\":1}", "{\"long\":\"xxxxxxxxxxxxxxxxxxxxxxxx\"}"]),
+        group in prop::option::of(prop::collection::vec(any::<u8>(), 1..40)),
+        mode in prop::sample::select(vec![None, Some(Mode::Shared), Some(Mode::Exclusive)]),
+        custom in any::<bool>(),
+    ) {
+        let lock_type = if custom { "my-type" } else { "until_executed" };
+        let owner = Some(owner.as_slice()).filter(|o| !o.is_empty());
+        let meta_given = Some(meta.as_bytes()).filter(|m| !m.is_empty());
+        let plain = Holder::new(&jid, 5, 1, Some(9), lock_type, owner, meta_given);
+        let h = Holder::new_fair(&jid, 5, 1, Some(9), lock_type, owner, meta_given, group.as_deref(), mode);
+        prop_assert_eq!(std::mem::size_of_val(&h), 48);
+        let parts = |h: &Holder| (h.jid().to_vec(), h.lock_type().to_string(), h.owner().map(<[u8]>::to_vec), h.meta().map(<[u8]>::to_vec));
+        prop_assert_eq!(parts(&h), parts(&plain));
+        prop_assert_eq!(h.group(), group.as_deref());
+        prop_assert_eq!(h.mode(), mode);
+        prop_assert_eq!(h.has_fair(), group.is_some() || mode.is_some());
+        prop_assert_eq!(h.text_bytes(), plain.text_bytes() + group.as_ref().map_or(0, |g| g.len() + 2));
+        prop_assert_eq!(h.clone().with_fair(group.as_deref(), mode), h.clone());
+        // A renewal that changes META keeps the group and the mode.
+        let mut renewed = h.clone();
+        renewed.renew(&LockRequest { meta: Some("{\"b\":2}"), ..LockRequest::new(&jid) });
+        prop_assert_eq!(renewed.group(), group.as_deref());
+        prop_assert_eq!(renewed.mode(), mode);
+        prop_assert_eq!(renewed.meta(), Some(&b"{\"b\":2}"[..]));
+        prop_assert_eq!(renewed.owner(), h.owner());
+        let mut changed = h.clone();
+        changed.set_mode(Mode::Exclusive);
+        prop_assert!(changed.is_exclusive());
+        prop_assert_eq!(changed.group(), group.as_deref());
+        prop_assert_eq!(parts(&changed), parts(&plain));
+    }
+}
