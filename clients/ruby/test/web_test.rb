@@ -262,6 +262,11 @@ class WebTest < Minitest::Test
     plain = get_ok("/locks/lock", key: key(":plain"))
     refute_includes plain, "redis-unique-groups"
     refute_includes plain, "<th>Group</th>"
+    refute_includes plain, "<th>Mode</th>"
+    client.lock(key(":rw"), "r", limit: 2, mode: :shared, ttl: 600)
+    readers = get_ok("/locks/lock", key: key(":rw"))
+    assert_includes readers, %(<td class="mode">shared</td>), "a mode without a group: its column alone"
+    refute_includes readers, "<th>Group</th>"
     # Escaped like everything else.
     client.lock(key(":xss"), "x", group: "<b>g</b>", ttl: 600)
     assert_includes get_ok("/locks/lock", key: key(":xss")), "<td class=\"group\">#{esc("<b>g</b>")}</td>"
