@@ -66,14 +66,16 @@ class ConformanceTest < Minitest::Test
     end
   end
 
-  # The neutral arguments of lock_all as its keywords: `rates` (a list of { index from 1,
-  # limit, per_ms, burst }) as an Array in key order, with nil for a key without a rate.
+  # The neutral arguments of lock_all as its keywords: `rates` (a list of { key: position
+  # from 1, rate_limit, rate_per_ms | rate_per_seconds, rate_burst }) as an Array in key
+  # order, with nil for a key without a rate.
   def lock_all_keywords(args)
     rates = Array.new(args["keys"].size)
     (args["rates"] || []).each do |r|
-      rates[r["index"] - 1] = { limit: r["limit"], per_ms: r["per_ms"], burst: r["burst"] }.compact
+      rates[r["key"] - 1] = { limit: r["rate_limit"], per_ms: r["rate_per_ms"], per: r["rate_per_seconds"],
+                              burst: r["rate_burst"] }.compact
     end
-    keywords = args.reject { |k, _| %w[keys jid rates].include?(k) }.to_h do |name, value|
+    keywords = args.reject { |k, _| %w[key keys jid rates].include?(k) }.to_h do |name, value|
       [{ "ttl_seconds" => :ttl, "wait_seconds" => :wait, "pxat_ms" => :pxat }.fetch(name, name.to_sym), value]
     end
     args["rates"] ? keywords.merge(rates: rates) : keywords

@@ -18,19 +18,19 @@ class LockAllTest < Minitest::Test
     conn.call("DEL", *keys) if @keys
   end
 
-  # The neutral cases of the conformance table's shape (call lock_all / unlock_all), built
-  # without a server.
+  # More cases of the conformance table's shape (clients/conformance/table.json has the
+  # shared ones), built without a server: rates given out of key order, seconds.
   ARGV_CASES = [
     [{ "keys" => %w[a b], "jid" => "j" }, %w[UNIQUE.LOCKALL 2 a b j]],
     [{ "keys" => %w[a b], "jid" => "j", "limits" => [2, 10], "ttl_ms" => 30_000, "wait_ms" => 5000 },
      %w[UNIQUE.LOCKALL 2 a b j LIMIT 2 10 TTL 30000 WAIT 5000]],
     [{ "keys" => %w[a b c], "jid" => "j", "limits" => [2, 0, 1],
-       "rates" => [{ "index" => 3, "limit" => 5, "per_ms" => 100 }, { "index" => 2, "limit" => 50, "per_ms" => 1000,
-                                                                      "burst" => 10 }],
+       "rates" => [{ "key" => 3, "rate_limit" => 5, "rate_per_ms" => 100 },
+                   { "key" => 2, "rate_limit" => 50, "rate_per_seconds" => 1, "rate_burst" => 10 }],
        "pxat_ms" => 1_700_000_000_000, "type" => "limiter", "owner" => "w1", "meta" => '{"a":1}', "wait_seconds" => 0.3 },
      %w[UNIQUE.LOCKALL 3 a b c j LIMIT 2 0 1 RATE 2 50 PER 1000 BURST 10 RATE 3 5 PER 100 PXAT 1700000000000
         TYPE limiter OWNER w1 META {"a":1} WAIT 300]],
-    [{ "keys" => ["a"], "jid" => "j", "rates" => [{ "index" => 1, "limit" => 1, "per_ms" => 10, "burst" => 0 }],
+    [{ "keys" => ["a"], "jid" => "j", "rates" => [{ "key" => 1, "rate_limit" => 1, "rate_per_ms" => 10, "rate_burst" => 0 }],
        "ttl_seconds" => 1.5 }, %w[UNIQUE.LOCKALL 1 a j RATE 1 1 PER 10 TTL 1500]]
   ].freeze
 
@@ -38,7 +38,8 @@ class LockAllTest < Minitest::Test
   def self.keywords(args)
     rates = Array.new(args["keys"].size)
     (args["rates"] || []).each do |r|
-      rates[r["index"] - 1] = { limit: r["limit"], per_ms: r["per_ms"], burst: r["burst"] }.compact
+      rates[r["key"] - 1] = { limit: r["rate_limit"], per_ms: r["rate_per_ms"], per: r["rate_per_seconds"],
+                              burst: r["rate_burst"] }.compact
     end
     args.reject { |k, _| %w[keys jid rates].include?(k) }.to_h do |name, value|
       { "ttl_seconds" => :ttl, "wait_seconds" => :wait, "pxat_ms" => :pxat }.fetch(name, name.to_sym).then { |k| [k, value] }
