@@ -71,6 +71,12 @@ class LockLimitsTest < Minitest::Test
     assert_equal %w[UNIQUE.LOCKALL 2 {s}:account:acme {s}:all j LIMIT 2 10 RATE 2 5 PER 1000],
                  RedisUnique::Client.lock_all_argv(server_side.lock_limits[:keys], "j",
                                                    **server_side.lock_limits.except(:keys)).first.map(&:to_s)
+    # each key's limit in the one META of the grant, where the Locks tab reads a key's limit
+    meta = JSON.parse(server_side.meta)
+    assert_equal({ "{s}:account:acme" => 2, "{s}:all" => 10 }, meta["limits"])
+    require "redis_unique/web/store"
+    holder = RedisUnique::Holder.new(jid: jid, meta: meta)
+    assert_equal [2, 10], ["{s}:account:acme", "{s}:all"].map { |k| RedisUnique::Web::Store::Lock.new(key: k, holders: [holder]).limit }
   end
 
   def test_a_dead_job_frees_every_key_of_its_limits

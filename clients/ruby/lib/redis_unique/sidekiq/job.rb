@@ -188,6 +188,7 @@ module RedisUnique
       def meta
         data = { "class" => item["class"].to_s, "queue" => item["queue"], "lock_args" => lock_args }
         data["limit"] = limit if limit # LIMIT is per call: the Locks page reads it here (as v9 did)
+        data["limits"] = limits_by_key if limits_by_key # and each key's of lock_limits
         data["group_limit"] = group_options[:group_limit] if RUNTIME_TYPES.include?(lock_type) && group_options[:group_limit]
         if truthy?(option("lock_info"))
           data["args"] = item["args"]

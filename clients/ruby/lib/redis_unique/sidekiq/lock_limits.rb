@@ -59,6 +59,15 @@ module RedisUnique
         @lock_limits
       end
 
+      # { key => limit } of lock_limits (its keys without a concurrency limit left out), for
+      # META; nil without it, or when it is not valid (raised where the grant is taken).
+      def limits_by_key
+        spec = RUNTIME_TYPES.include?(lock_type) ? lock_limits : nil
+        spec && spec[:keys].zip(spec[:limits]).select { |_, n| n.positive? }.to_h
+      rescue InvalidOption
+        nil
+      end
+
       # lock_limits at push, refused in a client; in a Sidekiq server process (the
       # scheduler's and retries' pushes, where raising would lose the job) logged once per
       # class: the job raises the same error when it runs, and Sidekiq retries it.

@@ -20,9 +20,11 @@ module RedisUnique
         end
 
         # LIMIT is an argument of each LOCK call, not kept by the module; the gem and
-        # sidekiq-unique-jobs v9 record it in META as "limit".
+        # sidekiq-unique-jobs v9 record it in META as "limit" (a job's lock_limits, one
+        # META for every key of its grant, as "limits": { key => limit }).
         def limit
-          meta_value("limit")
+          meta_value("limit") || holders.map { |h| h.meta.is_a?(Hash) && h.meta["limits"].is_a?(Hash) ? h.meta["limits"][key] : nil }
+                                        .compact.first
         end
 
         # GROUPLIMIT, per call too: the gem records lock_group_limit in META as "group_limit".
