@@ -121,6 +121,59 @@ class LockLimitsTest < Minitest::Test
     conn.call("DEL", "queue:#{q}", *keys)
   end
 
+  # --- renewal of both keys in a real Sidekiq process ---
+
+  def renewal_lost
+    RedisUnique::Sidekiq.stats(TestSuite.conn)["renewal_lost"].to_i
+  end
+
+  def renewed_job
+    sidekiq = TestSuite.start_sidekiq(queues: %w[renew-limits], concurrency: 2)
+    keys = ["{#{token}}:account", "{#{token}}:all"]
+    RenewedLimitsJob.perform_async(token, { "hold" => true })
+    (start,) = wait_events("start")
+    held = wait_until(timeout: 10, message: "the job's holds") do
+      hs = keys.map { |k| client.holders(k).first }
+      hs.all? && hs
+    end
+    assert_equal [[start["jid"], sidekiq.identity]] * 2, held.map { |h| [h.jid, h.owner] }
+    yield sidekiq, keys, held, start["jid"]
+  ensure
+    release
+    TestSuite.stop_sidekiq(sidekiq) if sidekiq
+  end
+
+  def test_sidekiq_a_job_longer_than_its_lock_ttl_keeps_every_key
+    before = renewal_lost
+    renewed_job do |sidekiq, keys, held, jid|
+      wait_until(timeout: 30, message: "three leases of renewals on both keys") do
+        now = keys.map { |k| client.holders(k).first }
+        now.all? && now.zip(held).all? { |n, h| n.token == h.token && n.expires_at > h.expires_at + 2 }
+      end
+      release
+      wait_events("done")
+      wait_until(timeout: 10, message: "both keys freed at the end") { keys.all? { |k| client.holders(k).empty? } }
+      assert_equal before, renewal_lost
+      refute_match(/#{jid} lost its/, sidekiq.log)
+    end
+  end
+
+  def test_sidekiq_one_key_unlocked_makes_the_next_renewal_report_the_lock_lost
+    before = renewal_lost
+    renewed_job do |sidekiq, keys, _held, jid|
+      client.unlock(keys[0], jid)
+      wait_until(timeout: 10, message: "the loss counted") { renewal_lost == before + 1 }
+      line = sidekiq.log.lines.grep(/lost its while_executing lock/).last
+      assert_match(/RenewedLimitsJob #{jid} lost its while_executing lock #{Regexp.escape(keys.join(", "))}/, line)
+      assert_match(/another holder has it/, line)
+      assert_empty client.locked_by(keys[0]), "the refused renewal took nothing back"
+      release
+      wait_events("done")
+      # the job's end frees nothing of a hold it lost: the other key is left to its lease
+      wait_until(timeout: 10, message: "the other key's lease to end") { client.locked_by(keys[1]).empty? }
+    end
+  end
+
   ACCOUNTS = 8
   SYNCS = 15
   PER_ACCOUNT = 2

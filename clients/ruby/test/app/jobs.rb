@@ -190,3 +190,15 @@ class RenewedUntilExecutedJob
     TestJobs.run(self, token, opts)
   end
 end
+
+# lock_limits with a lease shorter than the job (lock_ttl: 1 s): both keys renewed as one
+# while it runs (held until RPUSH release:<token>); the keys are the token's.
+class RenewedLimitsJob
+  include TestJobs::JOB
+  sidekiq_options lock: :while_executing, lock_ttl: 1, queue: "renew-limits", retry: 0,
+                  lock_limits: ->(args) { { "{#{args[0]}}:account" => 1, "{#{args[0]}}:all" => 5 } }
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end

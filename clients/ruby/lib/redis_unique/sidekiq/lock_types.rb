@@ -146,7 +146,7 @@ module RedisUnique
       end
 
       def lock_lost(error)
-        Sidekiq.logger.error("redis-unique: #{item["class"]} #{jid} lost its #{lock_type} lock #{error.key} " \
+        Sidekiq.logger.error("redis-unique: #{item["class"]} #{jid} lost its #{lock_type} lock #{Array(error.key).join(", ")} " \
                              "while running (#{error.message.sub(/\Alost the .*?: /, "")}); another job " \
                              "may run beside it")
         Sidekiq.count("renewal_lost", client)
