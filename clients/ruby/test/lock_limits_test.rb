@@ -77,6 +77,14 @@ class LockLimitsTest < Minitest::Test
     require "redis_unique/web/store"
     holder = RedisUnique::Holder.new(jid: jid, meta: meta)
     assert_equal [2, 10], ["{s}:account:acme", "{s}:all"].map { |k| RedisUnique::Web::Store::Lock.new(key: k, holders: [holder]).limit }
+    # a class method's name, called with the args
+    named = job_class(lock: :while_executing, lock_limits: :limits_of)
+    named.define_singleton_method(:limits_of) { |args| { "{s}:#{args[0]}" => 3 } }
+    pushed = named.perform_async("globex")
+    job = conn.call("LRANGE", "queue:nobody-#{token}", 0, -1).map { |j| JSON.parse(j) }.find { |j| j["jid"] == pushed }
+    assert_equal({ "{s}:globex" => 3 }, job["lock_limits"])
+    assert_match(/names :nothing, which is no class method/,
+                 assert_raises(RedisUnique::InvalidOption) { job_class(lock: :while_executing, lock_limits: :nothing).perform_async }.message)
   end
 
   def test_a_dead_job_frees_every_key_of_its_limits

@@ -237,7 +237,8 @@ module RedisUnique
       error = @mutex.synchronize do
         next nil if @lost || @stopped
 
-        @lost = LockLost.new("lost the #{@name} #{@multi ? @key.join(", ") : @key} (jid #{@jid}): #{why}", key: @key, jid: @jid)
+        name = @multi ? @key.join(", ") : @key
+        @lost = LockLost.new("lost the #{@name} #{name} (jid #{@jid}): #{why}", key: @key, jid: @jid)
         @wake.broadcast
         @lost
       end

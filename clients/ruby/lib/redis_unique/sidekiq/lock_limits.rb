@@ -128,8 +128,9 @@ module RedisUnique
           end
 
           limit = limit.nil? ? 0 : Client.integer_option(:limit, limit)
-          raise InvalidOption, "#{where}: the limit of #{key} must be 1 or more, not #{limit}" if limit.negative? ||
-                                                                                               (limit.zero? && rate.nil?)
+          if limit.negative? || (limit.zero? && rate.nil?)
+            raise InvalidOption, "#{where}: the limit of #{key} must be 1 or more, not #{limit}"
+          end
 
           limits << limit
           rates << rate
