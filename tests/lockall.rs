@@ -713,3 +713,47 @@ fn wait_digests_equal(primary: &mut Connection, replica: &mut Connection) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A multi-key waiter is served on its own user's authority: one whose
+/// access to one of its keys was revoked while it waited gets NOPERM, and
+/// the key's next waiter gets the slot.
+#[test]
+fn a_multi_key_waiter_whose_access_was_revoked_gets_noperm() {
+    let server = Server::start();
+    let admin = &mut server.con();
+    call!(
+        admin, "ACL", "SETUSER", "waiter", "on", ">pw", "~{n}:*", "+@all"
+    )
+    .expect("ACL SETUSER");
+    token(call!(admin, "UNIQUE.LOCK", "{n}:b", "holder"));
+    let mut con = server.con();
+    call!(&mut con, "AUTH", "waiter", "pw").expect("AUTH");
+    let before = waiting(admin);
+    let revoked = std::thread::spawn(move || {
+        call!(
+            &mut con,
+            "UNIQUE.LOCKALL",
+            2,
+            "{n}:a",
+            "{n}:b",
+            "w",
+            "WAIT",
+            60_000
+        )
+    });
+    wait_for("the multi-key waiter", || waiting(admin) == before + 1);
+    let next = start_waiter(&server, &["UNIQUE.LOCK", "{n}:b", "next", "WAIT", "60000"]);
+    call!(admin, "ACL", "SETUSER", "waiter", "resetkeys", "~{n}:a").expect("ACL SETUSER");
+    assert_eq!(
+        call!(admin, "UNIQUE.UNLOCK", "{n}:b", "holder"),
+        Ok(Value::Int(1))
+    );
+    let refused = revoked.join().expect("the waiter's thread");
+    assert!(
+        matches!(&refused, Err(e) if e.starts_with("NOPERM")),
+        "{refused:?}"
+    );
+    token(reply_of(next));
+    assert_eq!(holders(admin, "{n}:b"), vec!["next"]);
+    assert_eq!(call!(admin, "EXISTS", "{n}:a"), Ok(Value::Int(0)));
+}

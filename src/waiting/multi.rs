@@ -264,4 +264,192 @@ mod tests {
             }
         }
     }
+
+    /// The serving loop as `waiting.rs` runs it (a key's single-key waiters
+    /// before its reservation, then the multi-key waiter it is reserved
+    /// for, whose other keys' earlier waiters go first; a grant moves the
+    /// reservation and serves its keys again), over this bookkeeping and
+    /// keys of a fixed capacity.
+    struct Model {
+        room: Vec<usize>,
+        singles: Vec<BTreeMap<usize, ()>>,
+        multi: Multi<u32>,
+        next: usize,
+        /// (seq, key) of every grant made, in order.
+        grants: Vec<(usize, usize)>,
+    }
+
+    impl Model {
+        fn id(k: usize) -> KeyId {
+            (0, vec![b'a' + k as u8])
+        }
+
+        fn serve_queue(&mut self, k: usize) {
+            let bound = self.multi.reserved_for(&Self::id(k)).unwrap_or(usize::MAX);
+            let seqs: Vec<usize> = self.singles[k].range(..bound).map(|(s, _)| *s).collect();
+            for seq in seqs {
+                if self.room[k] > 0 {
+                    self.room[k] -= 1;
+                    self.singles[k].remove(&seq);
+                    self.grants.push((seq, k));
+                }
+            }
+        }
+
+        fn serve(&mut self, k: usize) {
+            let mut todo = vec![k];
+            while let Some(k) = todo.pop() {
+                loop {
+                    self.serve_queue(k);
+                    let Some(seq) = self.multi.reserved_for(&Self::id(k)) else {
+                        break;
+                    };
+                    if !self.multi.eligible(seq) {
+                        break;
+                    }
+                    let keys: Vec<usize> = self.multi.waiters[&seq]
+                        .keys
+                        .iter()
+                        .map(|(_, name)| usize::from(name[0] - b'a'))
+                        .collect();
+                    for &other in keys.iter().filter(|&&o| o != k) {
+                        self.serve_queue(other);
+                    }
+                    if keys.iter().all(|&o| self.room[o] > 0) {
+                        for &o in &keys {
+                            self.room[o] -= 1;
+                            self.grants.push((seq, o));
+                        }
+                        self.multi.remove(seq);
+                        todo.extend(keys.into_iter().filter(|&o| o != k));
+                    } else {
+                        break;
+                    }
+                }
+            }
+        }
+
+        fn waits_on(&self, k: usize) -> bool {
+            !self.singles[k].is_empty() || self.multi.waiting_on(&Self::id(k)) > 0
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Event {
+        Single(usize),
+        Multi(u8),
+        Release(usize),
+        GiveUp(usize),
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            3 => (0usize..3).prop_map(Event::Single),
+            2 => (1u8..8).prop_map(Event::Multi),
+            4 => (0usize..3).prop_map(Event::Release),
+            1 => (0usize..40).prop_map(Event::GiveUp),
+        ]
+    }
+
+    proptest! {
+        /// Under the serving rule, with single- and multi-key callers
+        /// contending: no key is ever over its capacity; once a multi-key
+        /// waiter may be tried (the oldest multi-key waiter on each of its
+        /// keys) nothing that came after it is granted any of its keys
+        /// until it is served or gone; and after every event no such
+        /// waiter is left waiting while all its keys have room.
+        #[test]
+        fn the_reserved_waiter_is_not_overtaken_and_never_left_with_room(
+            caps in [1usize..3, 1usize..3, 1usize..3],
+            events in prop::collection::vec(event(), 1..120),
+        ) {
+            let mut m = Model {
+                room: caps.to_vec(),
+                singles: vec![BTreeMap::new(), BTreeMap::new(), BTreeMap::new()],
+                multi: Multi::default(),
+                next: 0,
+                grants: Vec::new(),
+            };
+            // Holds taken, per key, to be released later.
+            let mut held: Vec<usize> = vec![0; 3];
+            for event in events {
+                let protected: Vec<(usize, Vec<usize>)> = m
+                    .multi
+                    .waiters
+                    .keys()
+                    .copied()
+                    .filter(|&s| m.multi.eligible(s))
+                    .map(|s| {
+                        let keys = m.multi.waiters[&s].keys.iter().map(|(_, n)| usize::from(n[0] - b'a')).collect();
+                        (s, keys)
+                    })
+                    .collect();
+                let granted_before = m.grants.len();
+                m.next += 1;
+                let seq = m.next;
+                match event {
+                    Event::Single(k) => {
+                        if !m.waits_on(k) && m.room[k] > 0 {
+                            m.room[k] -= 1;
+                            m.grants.push((seq, k));
+                        } else {
+                            m.singles[k].insert(seq, ());
+                        }
+                    }
+                    Event::Multi(mask) => {
+                        let keys: Vec<usize> = (0..3).filter(|k| mask & (1 << k) != 0).collect();
+                        if keys.iter().all(|&k| !m.waits_on(k) && m.room[k] > 0) {
+                            for &k in &keys {
+                                m.room[k] -= 1;
+                                m.grants.push((seq, k));
+                            }
+                        } else {
+                            let names: Vec<String> = keys.iter().map(|&k| ((b'a' + k as u8) as char).to_string()).collect();
+                            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                            m.multi.push(waiter(seq as u32, seq, &names));
+                        }
+                    }
+                    Event::Release(k) => {
+                        if held[k] > 0 {
+                            held[k] -= 1;
+                            m.room[k] += 1;
+                            m.serve(k);
+                        }
+                    }
+                    Event::GiveUp(i) => {
+                        if let Some(&s) = m.multi.waiters.keys().nth(i % m.multi.len().max(1)) {
+                            let gone = m.multi.remove(s).map(|w| w.keys).unwrap_or_default();
+                            for (_, name) in gone {
+                                m.serve(usize::from(name[0] - b'a'));
+                            }
+                        }
+                    }
+                }
+                for &(_, k) in &m.grants[granted_before..] {
+                    held[k] += 1;
+                }
+                for (k, cap) in caps.iter().enumerate() {
+                    prop_assert!(held[k] <= *cap, "key {} over its capacity", k);
+                }
+                for (s, keys) in &protected {
+                    let served = !m.multi.waiters.contains_key(s);
+                    for &(by, k) in &m.grants[granted_before..] {
+                        if keys.contains(&k) && by > *s {
+                            // Only once it was served (earlier in this event).
+                            prop_assert!(served, "{} overtaken on key {} by {}", s, k, by);
+                        }
+                    }
+                }
+                for (&s, w) in &m.multi.waiters {
+                    if m.multi.eligible(s) {
+                        let keys: Vec<usize> = w.keys.iter().map(|(_, n)| usize::from(n[0] - b'a')).collect();
+                        prop_assert!(
+                            !keys.iter().all(|&k| m.room[k] > 0),
+                            "waiter {} left waiting with room on {:?}", s, keys
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
