@@ -440,3 +440,57 @@ fn replicas_get_group_and_mode_exactly() {
     assert_eq!(field_of(rcon, "plain", "p", "group"), Value::Nil);
     assert_eq!(field_of(rcon, "plain", "p", "mode"), Value::Nil);
 }
+
+/// DUMP/RESTORE and COPY keep group and mode, and the copies have the
+/// original's DEBUG DIGEST-VALUE (the digest is the encoding, group and
+/// mode included: codec's tests).
+#[test]
+fn dump_restore_copy_and_digest_carry_group_and_mode() {
+    let server = Server::start_with(&["--enable-debug-command", "yes"]);
+    let con = &mut server.con();
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "k",
+        "a",
+        "LIMIT",
+        "0",
+        "GROUP",
+        "t1",
+        "MODE",
+        "shared",
+        "TTL",
+        "600000"
+    ));
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "k",
+        "b",
+        "LIMIT",
+        "0",
+        "GROUP",
+        "t2"
+    ));
+    let dump = match call!(con, "DUMP", "k") {
+        Ok(Value::BulkString(b)) => b,
+        other => panic!("DUMP: {other:?}"),
+    };
+    call!(con, "RESTORE", "copy", 0, dump).expect("RESTORE");
+    call!(con, "COPY", "k", "copied").expect("COPY");
+    let strip_ttl = |con: &mut Connection, key: &str| -> Vec<Vec<(String, Value)>> {
+        common::with_meta(con, key)
+            .into_iter()
+            .map(|h| h.into_iter().filter(|(k, _)| k != "ttl").collect())
+            .collect()
+    };
+    let original = strip_ttl(con, "k");
+    assert_eq!(strip_ttl(con, "copy"), original);
+    assert_eq!(strip_ttl(con, "copied"), original);
+    assert_eq!(field_of(con, "copy", "a", "group"), bulk("t1"));
+    assert_eq!(field_of(con, "copy", "a", "mode"), bulk("shared"));
+    let digest_of = |con: &mut Connection, key: &str| -> Value {
+        call!(con, "DEBUG", "DIGEST-VALUE", key).expect("DIGEST-VALUE")
+    };
+    assert_eq!(digest_of(con, "copy"), digest_of(con, "k"));
+}

@@ -134,11 +134,12 @@ pub fn decide_lock<'a, 'q>(
         req.mode == Some(Mode::Shared) && lock.holder(jid).is_some_and(|h| h.is_exclusive());
     // Others are waiting for a slot: a newcomer queues behind them.
     let queued = queued.into();
-    let acquired = if queued != Ahead::Nobody && lock.holder(jid).is_none() && queued.blocks(lock) {
-        Acquired::Denied
-    } else {
-        lock.acquire(req, now, || out.next_token(now))
-    };
+    let acquired =
+        if !matches!(queued, Ahead::Nobody) && lock.holder(jid).is_none() && queued.blocks(lock) {
+            Acquired::Denied
+        } else {
+            lock.acquire(req, now, || out.next_token(now))
+        };
     let (attempt, change) = match (acquired, lock.holder(jid)) {
         (Acquired::Granted(token), Some(holder)) => {
             out.count(now, Some(holder.lock_type()), Event::Acquired);

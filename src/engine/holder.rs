@@ -108,6 +108,7 @@ impl Holder {
     /// A holder as [`Holder::new`], with a GROUP and a MODE (at most
     /// [`MAX_GROUP_BYTES`]).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn new_fair(
         jid: &[u8],
         token: i64,
@@ -141,6 +142,7 @@ impl Holder {
         self.set_all(lock_type, jid, owner, meta, group.as_deref(), mode);
     }
 
+    #[inline]
     fn set_all(
         &mut self,
         lock_type: &str,
@@ -266,9 +268,11 @@ impl Holder {
         let from =
             usize::from(p.custom_type_len) + usize::from(p.jid_len) + usize::from(p.owner_len);
         let bytes = self.text.as_bytes();
-        let end = match self.group() {
-            Some(g) => bytes.len().saturating_sub(g.len() + GROUP_LEN_BYTES),
-            None => bytes.len(),
+        let end = if p.type_code & HAS_GROUP == 0 {
+            bytes.len()
+        } else {
+            let group = self.group().map_or(0, <[u8]>::len);
+            bytes.len().saturating_sub(group + GROUP_LEN_BYTES)
         };
         bytes.get(from..end).filter(|m| !m.is_empty())
     }
