@@ -94,6 +94,14 @@ class LockLimitsTest < Minitest::Test
     assert client.lock_all(keys, item["jid"], limits: [2, 10])
     RedisUnique::Sidekiq::DEATH_HANDLER.call(item, RuntimeError.new("died"))
     assert_equal [[], []], keys.map { |k| client.locked_by(k) }
+    # limits that are not valid were never taken: the rest is freed all the same
+    dep = "{#{token}}:dependency"
+    bad = item.merge("jid" => "bad-#{token}", "lock_limits" => { keys[0] => 0 }, "dependency_locks" => [dep])
+    assert client.lock(dep, bad["jid"], limit: 0)
+    RedisUnique::Sidekiq::DEATH_HANDLER.call(bad, RuntimeError.new("died"))
+    assert_empty client.locked_by(dep)
+  ensure
+    conn.call("DEL", *keys, "{#{token}}:dependency")
   end
 
   # With ReliableFetch, the end-of-job release of every key goes with the acknowledgement,

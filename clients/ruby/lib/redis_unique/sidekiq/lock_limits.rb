@@ -68,6 +68,14 @@ module RedisUnique
         nil
       end
 
+      # The keys of lock_limits held while the job runs; nil without them, or when they are
+      # not valid (then the job never took them).
+      def limit_keys
+        RUNTIME_TYPES.include?(lock_type) ? lock_limits&.fetch(:keys) : nil
+      rescue InvalidOption
+        nil
+      end
+
       # lock_limits at push, refused in a client; in a Sidekiq server process (the
       # scheduler's and retries' pushes, where raising would lose the job) logged once per
       # class: the job raises the same error when it runs, and Sidekiq retries it.

@@ -182,7 +182,8 @@ module RedisUnique
 
         client.unlock(digest, jid) unless lock_type == "until_expired"
         client.unlock(run_key, jid) if RUNTIME_TYPES.include?(lock_type)
-        client.unlock_all(lock_limits[:keys], jid) if RUNTIME_TYPES.include?(lock_type) && lock_limits
+        keys = limit_keys
+        client.unlock_all(keys, jid) if keys
       end
 
       def truthy?(value)
