@@ -159,6 +159,25 @@ class LockLimitsTest < Minitest::Test
     TestSuite.stop_sidekiq(sidekiq) if sidekiq
   end
 
+  def test_sidekiq_until_and_while_executing_is_unique_until_it_starts_then_holds_its_limits
+    keys = ["{#{token}}:account", "{#{token}}:all"]
+    opts = { "hold" => true }
+    digest = digest_of(UntilAndWhileLimitsJob, token, opts, queue: "renew-limits")
+    jid = UntilAndWhileLimitsJob.perform_async(token, opts)
+    assert_equal [jid], client.locked_by(digest), "the until-lock from push"
+    assert_nil UntilAndWhileLimitsJob.perform_async(token, opts), "a duplicate refused at push"
+    assert_equal [[], []], keys.map { |k| client.locked_by(k) }, "the limits are not held while it is queued"
+    sidekiq = TestSuite.start_sidekiq(queues: %w[renew-limits], concurrency: 2)
+    wait_events("start")
+    assert_equal [[jid], [jid]], keys.map { |k| client.locked_by(k) }, "the limits held while it runs"
+    assert_empty client.locked_by(digest), "the until-lock passed on at the start"
+    release
+    wait_events("done")
+    wait_until(message: "every key freed at the end") { keys.all? { |k| client.locked_by(k).empty? } }
+  ensure
+    TestSuite.stop_sidekiq(sidekiq) if sidekiq
+  end
+
   def test_sidekiq_a_job_longer_than_its_lock_ttl_keeps_every_key
     before = renewal_lost
     renewed_job do |sidekiq, keys, held, jid|

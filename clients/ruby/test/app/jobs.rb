@@ -202,3 +202,15 @@ class RenewedLimitsJob
     TestJobs.run(self, token, opts)
   end
 end
+
+# lock_limits on until_and_while_executing: unique from push to start (the digest), then
+# the keys of lock_limits while it runs.
+class UntilAndWhileLimitsJob
+  include TestJobs::JOB
+  sidekiq_options lock: :until_and_while_executing, queue: "renew-limits", retry: 0,
+                  lock_limits: ->(args) { { "{#{args[0]}}:account" => 1, "{#{args[0]}}:all" => 5 } }
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end
