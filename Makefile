@@ -51,7 +51,7 @@ bench-ruby: deps
 ## module built with the system allocator (target/valgrind), so that valgrind sees both heaps;
 ## fails on invalid reads/writes/frees, uninitialised memory or a block definitely lost through
 ## the module (scripts/valgrind-check.sh reads one log per server, in target/valgrind/logs)
-VALGRIND_TESTS ?= commands durability forged waiting reaping reaper_scan metrics replication rate lockall modes fair
+VALGRIND_TESTS ?= commands durability forged waiting reaping reaper_scan metrics replication rate modes fair lockall
 # Skipped: a million reaper visits measured on used_memory (tests/reaper_scan.rs is the valgrind
 # walk), four tests whose leases of 30-150 ms end before a server under valgrind has served
 # the next command, and the rate's waiters test, which times their grants to the 100 ms.
