@@ -42,7 +42,7 @@ class ConformanceTest < Minitest::Test
       rate[:burst] = args["rate_burst"] if args.key?("rate_burst")
       keywords[:rate] = rate
     end
-    args.reject { |k, _| %w[key jid].include?(k) || k.start_with?("rate_") }.to_h do |name, value|
+    args.reject { |k, _| %w[key keys jid].include?(k) || k.start_with?("rate_") }.to_h do |name, value|
       case name
       when "ttl_seconds" then [:ttl, value]
       when "wait_seconds" then [:wait, value]
@@ -59,8 +59,26 @@ class ConformanceTest < Minitest::Test
     when "locked_by" then c.locked_by(args["key"])
     when "holders" then c.holders(args["key"])
     when "waiters" then c.waiters(args["key"])
+    when "waiters_by_group" then c.waiters(args["key"], groups: true)
     when "rate" then c.rate(args["key"])
+    when "lock_all" then c.lock_all(args["keys"], args["jid"], **lock_all_keywords(args))
+    when "unlock_all" then c.unlock_all(args["keys"], args["jid"])
     end
+  end
+
+  # The neutral arguments of lock_all as its keywords: `rates` (a list of { key: position
+  # from 1, rate_limit, rate_per_ms | rate_per_seconds, rate_burst }) as an Array in key
+  # order, with nil for a key without a rate.
+  def lock_all_keywords(args)
+    rates = Array.new(args["keys"].size)
+    (args["rates"] || []).each do |r|
+      rates[r["key"] - 1] = { limit: r["rate_limit"], per_ms: r["rate_per_ms"], per: r["rate_per_seconds"],
+                              burst: r["rate_burst"] }.compact
+    end
+    keywords = args.reject { |k, _| %w[key keys jid rates].include?(k) }.to_h do |name, value|
+      [{ "ttl_seconds" => :ttl, "wait_seconds" => :wait, "pxat_ms" => :pxat }.fetch(name, name.to_sym), value]
+    end
+    args["rates"] ? keywords.merge(rates: rates) : keywords
   end
 
   TABLE["calls"].each do |call|
@@ -68,19 +86,28 @@ class ConformanceTest < Minitest::Test
       c = RedisUnique::Client.new(TestSuite.raw_connection)
       recorder = Recorder.new(c.connection)
       c.instance_variable_set(:@connection, recorder)
+      # this test's own keys in place of the table's (one hash tag for the keys of lock_all)
+      own = { call["args"]["key"] => "conformance:#{token}" }.compact
+      (call["args"]["keys"] || []).each { |k| own[k] = "conformance:{#{token}}:#{k}" }
       args = call["args"].merge("key" => "conformance:#{token}")
+      args["keys"] = args["keys"].map { |k| own.fetch(k) } if args["keys"]
       send_call(c, call["call"], args)
-      expected = call["argv"].map { |a| a == call["args"]["key"] ? args["key"] : a }
+      expected = call["argv"].map { |a| own.fetch(a, a) }
       assert_equal expected, recorder.sent.first
     ensure
-      conn.call("DEL", "conformance:#{token}")
+      conn.call("DEL", "conformance:#{token}", *own&.values)
     end
   end
 
   def neutral_holder(h)
     { "jid" => h.jid, "token" => h.token, "acquired_at_ms" => (h.acquired_at.to_r * 1000).to_i,
       "expires_at_ms" => h.expires_at && (h.expires_at.to_r * 1000).to_i,
-      "ttl_ms" => h.ttl && (h.ttl * 1000).round, "type" => h.type, "owner" => h.owner, "meta" => h.meta }
+      "ttl_ms" => h.ttl && (h.ttl * 1000).round, "type" => h.type, "owner" => h.owner, "meta" => h.meta,
+      "group" => h.group, "mode" => h.mode }
+  end
+
+  def neutral_waiter_group(g)
+    { "group" => g.group, "waiting" => g.waiting, "holding" => g.holding }
   end
 
   def neutral_rate(r)
@@ -103,8 +130,9 @@ class ConformanceTest < Minitest::Test
     define_method("test_reply: #{reply["name"]}") do
       c = RedisUnique::Client.new(TestSuite.raw_connection)
       c.instance_variable_set(:@connection, Canned.new(reply["reply"]))
-      value = send_call(c, reply["call"], "key" => "k", "jid" => "j")
+      value = send_call(c, reply["call"], "key" => "k", "keys" => %w[k1 k2], "jid" => "j")
       value = value.map { |h| neutral_holder(h) } if reply["call"] == "holders"
+      value = value.map { |g| neutral_waiter_group(g) } if reply["call"] == "waiters_by_group"
       value = value && neutral_rate(value) if reply["call"] == "rate"
       if reply["value"].nil?
         assert_nil value
@@ -127,12 +155,14 @@ class ConformanceTest < Minitest::Test
     define_method("test_renewal argv: #{row["name"]}") do
       args = row["args"]
       changes = (args["changed"] || {}).transform_keys(&:to_sym)
-      refresher = RedisUnique::Refresher.new(client, args["key"], args["jid"], token: 1, lease_ms: args["ttl_ms"])
-      refresher.update(**changes)
+      key = args["keys"] || args["key"] # a hold on several keys: renewed with LOCKALL
+      refresher = RedisUnique::Refresher.new(client, key, args["jid"], token: key.is_a?(Array) ? [1] * key.size : 1,
+                                                                       lease_ms: args["ttl_ms"])
+      refresher.update(**changes) unless changes.empty?
       argv, = refresher.send(:next_renewal)
       assert_equal row["argv"], argv.map(&:to_s)
       # a change is sent once: the renewal after it sends the lease only
-      assert_equal row["argv"].first(5), refresher.send(:next_renewal).first.map(&:to_s)
+      assert_equal row["argv"].first(row["argv"].index("TTL") + 2), refresher.send(:next_renewal).first.map(&:to_s)
     end
   end
 

@@ -148,6 +148,47 @@ class WebBrowserTest < Minitest::Test
     shot("unlocked")
   end
 
+  def group_rows
+    csses("#redis-unique-groups tr.group-row").map do |row|
+      %w[group holding waiting].map { |c| row.find_element(css: "td.#{c}").text }
+    end
+  end
+
+  # A lock shared by tenants: the page shows holding and waiting per group, and each
+  # holder's group and mode; unlocking a holder on the page serves the group's waiter.
+  def test_a_lock_with_groups_shows_each_groups_holding_and_waiting
+    key = "browser:groups:#{token}"
+    opts = { limit: 3, group_limit: 2, ttl: 600 }
+    client.lock(key, "acme-1", group: "acme", **opts)
+    client.lock(key, "acme-2", group: "acme", mode: :shared, **opts)
+    client.lock(key, "globex-1", group: "globex", **opts)
+    waiters = %w[acme-3 acme-4].map do |jid|
+      Thread.new { RedisUnique::Client.new(TestSuite.raw_connection).lock(key, jid, group: "acme", wait: 30, **opts) }
+    end
+    wait_until(message: "two waiters of acme") { client.waiters(key) == 2 }
+
+    visit("/locks/lock?key=#{CGI.escape(key)}")
+    wait_for("the groups") { css("#redis-unique-groups") }
+    assert_equal [%w[acme 2 2], %w[globex 1 0]], group_rows
+    holders = csses("tr.holder").map do |row|
+      %w[code.jid td.group td.mode].map { |c| row.find_element(css: c).text }
+    end
+    assert_equal [%w[acme-1 acme —], %w[acme-2 acme shared], %w[globex-1 globex —]], holders
+    assert_equal "2", css("#redis-unique-waiting").text
+    shot("groups")
+
+    row = csses("tr.holder").find { |r| r.find_element(css: "code.jid").text == "acme-1" }
+    click(row.find_element(css: "input.unlock"))
+    alert.accept
+    wait_for("the holder removed") { css("#redis-unique-notice") }
+    served = wait_until(message: "a waiter of acme served") { waiters.find { |t| !t.alive? } }
+    assert_kind_of Integer, served.value, "a waiter of acme took the freed slot"
+    visit("/locks/lock?key=#{CGI.escape(key)}")
+    wait_for("the groups again") { group_rows == [%w[acme 2 1], %w[globex 1 0]] }
+    client.unlock(key, "acme-2")
+    waiters.each { |t| assert_kind_of Integer, t.value }
+  end
+
   def test_markup_in_a_lock_renders_as_text
     key = %(xss:#{token}:<script>window.__xss=1</script>)
     jid = %(<img src=x onerror="window.__xss=2">)

@@ -239,6 +239,41 @@ class WebTest < Minitest::Test
     assert_equal ["waiter"], client.locked_by(k)
   end
 
+  def test_a_lock_with_groups_shows_holding_and_waiting_per_group
+    k = key
+    client.lock(k, "plain", limit: 0, ttl: 600)
+    client.lock(k, "a1", limit: 3, group: "acme", group_limit: 2, ttl: 600, meta: { "group_limit" => 2 })
+    client.lock(k, "a2", limit: 3, group: "acme", group_limit: 2, ttl: 600, mode: :shared)
+    waiter = RedisUnique::Client.new(TestSuite.raw_connection)
+    got = Thread.new { waiter.lock(k, "a3", limit: 3, group: "acme", group_limit: 2, ttl: 600, wait: 20) }
+    wait_until(message: "a waiter of acme") { client.waiters(k) == 1 }
+    body = get_ok("/locks/lock", key: k)
+    rows = body.scan(%r{<tr class="group-row">(.*?)</tr>}m).map do |(row)|
+      %w[group holding waiting].map { |c| row[%r{<td class="#{c}">(.*?)</td>}m, 1] }
+    end
+    assert_equal [["(no group)", "1", "0"], %w[acme 2 1]], rows, "nil first, then by name"
+    assert_includes body, "a group holds at most 2 (GROUPLIMIT, from META)"
+    holders = body.scan(%r{<tr class="holder">(.*?)</tr>}m).map do |(row)|
+      [row[%r{<code class="jid">(.*?)</code>}, 1], row[%r{<td class="group">(.*?)</td>}, 1], row[%r{<td class="mode">(.*?)</td>}, 1]]
+    end
+    assert_equal [%w[plain — —], %w[a1 acme —], %w[a2 acme shared]], holders
+    # A lock without groups shows neither the table nor the columns.
+    client.lock(key(":plain"), "j", ttl: 600)
+    plain = get_ok("/locks/lock", key: key(":plain"))
+    refute_includes plain, "redis-unique-groups"
+    refute_includes plain, "<th>Group</th>"
+    refute_includes plain, "<th>Mode</th>"
+    client.lock(key(":rw"), "r", limit: 2, mode: :shared, ttl: 600)
+    readers = get_ok("/locks/lock", key: key(":rw"))
+    assert_includes readers, %(<td class="mode">shared</td>), "a mode without a group: its column alone"
+    refute_includes readers, "<th>Group</th>"
+    # Escaped like everything else.
+    client.lock(key(":xss"), "x", group: "<b>g</b>", ttl: 600)
+    assert_includes get_ok("/locks/lock", key: key(":xss")), "<td class=\"group\">#{esc("<b>g</b>")}</td>"
+    client.unlock(k, "a1")
+    assert got.value, "the waiter is served"
+  end
+
   def test_unlock_removes_one_holder
     k = key
     client.lock(k, "j1", limit: 2, ttl: 600)

@@ -2,7 +2,8 @@
 
 # Regenerates the README's screenshots of the Locks tab (docs/screenshots/*.png): a
 # redis-server with the module, one real Sidekiq process, a few locks as the gem takes
-# them, headless Chromium on each page, then pngquant to keep the files small.
+# them (one shared by accounts, with jobs waiting), headless Chromium on each page, then
+# pngquant to keep the files small.
 #
 #   cd clients/ruby
 #   RUBYLIB=$(../../../shared/ruby/sidekiq7-env.sh) SHARED_RUBY=../../../shared/ruby \
@@ -53,11 +54,31 @@ begin
   client.unlock("uniquejobs:demo:wait", w)
   waiter.join
 
+  # A limit shared by accounts (lock_group): holders of three groups, and jobs waiting.
+  reports = "#{digest.call("RenderReportJob", [])}:RUN"
+  report_meta = meta.call("RenderReportJob", [], "limit" => 8, "group_limit" => 4)
+  { "acme" => 4, "globex" => 2, "initech" => 2 }.each do |account, n|
+    n.times do
+      client.lock(reports, jid.call, limit: 8, group: account, group_limit: 4, type: "while_executing", owner: live,
+                                     meta: report_meta)
+    end
+  end
+  waiting = { "acme" => 5, "globex" => 1 }.flat_map do |account, n|
+    Array.new(n) do
+      Thread.new do
+        RedisUnique::Client.new(H.sidekiq7? ? RedisClient.config(url: server.url).new_client : Redis.new(url: server.url))
+                           .lock(reports, jid.call, limit: 8, group: account, group_limit: 4, wait: 60,
+                                                    type: "while_executing", meta: report_meta)
+      end
+    end
+  end
+  H.wait_until { client.waiters(reports) == 6 }
+
   http = RedisUnique::Browser::Server.new(RedisUnique::WebSupport.app)
   browser = RedisUnique::Browser.driver
   browser.manage.window.resize_to(1100, 1040)
   { "locks" => "/locks", "lock" => "/locks/lock?key=#{CGI.escape(export)}", "owners" => "/locks/owners",
-    "metrics" => "/locks/metrics" }.each do |name, path|
+    "metrics" => "/locks/metrics", "groups" => "/locks/lock?key=#{CGI.escape(reports)}" }.each do |name, path|
     browser.navigate.to(http.url(path))
     file = File.join(OUT, "#{name}.png")
     browser.save_screenshot(file)
@@ -65,6 +86,7 @@ begin
     puts "#{file}: #{File.size(file)} bytes"
   end
 ensure
+  waiting&.each(&:kill) # blocked in their wait until the server stops
   browser&.quit
   http&.stop
   worker.stop

@@ -5,9 +5,15 @@ require "json"
 module RedisUnique
   # One holder of a lock, as UNIQUE.LOCKEDBY WITHMETA reports it.
   # acquired_at and expires_at are Times (expires_at nil without a lease); ttl is
-  # the lease left in seconds (Float) or nil; meta is a Hash (empty without META).
-  Holder = Struct.new(:jid, :token, :acquired_at, :expires_at, :ttl, :type, :owner, :meta,
+  # the lease left in seconds (Float) or nil; meta is a Hash (empty without META);
+  # group is the GROUP it was granted under (nil without); mode is "shared" or
+  # "exclusive" (nil when taken without MODE).
+  Holder = Struct.new(:jid, :token, :acquired_at, :expires_at, :ttl, :type, :owner, :meta, :group, :mode,
                       keyword_init: true)
+
+  # One group of a key, as UNIQUE.WAITERS key GROUPS reports it: its name (nil for the
+  # waiters and holders without GROUP), the clients of it waiting, and its live holders.
+  WaiterGroup = Struct.new(:group, :waiting, :holding, keyword_init: true)
 
   # A key's rate state, as UNIQUE.RATE reports it: the limit it was last spent under
   # (limit grants per per_ms, plus burst), the grants it allows now (remaining), the
@@ -25,6 +31,11 @@ module RedisUnique
   # (Integer) in `ttl_ms:` and `wait_ms:`. `pxat:` is a Time or unix milliseconds.
   # `rate:` is { limit:, per: } (per in seconds, or :second, :minute, :hour, :day;
   # per_ms: in ms), with an optional burst:.
+  #
+  # Fair sharing of a limit: `group:` (a tenant id) puts the call in a group; a freed
+  # slot goes to the waiting group holding the fewest slots for its `weight:` (1 to
+  # 1000), and `group_limit:` caps the live holders of the caller's group on the key.
+  # `mode:` :shared (readers, up to the limit) or :exclusive (a writer, alone).
   class Client
     attr_reader :connection
 
@@ -35,9 +46,10 @@ module RedisUnique
     # UNIQUE.LOCK. Returns the fencing token (Integer) on a grant or a renewal, nil when
     # denied (or when `wait` ran out). `meta` is a Hash (sent as JSON) or a JSON String.
     def lock(key, jid, limit: nil, ttl: nil, ttl_ms: nil, pxat: nil, type: nil, owner: nil,
-             meta: nil, rate: nil, wait: nil, wait_ms: nil)
+             meta: nil, rate: nil, group: nil, weight: nil, group_limit: nil, mode: nil, wait: nil, wait_ms: nil)
       argv, waiting = Client.lock_argv(key, jid, limit: limit, ttl: ttl, ttl_ms: ttl_ms, pxat: pxat, type: type,
-                                                 owner: owner, meta: meta, rate: rate, wait: wait, wait_ms: wait_ms)
+                                                 owner: owner, meta: meta, rate: rate, group: group, weight: weight,
+                                                 group_limit: group_limit, mode: mode, wait: wait, wait_ms: wait_ms)
       if waiting
         @connection.blocking_call(waiting / 1000.0, *argv)
       else
@@ -48,7 +60,8 @@ module RedisUnique
     # Every UNIQUE.LOCK this gem sends is built here (the conformance table checks it):
     # the argv of lock(...) and the wait in ms (nil without WAIT).
     def self.lock_argv(key, jid, limit: nil, ttl: nil, ttl_ms: nil, pxat: nil, type: nil, owner: nil,
-                       meta: nil, rate: nil, wait: nil, wait_ms: nil)
+                       meta: nil, rate: nil, group: nil, weight: nil, group_limit: nil, mode: nil,
+                       wait: nil, wait_ms: nil)
       argv = ["UNIQUE.LOCK", key, jid]
       argv.push("LIMIT", Integer(limit)) unless limit.nil?
       lease = ms_option(:ttl, ttl, ttl_ms)
@@ -61,6 +74,7 @@ module RedisUnique
       end
       push_changes(argv, type: type, owner: owner, meta: meta)
       argv.concat(Client.rate_argv(rate)) if rate
+      argv.concat(Client.group_argv(group: group, weight: weight, group_limit: group_limit, mode: mode))
       waiting = ms_option(:wait, wait, wait_ms)
       argv.push("WAIT", waiting) if waiting
       [argv, waiting]
@@ -90,8 +104,12 @@ module RedisUnique
     end
 
     # UNIQUE.WAITERS: how many clients wait (lock with wait:) for a slot of the key.
-    def waiters(key)
-      @connection.call("UNIQUE.WAITERS", key)
+    # With `groups: true`, one WaiterGroup per group that waits or holds (UNIQUE.WAITERS
+    # key GROUPS): the group without a name (nil) first, then by name, bytewise.
+    def waiters(key, groups: false)
+      return @connection.call("UNIQUE.WAITERS", key) unless groups
+
+      @connection.call("UNIQUE.WAITERS", key, "GROUPS").map { |g| Client.waiter_group(g) }
     end
 
     # UNIQUE.RATE: the key's RateState (what lock(..., rate:) spent), or nil.
@@ -139,6 +157,61 @@ module RedisUnique
       true
     rescue ModuleNotLoaded
       false
+    end
+
+    WEIGHTS = (1..1000).freeze
+    GROUP_LIMITS = (1..2_147_483_647).freeze
+    MODES = %w[shared exclusive].freeze
+    MAX_GROUP_BYTES = 1024
+
+    # GROUP name [WEIGHT w] [GROUPLIMIT m] [MODE shared|exclusive], in the contract's
+    # order. Checked here so that a mistake fails before anything is sent, naming the
+    # option as this gem spells it.
+    def self.group_argv(group: nil, weight: nil, group_limit: nil, mode: nil)
+      argv = []
+      unless group.nil?
+        unless group.is_a?(String) || group.is_a?(Symbol) || group.is_a?(Integer)
+          raise InvalidOption, "group must be a String (a tenant id), not #{group.inspect}"
+        end
+
+        name = group.to_s
+        unless name.bytesize.between?(1, MAX_GROUP_BYTES)
+          raise InvalidOption, "group must be 1 to #{MAX_GROUP_BYTES} bytes, not #{name.bytesize}"
+        end
+
+        argv.push("GROUP", name)
+      end
+      unless weight.nil?
+        raise InvalidOption, "weight needs group: (it weighs a group's share of the limit)" if group.nil?
+
+        w = integer_option(:weight, weight)
+        raise InvalidOption, "weight must be 1 to 1000, not #{w}" unless WEIGHTS.cover?(w)
+
+        argv.push("WEIGHT", w)
+      end
+      unless group_limit.nil?
+        raise InvalidOption, "group_limit needs group: (it caps the holders of one group)" if group.nil?
+
+        m = integer_option(:group_limit, group_limit)
+        raise InvalidOption, "group_limit must be 1 to #{GROUP_LIMITS.max}, not #{m}" unless GROUP_LIMITS.cover?(m)
+
+        argv.push("GROUPLIMIT", m)
+      end
+      unless mode.nil?
+        name = mode.to_s.downcase
+        raise InvalidOption, "mode must be :shared or :exclusive, not #{mode.inspect}" unless MODES.include?(name)
+
+        argv.push("MODE", name)
+      end
+      argv
+    end
+
+    def self.integer_option(name, value)
+      raise ArgumentError if value.is_a?(Float) && value != value.floor # 2.5 is not 2
+
+      Integer(value)
+    rescue ArgumentError, TypeError
+      raise InvalidOption, "#{name} must be an Integer, not #{value.inspect}"
     end
 
     PERIODS = { second: 1_000, minute: 60_000, hour: 3_600_000, day: 86_400_000 }.freeze
@@ -194,8 +267,16 @@ module RedisUnique
         ttl: ttl.negative? ? nil : ttl / 1000.0,
         type: h["type"],
         owner: h["owner"],
-        meta: meta.nil? || meta.empty? ? nil : JSON.parse(meta)
+        meta: meta.nil? || meta.empty? ? nil : JSON.parse(meta),
+        group: h["group"],
+        mode: h["mode"]
       )
+    end
+
+    # One element of UNIQUE.WAITERS key GROUPS: a map (RESP3) or a flat field/value array.
+    def self.waiter_group(raw)
+      h = (raw.is_a?(Hash) ? raw : Hash[*raw]).transform_keys(&:to_s)
+      WaiterGroup.new(group: h["group"], waiting: h["waiting"].to_i, holding: h["holding"].to_i)
     end
 
     # Whole ms of a duration option given in seconds or in ms.

@@ -20,11 +20,27 @@ module RedisUnique
   # REAP; or no renewal answered before the lease ended) calls on_lost: (a callable, given
   # the RedisUnique::LockLost) at once, from the renewal thread, and raises the LockLost
   # when the block ends (unless the block raised).
+  #
+  # Shared fairly among tenants: each call names its group (a tenant id); a freed slot
+  # goes to the waiting group that holds the fewest slots for its weight, and
+  # group_limit: caps the slots of any one group:
+  #
+  #   reports = RedisUnique::Limiter.new(Redis.new, "reports", concurrency: 10, group_limit: 4)
+  #   reports.within(group: account.id) { render_report }   # at most 4 per account, 10 in all
+  #
+  # group: and weight: given to new are each call's default; within(group:, weight:)
+  # overrides them per call.
   class Limiter
     attr_reader :key, :client
 
-    def initialize(redis, key, concurrency: 1, rate: nil, ttl: 60, wait: 30, owner: nil, type: "limiter",
-                   on_lost: nil)
+    # `key` a String: one limit (concurrency:, rate:). A Hash { key => concurrency }:
+    # several limits in one grant (rates:, no concurrency: nor rate:; see limiter_all.rb).
+    def initialize(redis, key, **options)
+      key.is_a?(Hash) ? setup_all(redis, key, **options) : setup(redis, key, **options)
+    end
+
+    private def setup(redis, key, concurrency: 1, rate: nil, ttl: 60, wait: 30, owner: nil, type: "limiter",
+                      on_lost: nil, group: nil, group_limit: nil, weight: nil)
       raise InvalidOption, "a Limiter needs concurrency: or rate:" if concurrency.nil? && rate.nil?
 
       @client = redis.is_a?(Client) ? redis : Client.new(redis)
@@ -39,14 +55,28 @@ module RedisUnique
       @owner = owner
       @type = type
       @on_lost = on_lost
+      # Bad values fail here, not at the first call (checked beside a stand-in group when
+      # each call gives its own).
+      Client.group_argv(group: group.nil? ? "each call's" : group, weight: weight, group_limit: group_limit)
+      @group = group
+      @group_limit = group_limit
+      @weight = weight
     end
 
-    # Runs the block holding a slot; yields the grant's fencing token.
-    def within(jid = SecureRandom.uuid)
+    # Runs the block holding a slot; yields the grant's fencing token. group: and
+    # weight: default to the Limiter's (a group_limit: or weight: needs a group).
+    def within(jid = SecureRandom.uuid, group: @group, weight: @weight, &block)
+      return within_all(jid, group: group, weight: weight, &block) if @keys
+
+      if group.nil? && (@group_limit || !weight.nil?)
+        raise InvalidOption, "this Limiter has #{@group_limit ? "group_limit:" : "weight:"}: give within(group:) " \
+                             "(a tenant id), or group: to Limiter.new"
+      end
+
       sent_at = Refresher.now
-      token = @client.lock(@key, jid, limit: @limit, ttl: @ttl, rate: @rate, wait: @wait,
-                                      owner: @owner, type: @type)
-      raise LimitReached.new(@key, @client.rate(@key)) unless token
+      token = @client.lock(@key, jid, limit: @limit, ttl: @ttl, rate: @rate, group: group, weight: weight,
+                                      group_limit: @group_limit, wait: @wait, owner: @owner, type: @type)
+      raise LimitReached.new(@key, @client.rate(@key), group: group) unless token
 
       # A wait is spent before the grant: then the lease started at the reply, at the latest.
       sent_at = Refresher.now if @wait
@@ -73,13 +103,15 @@ module RedisUnique
 
   # A Limiter found no slot (its concurrency or its rate) within its wait.
   class LimitReached < Error
-    attr_reader :key, :rate
+    attr_reader :key, :rate, :group
 
-    def initialize(key, rate = nil)
+    def initialize(key, rate = nil, group: nil)
       @key = key
       @rate = rate
+      @group = group
       next_at = rate && rate.remaining.zero? ? ", the rate allows the next at #{rate.allowed_at.utc.iso8601(3)}" : ""
-      super("no slot of #{key} within the wait#{next_at}: raise wait:, or let the caller retry later")
+      for_group = group.nil? ? "" : " for group #{group}"
+      super("no slot of #{key}#{for_group} within the wait#{next_at}: raise wait:, or let the caller retry later")
     end
   end
 end

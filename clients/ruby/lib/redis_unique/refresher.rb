@@ -24,6 +24,12 @@ module RedisUnique
   #
   # A loss is told once, at once: `on_lost` is called with the LockLost from the loop's
   # thread (its errors are rescued), and #lost returns it from then on.
+  #
+  # A hold on several keys (Client#lock_all) is renewed as one: `key` is the Array of keys
+  # and `token` the Array of their tokens, and each renewal is `UNIQUE.LOCKALL n keys...
+  # jid TTL <ms>` (nothing else: #update is refused). The same tokens back: kept. nil:
+  # lost (one key's hold had ended, and the module refuses a partial renewal). Other
+  # tokens (every hold had ended and the call took new ones): UNLOCKALL, then lost.
   class Refresher
     RETRY_CODES = %w[LOADING BUSY READONLY CLUSTERDOWN TRYAGAIN MASTERDOWN OOM].freeze
     KEPT = :kept
@@ -45,6 +51,7 @@ module RedisUnique
       # What a renewal's reply means for the hold of `token`.
       def outcome(token, reply)
         return LOST if reply.nil?
+        return reply.is_a?(Array) && reply.map { |t| Integer(t) } == token ? KEPT : LOST_UNLOCK if token.is_a?(Array)
 
         Integer(reply) == token ? KEPT : LOST_UNLOCK
       end
@@ -76,7 +83,11 @@ module RedisUnique
       @client = client.is_a?(Client) ? client : Client.new(client)
       @key = key
       @jid = jid
-      @token = Integer(token)
+      @multi = key.is_a?(Array)
+      @token = @multi ? Array(token).map { |t| Integer(t) } : Integer(token)
+      if @multi && @token.size != key.size
+        raise InvalidOption, "a hold on #{key.size} keys has #{key.size} tokens, not #{@token.size}"
+      end
       @lease_ms = Integer(lease_ms)
       raise InvalidOption, "a renewed lease must be 1 ms or more, not #{lease_ms}" unless @lease_ms.positive?
 
@@ -100,12 +111,14 @@ module RedisUnique
     def start
       @threads << Thread.new { run }
       @threads << Thread.new { watch }
-      @threads.each { |t| t.name = "redis-unique renew #{@key}" if t.respond_to?(:name=) }
+      @threads.each { |t| t.name = "redis-unique renew #{Array(@key).join(",")}"[0, 60] if t.respond_to?(:name=) }
       self
     end
 
     # TYPE, OWNER or META to send with the next renewal, once (nil: unchanged).
     def update(type: nil, owner: nil, meta: nil)
+      raise InvalidOption, "a hold on several keys renews its lease only (TYPE, OWNER, META stay)" if @multi
+
       @mutex.synchronize { @changes.merge!({ type: type, owner: owner, meta: meta }.compact) }
       self
     end
@@ -162,6 +175,8 @@ module RedisUnique
         @changes = {}
         taken
       end
+      return [Client.renewal_all_argv(@key, @jid, @lease_ms), changes] if @multi
+
       [Client.renewal_argv(@key, @jid, @lease_ms, **changes), changes]
     end
 
@@ -222,7 +237,8 @@ module RedisUnique
       error = @mutex.synchronize do
         next nil if @lost || @stopped
 
-        @lost = LockLost.new("lost the #{@name} #{@key} (jid #{@jid}): #{why}", key: @key, jid: @jid)
+        name = @multi ? @key.join(", ") : @key
+        @lost = LockLost.new("lost the #{@name} #{name} (jid #{@jid}): #{why}", key: @key, jid: @jid)
         @wake.broadcast
         @lost
       end
@@ -236,7 +252,7 @@ module RedisUnique
     end
 
     def unlock
-      @client.unlock(@key, @jid)
+      @multi ? @client.unlock_all(@key, @jid) : @client.unlock(@key, @jid)
     rescue StandardError
       nil # best effort: the lease ends it anyway
     end

@@ -28,6 +28,8 @@ module RedisUnique
       "unique_prefix" => "lock_prefix:",
       "lock_args" => "lock_args_method: (a Proc or a class method name)"
     }.freeze
+    # Fair sharing of a runtime lock among tenants (Job#group_options).
+    GROUP_OPTIONS = %w[lock_group lock_group_limit lock_group_weight].freeze
     STRATEGIES = %w[log raise reject replace reschedule].freeze
     # Payload flag of a job pushed by `on_conflict: :reschedule`: its pushes take no lock
     # (the lock is taken, or the conflict met again, when it runs).
@@ -184,6 +186,7 @@ end
 
 require_relative "sidekiq/job"
 require_relative "sidekiq/lock_types"
+require_relative "sidekiq/lock_limits"
 require_relative "sidekiq/conflict_strategy"
 require_relative "sidekiq/dependencies"
 require_relative "sidekiq/middleware"

@@ -70,6 +70,7 @@ module RedisUnique
             @ru_key = ru_param(:key).to_s
             @ru_holders = @ru_key.empty? ? [] : ru_store.holders(@ru_key)
             @ru_waiters = @ru_key.empty? ? 0 : ru_store.waiters(@ru_key)
+            @ru_groups = @ru_key.empty? ? [] : ru_store.groups(@ru_key)
             @ru_rate = @ru_key.empty? ? nil : ru_store.rate(@ru_key)
           end
         end

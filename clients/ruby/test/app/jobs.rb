@@ -157,6 +157,18 @@ class RatedPartnerCallJob
   end
 end
 
+# lock_group on the runtime lock: 5 slots around the token, at most 1 of a tenant (args[1]) at
+# once; a job over its tenant's limit is rejected (dead set) rather than waiting.
+class TenantLimitedJob
+  include TestJobs::JOB
+  sidekiq_options lock: :while_executing, lock_limit: 5, lock_args_method: ->(args) { [args[0]] },
+                  lock_group: ->(args) { args[1] }, lock_group_limit: 1, on_conflict: :reject, retry: 0
+
+  def perform(token, _tenant, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end
+
 require_relative "v9_jobs"
 
 # Jobs whose lease (lock_ttl: 1 s) is shorter than the job: the middleware renews it while
@@ -173,6 +185,30 @@ end
 class RenewedUntilExecutedJob
   include TestJobs::JOB
   sidekiq_options lock: :until_executed, lock_ttl: 1, queue: "renew", retry: 0
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end
+
+# lock_limits with a lease shorter than the job (lock_ttl: 1 s): both keys renewed as one
+# while it runs (held until RPUSH release:<token>); the keys are the token's.
+class RenewedLimitsJob
+  include TestJobs::JOB
+  sidekiq_options lock: :while_executing, lock_ttl: 1, queue: "renew-limits", retry: 0,
+                  lock_limits: ->(args) { { "{#{args[0]}}:account" => 1, "{#{args[0]}}:all" => 5 } }
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end
+
+# lock_limits on until_and_while_executing: unique from push to start (the digest), then
+# the keys of lock_limits while it runs.
+class UntilAndWhileLimitsJob
+  include TestJobs::JOB
+  sidekiq_options lock: :until_and_while_executing, queue: "renew-limits", retry: 0,
+                  lock_limits: ->(args) { { "{#{args[0]}}:account" => 1, "{#{args[0]}}:all" => 5 } }
 
   def perform(token, opts = {})
     TestJobs.run(self, token, opts)

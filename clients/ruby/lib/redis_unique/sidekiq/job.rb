@@ -85,6 +85,11 @@ module RedisUnique
         item["jid"]
       end
 
+      # The class's sidekiq_options with String keys ({} for a class this process lacks).
+      def class_options
+        @class_options ||= (klass.respond_to?(:get_sidekiq_options) ? klass.get_sidekiq_options : {}).transform_keys(&:to_s)
+      end
+
       # --- digest (sidekiq-unique-jobs v9's "legacy" algorithm) ---
 
       def lock_args
@@ -183,6 +188,8 @@ module RedisUnique
       def meta
         data = { "class" => item["class"].to_s, "queue" => item["queue"], "lock_args" => lock_args }
         data["limit"] = limit if limit # LIMIT is per call: the Locks page reads it here (as v9 did)
+        data["limits"] = limits_by_key if limits_by_key # and each key's of lock_limits
+        data["group_limit"] = group_options[:group_limit] if RUNTIME_TYPES.include?(lock_type) && group_options[:group_limit]
         if truthy?(option("lock_info"))
           data["args"] = item["args"]
           data["at"] = item["at"] if item["at"]
@@ -191,6 +198,89 @@ module RedisUnique
         json = JSON.generate(data)
         json = JSON.generate(data.slice("class", "queue")) if json.bytesize > 8192
         json
+      end
+
+      # --- fair sharing of a limit among tenants (the runtime lock only) ---
+
+      # The client's keywords by the job options' names, for the messages.
+      OPTION_NAMES = { "group" => "lock_group", "group_limit" => "lock_group_limit",
+                       "weight" => "lock_group_weight" }.freeze
+
+      # lock_group: (a String, or a lambda given the job's args: the tenant), with
+      # lock_group_limit: (the most jobs of one group holding the lock at once) and
+      # lock_group_weight: (the group's share of the slots when groups wait), as the
+      # client's keywords { group:, group_limit:, weight: }; {} without any of them.
+      #
+      # They apply where jobs share a limit while they run: the runtime lock of the
+      # RUNTIME_TYPES. Anywhere else, without lock_group, or with a weight and no
+      # lock_timeout (no job would wait, and a weight only orders waiting jobs), they are
+      # refused with InvalidOption: never left unread. A lambda (or a Proc per job) is
+      # called at push, and what it returned is written into the job, so that the server
+      # reads a plain value (a Proc does not survive JSON).
+      def group_options
+        return @group_options if defined?(@group_options)
+
+        given = GROUP_OPTIONS.reject { |name| item[name].nil? && class_options[name].nil? }
+        return @group_options = {} if given.empty? || !Sidekiq.config.enabled || option("lock") == false
+
+        where = "#{item["class"]}: sidekiq_options #{given.join(", ")}"
+        unless RUNTIME_TYPES.include?(lock_type)
+          raise InvalidOption, "#{where}: fair sharing applies to the lock that jobs hold while they run: it needs " \
+                               "lock: #{RUNTIME_TYPES.map { |t| ":#{t}" }.join(", ")} " \
+                               "(#{lock_type ? "not :#{lock_type}" : "no lock: given"})"
+        end
+        values = GROUP_OPTIONS.to_h { |name| [name, group_option(name)] }
+        group = values["lock_group"]
+        group = group.to_s if group.is_a?(Symbol) || group.is_a?(Integer)
+        if !given.include?("lock_group")
+          raise InvalidOption, "#{where}: these need lock_group: (the tenant: a String, or a lambda of the args)"
+        elsif group.nil? || group == ""
+          raise InvalidOption, "#{where}: lock_group gave #{group.inspect} for args #{item["args"].inspect}; " \
+                               "the group (a tenant id) must be a non-empty String"
+        end
+        if values["lock_group_weight"] && wait_seconds.nil?
+          raise InvalidOption, "#{where}: lock_group_weight orders the jobs waiting for a slot, and without " \
+                               "lock_timeout no job waits: give lock_timeout too"
+        end
+
+        options = { group: group, group_limit: values["lock_group_limit"], weight: values["lock_group_weight"] }.compact
+        begin
+          Client.group_argv(**options)
+        rescue InvalidOption => e
+          raise InvalidOption, "#{where}: #{e.message.sub(/\A(group_limit|weight|group)\b/) { OPTION_NAMES[$1] }}"
+        end
+        item["lock_group"] = options[:group]
+        item["lock_group_limit"] = options[:group_limit] if options[:group_limit]
+        item["lock_group_weight"] = options[:weight] if options[:weight]
+        @group_options = options
+      end
+
+      # group_options, refused at push in a client; in a Sidekiq server process (the
+      # scheduler's and retries' pushes, where raising would lose the job) logged once
+      # per class instead, and not applied.
+      def checked_group_options
+        group_options
+      rescue InvalidOption => e
+        raise unless ::Sidekiq.respond_to?(:server?) && ::Sidekiq.server?
+
+        Job.warn_once("#{item["class"]}/lock_group", "redis-unique: #{e.message} (not applied)")
+        @group_options = {}
+      end
+
+      # The value of one group option: a Proc given per job (before JSON, at push) first,
+      # then the class's Proc (its copy in the job is a String after JSON), then the job's
+      # value (written there at push), then the class's. A Proc is called with the args.
+      def group_option(name)
+        class_value = class_options[name]
+        item_value = item[name]
+        value = if item_value.is_a?(Proc) then item_value
+                elsif class_value.is_a?(Proc) && (item_value.nil? || item_value.to_s.start_with?("#<Proc:")) then class_value
+                elsif item_value.nil? then class_value
+                else item_value
+                end
+        return value unless value.is_a?(Proc)
+
+        value.arity.zero? ? value.call : value.call(JSON.parse(JSON.generate(item["args"] || [])))
       end
 
       # lock_rate: { limit:, per: } (per in seconds or :second, :minute, :hour, :day), spent

@@ -11,6 +11,9 @@ module RedisUnique
       def client_lock
         return yield if item[RESCHEDULED]
 
+        checked_group_options
+        checked_lock_limits
+
         if lock_type == "while_executing" || lock_type == "while_executing_reject"
           digest
           return yield
@@ -101,10 +104,13 @@ module RedisUnique
         end
       end
 
-      def run_locked(strategy: nil)
+      def run_locked(strategy: nil, &block)
+        return run_locked_all(strategy: strategy, &block) if lock_limits
+
         sent_at = Refresher.now
         token = client.lock(run_key, jid, limit: limit, ttl: ttl_seconds, type: lock_type,
-                                          owner: Sidekiq.identity, meta: meta, rate: rate, wait: wait_seconds)
+                                          owner: Sidekiq.identity, meta: meta, rate: rate, **group_options,
+                                          wait: wait_seconds)
         return ConflictStrategy.new(self, :server, run_key, strategy: strategy).resolve unless token
 
         begin
@@ -140,7 +146,7 @@ module RedisUnique
       end
 
       def lock_lost(error)
-        Sidekiq.logger.error("redis-unique: #{item["class"]} #{jid} lost its #{lock_type} lock #{error.key} " \
+        Sidekiq.logger.error("redis-unique: #{item["class"]} #{jid} lost its #{lock_type} lock #{Array(error.key).join(", ")} " \
                              "while running (#{error.message.sub(/\Alost the .*?: /, "")}); another job " \
                              "may run beside it")
         Sidekiq.count("renewal_lost", client)
@@ -158,13 +164,14 @@ module RedisUnique
         Sidekiq.logger.warn("redis-unique: after_unlock of #{item["class"]} #{jid} failed: #{e.class}: #{e.message}")
       end
 
-      # The end-of-job unlock: with ReliableFetch, sent with the job's acknowledgement in one
+      # The end-of-job unlock (of the keys of lock_limits together when `key` is their
+      # Array): with ReliableFetch, sent with the job's acknowledgement in one
       # MULTI (ReliableFetch::UnitOfWork#defer_unlock); otherwise now.
       def release(key)
         unit = ReliableFetch.current(jid)
         if unit
           unit.defer_unlock(key, client) { unlocked(key) }
-        elsif client.unlock(key, jid)
+        elsif key.is_a?(Array) ? client.unlock_all(key, jid).positive? : client.unlock(key, jid)
           unlocked(key)
         end
       end
@@ -175,6 +182,8 @@ module RedisUnique
 
         client.unlock(digest, jid) unless lock_type == "until_expired"
         client.unlock(run_key, jid) if RUNTIME_TYPES.include?(lock_type)
+        keys = limit_keys
+        client.unlock_all(keys, jid) if keys
       end
 
       def truthy?(value)

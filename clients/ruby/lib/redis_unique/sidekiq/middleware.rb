@@ -23,6 +23,8 @@ module RedisUnique
 
       def call(worker_class, item, _queue, redis_pool = nil, &block)
         job = Job.new(worker_class, item, redis_pool || default_pool)
+        job.checked_group_options unless job.lock_type # lock_group without lock: is refused, not ignored
+        job.checked_lock_limits unless job.lock_type # so is lock_limits
         deps = Dependencies.keys(job, "dependency_locks")
         return(job.lock_type ? job.client_lock(&block) : yield) if deps.empty?
 

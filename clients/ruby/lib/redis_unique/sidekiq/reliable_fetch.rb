@@ -99,7 +99,7 @@ module RedisUnique
             @after[key] = after
             true
           end
-          after&.call if !deferred && client.unlock(key, jid)
+          after&.call if !deferred && (key.is_a?(Array) ? client.unlock_all(key, jid).positive? : client.unlock(key, jid))
         end
 
         def acknowledge
@@ -110,11 +110,11 @@ module RedisUnique
             afters = keys.map { |k| @after[k] }
             @unlocks = []
             @after = {}
-            keys.map { |k| ["UNIQUE.UNLOCK", k, jid] }
+            keys.map { |k| ReliableFetch.unlock_argv(k, jid) }
           end
           commands << ["LREM", working_key, 1, job]
           replies = @fetch.transaction(commands)
-          afters.each_with_index { |after, i| after&.call if replies.is_a?(Array) && replies[i].to_i == 1 }
+          afters.each_with_index { |after, i| after&.call if replies.is_a?(Array) && replies[i].to_i.positive? }
           nil # as Sidekiq's own unit of work: the other replies are nobody's business
         ensure
           Thread.current[CURRENT] = nil if Thread.current[CURRENT].equal?(self)
@@ -214,13 +214,18 @@ module RedisUnique
           item = unit.respond_to?(:item) ? unit.item : JSON.parse(unit.job)
           lapsed = unit.respond_to?(:lapsed) && unit.lapsed
           keep = lapsed ? [] : keep_lock_commands(item)
-          keep + unlocks.map { |k| ["UNIQUE.UNLOCK", k, item["jid"]] } +
+          keep + unlocks.map { |k| ReliableFetch.unlock_argv(k, item["jid"]) } +
             [["RPUSH", unit.queue, unit.job], ["LREM", working_key, 1, unit.job]]
         end
         transaction(commands + [["HINCRBY", STATS_KEY, "requeued_shutdown", inprogress.size]])
         logger.info("redis-unique: pushed #{inprogress.size} job(s) back to their queues, their locks kept")
       rescue StandardError => e
         logger.warn("redis-unique: failed to requeue #{inprogress.size} job(s): #{e.class}: #{e.message}")
+      end
+
+      # The release of a deferred unlock: one key, or the keys of lock_limits together.
+      def self.unlock_argv(key, jid)
+        key.is_a?(Array) ? ["UNIQUE.UNLOCKALL", key.size, *key, jid] : ["UNIQUE.UNLOCK", key, jid]
       end
 
       # Runs `commands` (argv arrays) in one MULTI/EXEC; returns the replies.

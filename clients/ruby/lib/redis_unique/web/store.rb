@@ -20,9 +20,20 @@ module RedisUnique
         end
 
         # LIMIT is an argument of each LOCK call, not kept by the module; the gem and
-        # sidekiq-unique-jobs v9 record it in META as "limit".
+        # sidekiq-unique-jobs v9 record it in META as "limit" (a job's lock_limits, one
+        # META for every key of its grant, as "limits": { key => limit }).
         def limit
-          holders.map { |h| h.meta.is_a?(Hash) ? h.meta["limit"] : nil }.compact.first
+          meta_value("limit") || holders.map { |h| h.meta.is_a?(Hash) && h.meta["limits"].is_a?(Hash) ? h.meta["limits"][key] : nil }
+                                        .compact.first
+        end
+
+        # GROUPLIMIT, per call too: the gem records lock_group_limit in META as "group_limit".
+        def group_limit
+          meta_value("group_limit")
+        end
+
+        def meta_value(name)
+          holders.map { |h| h.meta.is_a?(Hash) ? h.meta[name] : nil }.compact.first
         end
       end
       Owner = Struct.new(:owner, :locks, :holders, :status, keyword_init: true)
@@ -162,6 +173,12 @@ module RedisUnique
       # Clients waiting for a slot of `key` (UNIQUE.WAITERS).
       def waiters(key)
         Client.new(@connection).waiters(key)
+      end
+
+      # Per group of `key` that waits or holds (UNIQUE.WAITERS key GROUPS): a
+      # RedisUnique::WaiterGroup (group nil for the waiters and holders without GROUP).
+      def groups(key)
+        Client.new(@connection).waiters(key, groups: true)
       end
 
       # The rate state of `key` (UNIQUE.RATE: a RedisUnique::RateState), nil when no
