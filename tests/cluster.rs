@@ -85,6 +85,12 @@ fn locks_in_a_three_primary_cluster() {
         let key = format!("job:{i}");
         let mut cmd = redis::cmd("UNIQUE.LOCK");
         cmd.arg(&key).arg("j").arg("TTL").arg(600_000);
+        // Groups and modes travel with their holders through MIGRATE and a failover.
+        match i % 3 {
+            1 => cmd.arg("GROUP").arg(format!("tenant-{}", i % 5)),
+            2 => cmd.arg("MODE").arg("exclusive"),
+            _ => &mut cmd,
+        };
         let t: i64 = cmd.query(cc).expect("LOCK through the cluster");
         tokens.insert(key, t);
     }
@@ -240,6 +246,10 @@ fn locks_in_a_three_primary_cluster() {
         .cloned()
         .collect();
     assert!(!first_keys.is_empty());
+    let on_primary: HashMap<&String, Vec<Value>> = first_keys
+        .iter()
+        .map(|k| (k, holders_of(&mut nodes[0].con(), k)))
+        .collect();
     let _: i64 = redis::cmd("WAIT")
         .arg(1)
         .arg(5000)
@@ -286,6 +296,10 @@ fn locks_in_a_three_primary_cluster() {
             panic!("{k} after failover: {holders:?}")
         };
         assert_eq!(h.get(3), Some(&Value::Int(tokens[k])), "{k}: same token");
+        assert_eq!(
+            holders, on_primary[k],
+            "{k}: the same holder, group and mode"
+        );
     }
     let max = tokens.values().copied().max().unwrap_or(0);
     let t = token(call!(
