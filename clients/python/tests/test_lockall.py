@@ -140,7 +140,8 @@ def test_renewal_is_lost_when_one_keys_hold_ends(r, how):
                 assert c.lock("{l}:a", hold.jid, ttl=0.001) is not None
                 wait_for(lambda: c.reap() >= 1 or not c.holders("{l}:a"), timeout=30,
                          message="the ended lease reaped")
-            wait_for(lambda: hold.lost, timeout=30, message="the loss told by the next renewal")
+            # The loss is marked on the lock, then told to on_lost: wait for the telling.
+            wait_for(lambda: hold.lost and lost, timeout=30, message="the loss told by the next renewal")
             assert len(lost) == 1 and isinstance(lost[0], LockLost)
     # Leaving the block freed what was left.
     assert c.holders("{l}:a") == [] and c.holders("{l}:b") == []
@@ -153,7 +154,7 @@ def test_renewal_that_took_new_holds_gives_them_up(r):
     with pytest.raises(LockLost, match="another fencing token"):
         with MultiLock(r, ["{n}:a", "{n}:b"], ttl=0.6, on_lost=lost.append) as hold:
             r.delete("{n}:a", "{n}:b")  # every hold gone: the next renewal is a new grant
-            wait_for(lambda: hold.lost, timeout=30, message="the loss")
+            wait_for(lambda: hold.lost and lost, timeout=30, message="the loss told")
             wait_for(lambda: not c.holders("{n}:a") and not c.holders("{n}:b"), timeout=30,
                      message="the new holds given up")
     assert len(lost) == 1
