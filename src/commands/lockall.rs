@@ -3,9 +3,11 @@
 //!                [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]
 //!
 //! A hold on every key for one jid, or on none: each key decided as a LOCK
-//! with its own LIMIT, RATE, GROUP, GROUPLIMIT and MODE (`decisions::all`), one effect replicated for
-//! the whole grant, and with WAIT one waiter queued on every key
-//! (`waiting::block_all`, the rule in `waiting/multi.rs`).
+//! with its own LIMIT, RATE, GROUP, GROUPLIMIT and MODE (`decisions::all`),
+//! one effect replicated for the whole grant, and with WAIT one waiter
+//! queued on every key (`waiting::block_all`, the rule in
+//! `waiting/multi.rs`; WEIGHT is validated as LOCK's and plays no part
+//! there, since a multi-key waiter is served by its reservation).
 
 use std::ops::Deref;
 
