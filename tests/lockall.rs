@@ -1009,3 +1009,52 @@ fn a_downgrade_in_a_renewal_serves_the_key_s_waiters() {
     assert!(served - renewed < Duration::from_secs(30));
     assert_eq!(holders(con, "{d}:x"), vec!["w", "r"]);
 }
+
+#[test]
+fn a_served_multi_key_waiter_still_meets_its_grouplimit() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "{r}:a",
+        "x",
+        "LIMIT",
+        "3",
+        "GROUP",
+        "acme"
+    ));
+    token(call!(con, "UNIQUE.LOCK", "{r}:b", "y"));
+    let waiter = start_waiter(
+        &server,
+        &[
+            "UNIQUE.LOCKALL",
+            "2",
+            "{r}:a",
+            "{r}:b",
+            "w",
+            "LIMIT",
+            "3",
+            "1",
+            "GROUP",
+            "1",
+            "acme",
+            "GROUPLIMIT",
+            "1",
+            "1",
+            "WAIT",
+            "60000",
+        ],
+    );
+    // Key 2 frees, key 1 has room, but acme holds its 1 there: the retry
+    // is refused and the waiter keeps waiting, holding nothing.
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "{r}:b", "y"), Ok(Value::Int(1)));
+    // (UNLOCK serves the key's waiters before it replies.)
+    assert_eq!(waiters(con, "{r}:b"), 1);
+    assert_eq!(waiting(con), 1);
+    assert_eq!(call!(con, "EXISTS", "{r}:b"), Ok(Value::Int(0)));
+    // acme's holder leaves: now it is served.
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "{r}:a", "x"), Ok(Value::Int(1)));
+    assert_eq!(tokens(reply_of(waiter)).len(), 2);
+    assert_eq!(holders(con, "{r}:a"), vec!["w"]);
+}
