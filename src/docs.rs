@@ -517,6 +517,81 @@ static LOCKALL_ARGS: &[Arg] = &[
         ),
     ]),
     Arg::new(
+        "group",
+        ArgType::Block,
+        "the group the holder of the key at position i holds for, as LOCK's GROUP; once per key",
+    )
+    .optional()
+    .multiple()
+    .parts(&[
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "i",
+                ArgType::Integer,
+                "GROUP",
+                "i",
+                "the key's position, 1 to numkeys",
+            )
+        },
+        Arg::new("name", ArgType::String, "the group, 1 to 1024 bytes"),
+        Arg::option(
+            "weight",
+            ArgType::Integer,
+            "WEIGHT",
+            "w",
+            "as LOCK's WEIGHT, 1 to 1000 (default 1); a multi-key waiter is served by its reservation, not by weight",
+        ),
+    ]),
+    Arg::new(
+        "grouplimit",
+        ArgType::Block,
+        "a new grant on the key at position i also needs fewer than m holders of its group (needs GROUP i); once per key",
+    )
+    .optional()
+    .multiple()
+    .parts(&[
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "i",
+                ArgType::Integer,
+                "GROUPLIMIT",
+                "i",
+                "the key's position, 1 to numkeys",
+            )
+        },
+        Arg::new("m", ArgType::Integer, "1 to 2147483647"),
+    ]),
+    Arg::new(
+        "mode",
+        ArgType::Block,
+        "the mode of the hold on the key at position i, as LOCK's MODE; once per key",
+    )
+    .optional()
+    .multiple()
+    .parts(&[
+        Arg {
+            optional: false,
+            ..Arg::option(
+                "i",
+                ArgType::Integer,
+                "MODE",
+                "i",
+                "the key's position, 1 to numkeys",
+            )
+        },
+        Arg::new(
+            "mode",
+            ArgType::OneOf,
+            "shared (readers, up to the limit) or exclusive (a writer, alone)",
+        )
+        .parts(&[
+            Arg::token("shared", "shared", "hold with others, up to the limit"),
+            Arg::token("exclusive", "exclusive", "hold alone"),
+        ]),
+    ]),
+    Arg::new(
         "lease",
         ArgType::OneOf,
         "the end of every key's lease (default: none)",
@@ -577,7 +652,7 @@ static LOCKALL_ARGS: &[Arg] = &[
 /// UNIQUE.LOCKALL.
 pub static LOCKALL: CommandDoc = CommandDoc {
     name: "unique.lockall",
-    summary: "Acquires or renews a hold on several locks for a job at once: every lock or none, each with its own limit and rate, with an optional wait.",
+    summary: "Acquires or renews a hold on several locks for a job at once: every lock or none, each with its own limit, rate, group and mode, with an optional wait.",
     since: VERSION,
     complexity: "O(K log N) where K is the number of keys and N the number of holders of a key, plus O(log N) for each ended lease it removes.",
     arity: -4,
@@ -847,7 +922,7 @@ mod tests {
         assert_eq!(of("unique.unlock"), "UNIQUE.UNLOCK key jid");
         assert_eq!(
             of("unique.lockall"),
-            "UNIQUE.LOCKALL numkeys key [key ...] jid [LIMIT n [n ...]] [RATE i n PER ms [BURST b]]... [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]"
+            "UNIQUE.LOCKALL numkeys key [key ...] jid [LIMIT n [n ...]] [RATE i n PER ms [BURST b]]... [GROUP i name [WEIGHT w]]... [GROUPLIMIT i m]... [MODE i shared|exclusive]... [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]"
         );
         assert_eq!(
             of("unique.unlockall"),

@@ -172,16 +172,14 @@ pub fn queued(ctx: &Context, key: &[u8]) -> Queued {
 /// Per group (`None` first, then by name), how many wait on `key`
 /// (selected database).
 pub fn waiting_by_group(ctx: &Context, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
-    let mut groups = with_waiters(|w| w.by_group(selected_db(ctx), key));
-    // Multi-key waiters (UNIQUE.LOCKALL) have no group.
-    let multi = all::waiting_on(selected_db(ctx), key);
-    if multi > 0 {
-        match groups.first_mut() {
-            Some((None, n)) => *n += multi,
-            _ => groups.insert(0, (None, multi)),
-        }
+    let db = selected_db(ctx);
+    let mut groups: std::collections::BTreeMap<_, usize> =
+        with_waiters(|w| w.by_group(db, key)).into_iter().collect();
+    // Multi-key waiters (UNIQUE.LOCKALL) count under their group on this key.
+    for (group, n) in all::waiting_by_group(db, key) {
+        *groups.entry(group).or_default() += n;
     }
-    groups
+    groups.into_iter().collect()
 }
 
 /// How many clients wait, on every key.

@@ -1,7 +1,8 @@
 //! UNIQUE.LOCKALL and UNIQUE.UNLOCKALL against a real server: every key or
 //! none, rates spent only on a whole grant, the numkeys key spec (GETKEYS,
 //! ACL, CROSSSLOT), multi-key waiters served before later single-key
-//! callers, and replicas and the AOF applying the whole grant at once.
+//! callers, and replicas and the AOF applying the whole grant at once;
+//! GROUP, GROUPLIMIT and MODE per key.
 
 mod common;
 
@@ -269,6 +270,46 @@ fn bad_calls_change_nothing() {
             "ERR RATE i: i is the key's position",
         ),
         (&["1", "a", "j", "TTL", "0"], "ERR invalid expire time"),
+        (
+            &["2", "a", "b", "j", "GROUP", "3", "g"],
+            "ERR GROUP i: i is the key's position, 1 to numkeys",
+        ),
+        (
+            &["2", "a", "b", "j", "MODE", "0", "shared"],
+            "ERR MODE i: i is the key's position, 1 to numkeys",
+        ),
+        (
+            &["1", "a", "j", "GROUPLIMIT", "1"],
+            "ERR syntax error: GROUPLIMIT takes the key's position",
+        ),
+        (
+            &[
+                "2",
+                "a",
+                "b",
+                "j",
+                "GROUP",
+                "1",
+                "g",
+                "GROUPLIMIT",
+                "2",
+                "1",
+            ],
+            "ERR syntax error: WEIGHT and GROUPLIMIT need GROUP name",
+        ),
+        (
+            &["1", "a", "j", "MODE", "1", "shared", "MODE", "1", "shared"],
+            "ERR syntax error",
+        ),
+        (
+            &["1", "a", "j", "MODE", "1", "alone"],
+            "ERR MODE must be shared or exclusive",
+        ),
+        (&["1", "a", "j", "GROUP", "1", ""], "ERR GROUP must be 1 to"),
+        (
+            &["1", "a", "j", "GROUP", "1", "g", "WEIGHT", "0"],
+            "ERR value is not an integer or out of range",
+        ),
     ] {
         let reply = common::run(redis::cmd("UNIQUE.LOCKALL").arg(args), con);
         assert!(
@@ -756,4 +797,264 @@ fn a_multi_key_waiter_whose_access_was_revoked_gets_noperm() {
     token(reply_of(next));
     assert_eq!(holders(admin, "{n}:b"), vec!["next"]);
     assert_eq!(call!(admin, "EXISTS", "{n}:a"), Ok(Value::Int(0)));
+}
+
+fn bulk(s: &str) -> Value {
+    Value::BulkString(s.as_bytes().to_vec())
+}
+
+/// One field of `jid`'s holder of `key` (LOCKEDBY WITHMETA).
+fn field_of(con: &mut Connection, key: &str, jid: &str, name: &str) -> Value {
+    let holders = common::with_meta(con, key);
+    let holder = holders
+        .iter()
+        .find(|h| common::field(h, "jid") == bulk(jid))
+        .unwrap_or_else(|| panic!("{jid} does not hold {key}"));
+    common::field(holder, name)
+}
+
+fn lockall(con: &mut Connection, args: &[&str]) -> Result<Value, String> {
+    common::run(redis::cmd("UNIQUE.LOCKALL").arg(args), con)
+}
+
+#[test]
+fn each_key_has_its_group_grouplimit_and_mode() {
+    let primary = Server::start();
+    let replica = primary.start_replica(&[]);
+    let con = &mut primary.con();
+    let grouped = |con: &mut Connection, jid: &str, g1: &str, g2: &str| {
+        lockall(
+            con,
+            &[
+                "2",
+                "{g}:a",
+                "{g}:b",
+                jid,
+                "LIMIT",
+                "4",
+                "4",
+                "GROUP",
+                "1",
+                g1,
+                "GROUPLIMIT",
+                "1",
+                "1",
+                "GROUP",
+                "2",
+                g2,
+                "MODE",
+                "2",
+                "shared",
+                "TTL",
+                "60000",
+            ],
+        )
+    };
+    let first = tokens(grouped(con, "j1", "acme", "acme"));
+    // GROUPLIMIT 1 on key 1 refuses acme's second grant as a whole, while
+    // another group passes.
+    assert_eq!(grouped(con, "j2", "acme", "acme"), Ok(Value::Nil));
+    assert_eq!(holders(con, "{g}:b"), vec!["j1"]);
+    tokens(grouped(con, "j3", "other", "other"));
+    assert_eq!(holders(con, "{g}:a"), vec!["j1", "j3"]);
+    // A renewal keeps each key's group: the same groups renew, another is
+    // LOCK's error and changes nothing.
+    assert_eq!(tokens(grouped(con, "j1", "acme", "acme")), first);
+    let moved = grouped(con, "j1", "acme", "other");
+    assert!(
+        matches!(&moved, Err(e) if e.starts_with("ERR the jid already holds this lock for another GROUP")),
+        "{moved:?}"
+    );
+    assert_eq!(field_of(con, "{g}:b", "j1", "group"), bulk("acme"));
+    // MODE exclusive on one key and shared on another.
+    let modes = |con: &mut Connection, jid: &str, m1: &str, m2: &str| {
+        lockall(
+            con,
+            &[
+                "2", "{g}:x", "{g}:y", jid, "LIMIT", "0", "0", "MODE", "1", m1, "MODE", "2", m2,
+                "WAIT", "60000",
+            ],
+        )
+    };
+    tokens(modes(con, "w1", "exclusive", "shared"));
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "{g}:y",
+        "r1",
+        "LIMIT",
+        "0",
+        "MODE",
+        "shared"
+    ));
+    // The upgrade key 2 cannot grant (r1 shares it) refuses the whole
+    // renewal at once, WAIT or not, and key 1 stays as it was.
+    assert_eq!(modes(con, "w1", "exclusive", "exclusive"), Ok(Value::Nil));
+    assert_eq!(field_of(con, "{g}:y", "w1", "mode"), bulk("shared"));
+    assert_eq!(waiting(con), 0);
+    // Every key's group and mode reach the replica in the one effect.
+    wait_digests_equal(con, &mut replica.con());
+    let r = &mut replica.con();
+    for (key, jid, group, mode) in [
+        ("{g}:a", "j1", bulk("acme"), Value::Nil),
+        ("{g}:b", "j1", bulk("acme"), bulk("shared")),
+        ("{g}:a", "j3", bulk("other"), Value::Nil),
+        ("{g}:b", "j3", bulk("other"), bulk("shared")),
+        ("{g}:x", "w1", Value::Nil, bulk("exclusive")),
+        ("{g}:y", "w1", Value::Nil, bulk("shared")),
+    ] {
+        assert_eq!(field_of(r, key, jid, "group"), group, "{key} {jid}");
+        assert_eq!(field_of(r, key, jid, "mode"), mode, "{key} {jid}");
+    }
+}
+
+#[test]
+fn a_multi_key_waiter_counts_under_its_group_and_keeps_its_rules() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "{q}:a",
+        "x",
+        "LIMIT",
+        "2",
+        "GROUP",
+        "acme"
+    ));
+    token(call!(con, "UNIQUE.LOCK", "{q}:b", "y", "MODE", "exclusive"));
+    let waiter = start_waiter(
+        &server,
+        &[
+            "UNIQUE.LOCKALL",
+            "2",
+            "{q}:a",
+            "{q}:b",
+            "w",
+            "LIMIT",
+            "2",
+            "0",
+            "GROUP",
+            "1",
+            "acme",
+            "GROUPLIMIT",
+            "1",
+            "2",
+            "MODE",
+            "2",
+            "shared",
+            "WAIT",
+            "60000",
+        ],
+    );
+    let row = |g: Value, w: i64, h: i64| {
+        Value::Array(vec![
+            bulk("group"),
+            g,
+            bulk("waiting"),
+            Value::Int(w),
+            bulk("holding"),
+            Value::Int(h),
+        ])
+    };
+    assert_eq!(
+        call!(con, "UNIQUE.WAITERS", "{q}:a", "GROUPS"),
+        Ok(Value::Array(vec![row(bulk("acme"), 1, 1)]))
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.WAITERS", "{q}:b", "GROUPS"),
+        Ok(Value::Array(vec![row(Value::Nil, 1, 1)]))
+    );
+    // Key 2 frees: the waiter is served on both keys at once, with its
+    // group on key 1 and its mode on key 2.
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "{q}:b", "y"), Ok(Value::Int(1)));
+    assert_eq!(tokens(reply_of(waiter)).len(), 2);
+    assert_eq!(field_of(con, "{q}:a", "w", "group"), bulk("acme"));
+    assert_eq!(field_of(con, "{q}:b", "w", "mode"), bulk("shared"));
+    assert_eq!(holders(con, "{q}:a"), vec!["x", "w"]);
+}
+
+#[test]
+fn a_downgrade_in_a_renewal_serves_the_key_s_waiters() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let renew = |con: &mut Connection, mode: &str| {
+        lockall(
+            con,
+            &[
+                "2", "{d}:x", "{d}:y", "w", "LIMIT", "0", "1", "MODE", "1", mode, "TTL", "60000",
+            ],
+        )
+    };
+    let held = tokens(renew(con, "exclusive"));
+    let reader = start_waiter(
+        &server,
+        &[
+            "UNIQUE.LOCK",
+            "{d}:x",
+            "r",
+            "LIMIT",
+            "0",
+            "MODE",
+            "shared",
+            "WAIT",
+            "60000",
+        ],
+    );
+    let renewed = Instant::now();
+    assert_eq!(tokens(renew(con, "shared")), held);
+    let (reply, served) = reader.join().expect("reader");
+    token(reply);
+    // Served by the downgrade, not by the end of w's lease (60 s).
+    assert!(served - renewed < Duration::from_secs(30));
+    assert_eq!(holders(con, "{d}:x"), vec!["w", "r"]);
+}
+
+#[test]
+fn a_served_multi_key_waiter_still_meets_its_grouplimit() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "{r}:a",
+        "x",
+        "LIMIT",
+        "3",
+        "GROUP",
+        "acme"
+    ));
+    token(call!(con, "UNIQUE.LOCK", "{r}:b", "y"));
+    let waiter = start_waiter(
+        &server,
+        &[
+            "UNIQUE.LOCKALL",
+            "2",
+            "{r}:a",
+            "{r}:b",
+            "w",
+            "LIMIT",
+            "3",
+            "1",
+            "GROUP",
+            "1",
+            "acme",
+            "GROUPLIMIT",
+            "1",
+            "1",
+            "WAIT",
+            "60000",
+        ],
+    );
+    // Key 2 frees, key 1 has room, but acme holds its 1 there: the retry
+    // is refused and the waiter keeps waiting, holding nothing.
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "{r}:b", "y"), Ok(Value::Int(1)));
+    // (UNLOCK serves the key's waiters before it replies.)
+    assert_eq!(waiters(con, "{r}:b"), 1);
+    assert_eq!(waiting(con), 1);
+    assert_eq!(call!(con, "EXISTS", "{r}:b"), Ok(Value::Int(0)));
+    // acme's holder leaves: now it is served.
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "{r}:a", "x"), Ok(Value::Int(1)));
+    assert_eq!(tokens(reply_of(waiter)).len(), 2);
+    assert_eq!(holders(con, "{r}:a"), vec!["w"]);
 }

@@ -1,16 +1,19 @@
 //! UNIQUE.LOCKALL numkeys key [key ...] jid [LIMIT n [n ...]] [RATE i n PER ms [BURST b]]...
+//!                [GROUP i name [WEIGHT w]]... [GROUPLIMIT i m]... [MODE i shared|exclusive]...
 //!                [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]
 //!
 //! A hold on every key for one jid, or on none: each key decided as a LOCK
-//! with its own LIMIT and RATE (`decisions::all`), one effect replicated for
-//! the whole grant, and with WAIT one waiter queued on every key
-//! (`waiting::block_all`, the rule in `waiting/multi.rs`).
+//! with its own LIMIT, RATE, GROUP, GROUPLIMIT and MODE (`decisions::all`),
+//! one effect replicated for the whole grant, and with WAIT one waiter
+//! queued on every key (`waiting::block_all`, the rule in
+//! `waiting/multi.rs`; WEIGHT is validated as LOCK's and plays no part
+//! there, since a multi-key waiter is served by its reservation).
 
 use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::decisions::all::{AllAttempt, decide_all};
+use super::decisions::all::{AllAttempt, Refusal, decide_all};
 use super::decisions::{InRedis, count_denial};
 use super::lock::parse_options;
 use super::{ArgError, events, parse_int, settle};
@@ -18,8 +21,8 @@ use crate::codec::ApplyOp;
 use crate::config;
 use crate::datatype::LockKey;
 use crate::engine::{
-    DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, Rate, RateLimit,
-    validate_jid,
+    DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, Rate,
+    RateLimit, validate_group, validate_jid,
 };
 use crate::ffi::{self, now_ms};
 use crate::metrics::{self, Event};
@@ -30,9 +33,14 @@ super::command!(with_args run);
 /// The most keys one call may name.
 pub const MAX_KEYS: usize = 64;
 
-/// The options that LOCK has and LOCKALL does not take (yet): their
-/// per-key form is not defined.
-const NOT_TAKEN: [&str; 4] = ["GROUP", "WEIGHT", "GROUPLIMIT", "MODE"];
+/// One key's GROUP, WEIGHT, GROUPLIMIT and MODE, as LOCK takes them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct KeyShare {
+    group: Option<Box<[u8]>>,
+    weight: Option<u32>,
+    group_limit: Option<u32>,
+    mode: Option<Mode>,
+}
 
 fn numkeys_error() -> RedisError {
     RedisError::String(format!(
@@ -69,6 +77,7 @@ pub struct LockAll {
     jid: Vec<u8>,
     limits: Vec<u32>,
     rates: Vec<Option<RateLimit>>,
+    shares: Vec<KeyShare>,
     expiry: Option<Expiry>,
     lock_type: Option<Box<str>>,
     owner: Option<Box<[u8]>>,
@@ -89,15 +98,11 @@ pub fn parse<A: Deref<Target = [u8]>>(
     let n = keys.len();
     let mut limits = None;
     let mut rates: Vec<Option<RateLimit>> = vec![None; n];
+    let mut shares: Vec<KeyShare> = vec![KeyShare::default(); n];
     let mut others: Vec<&[u8]> = Vec::new();
     let mut at = 0;
     while let Some(name) = options.get(at) {
         let is = |option: &str| name.eq_ignore_ascii_case(option.as_bytes());
-        if NOT_TAKEN.iter().any(|o| is(o)) {
-            return Err(RedisError::Str(
-                "ERR UNIQUE.LOCKALL takes no GROUP, WEIGHT, GROUPLIMIT or MODE",
-            ));
-        }
         if is("LIMIT") {
             if limits.is_some() {
                 return Err(ArgError::Syntax.into());
@@ -125,6 +130,11 @@ pub fn parse<A: Deref<Target = [u8]>>(
                 _ => return Err(ArgError::Syntax.into()),
             }
             at += 1 + used;
+        } else if is("GROUP") || is("GROUPLIMIT") || is("MODE") {
+            at += 1 + parse_share(name, options.get(at + 1..).unwrap_or_default(), &mut shares)?;
+        } else if is("WEIGHT") {
+            // WEIGHT belongs to a GROUP i name before it.
+            return Err(ArgError::NeedsGroup.into());
         } else {
             // The options LOCK has: parsed by LOCK's own parser below.
             others.push(name);
@@ -135,11 +145,18 @@ pub fn parse<A: Deref<Target = [u8]>>(
         }
     }
     let opts = parse_options(&others, max_meta_bytes)?;
+    if shares
+        .iter()
+        .any(|s| s.group.is_none() && s.group_limit.is_some())
+    {
+        return Err(ArgError::NeedsGroup.into());
+    }
     Ok(LockAll {
         keys: keys.iter().map(|k| k.to_vec()).collect(),
         jid: jid.to_vec(),
         limits: limits.unwrap_or_else(|| vec![1; n]),
         rates,
+        shares,
         expiry: opts.expiry,
         lock_type: opts.lock_type.map(Into::into),
         owner: opts.owner.map(Into::into),
@@ -182,6 +199,79 @@ fn parse_rate<A: Deref<Target = [u8]>>(
     Ok((i - 1, rate, used))
 }
 
+/// `i name [WEIGHT w]` after a GROUP, `i m` after a GROUPLIMIT, `i
+/// shared|exclusive` after a MODE: validated as LOCK validates them, into
+/// the share of key i (each option once per key). Returns how many
+/// arguments it took.
+fn parse_share<A: Deref<Target = [u8]>>(
+    option: &[u8],
+    args: &[A],
+    shares: &mut [KeyShare],
+) -> Result<usize, RedisError> {
+    let is = |o: &str| option.eq_ignore_ascii_case(o.as_bytes());
+    let name = if is("GROUP") {
+        "GROUP"
+    } else if is("GROUPLIMIT") {
+        "GROUPLIMIT"
+    } else {
+        "MODE"
+    };
+    let (Some(i), Some(value)) = (args.first(), args.get(1)) else {
+        return Err(RedisError::String(format!(
+            "ERR syntax error: {name} takes the key's position, then its value ({name} i value)"
+        )));
+    };
+    let share = usize::try_from(parse_int(i)?)
+        .ok()
+        .filter(|i| (1..=shares.len()).contains(i))
+        .and_then(|i| shares.get_mut(i - 1))
+        .ok_or_else(|| {
+            RedisError::String(format!(
+                "ERR {name} i: i is the key's position, 1 to numkeys"
+            ))
+        })?;
+    let value: &[u8] = value;
+    match name {
+        "GROUP" => {
+            if share.group.is_some() {
+                return Err(ArgError::Syntax.into());
+            }
+            validate_group(value).map_err(ArgError::from)?;
+            share.group = Some(value.into());
+            let weighted = args
+                .get(2)
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"WEIGHT"));
+            if !weighted {
+                return Ok(2);
+            }
+            let w = parse_int(args.get(3).ok_or(ArgError::Syntax)?)?;
+            if !(1..=MAX_WEIGHT).contains(&w) {
+                return Err(ArgError::NotAnInteger.into());
+            }
+            share.weight = u32::try_from(w).ok();
+            Ok(4)
+        }
+        "GROUPLIMIT" => {
+            if share.group_limit.is_some() {
+                return Err(ArgError::Syntax.into());
+            }
+            let m = parse_int(value)?;
+            if !(1..=MAX_LIMIT).contains(&m) {
+                return Err(ArgError::NotAnInteger.into());
+            }
+            share.group_limit = u32::try_from(m).ok();
+            Ok(2)
+        }
+        _ => {
+            if share.mode.is_some() {
+                return Err(ArgError::Syntax.into());
+            }
+            share.mode = Some(Mode::parse(value).ok_or(ArgError::from(LockError::InvalidMode))?);
+            Ok(2)
+        }
+    }
+}
+
 /// Answers Redis when it asks where the keys are (`getkeys-api`): Redis
 /// 7.0's cluster routing reads a module command's keys this way, not from
 /// its key specs. True when that was the question.
@@ -220,17 +310,20 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 .map(|g| RedisValue::Integer(g.token))
                 .collect(),
         )),
+        AllAttempt::Denied(Refusal { error: Some(e), .. }) => Err(ArgError::from(e).into()),
         AllAttempt::Denied(refusal) => {
             let keys: Vec<Vec<u8>> = call.keys.clone();
             let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
             let wake = refusal.lease_end.map(|at| (refusal.key, at));
             match wait {
-                // A partial renewal is refused whatever the room: it does not wait.
+                // A partial renewal or a refused upgrade is refused whatever
+                // the room: it does not wait.
                 Some(ms)
-                    if !refusal.partial
+                    if refusal.may_wait()
                         && waiting::block_all(
                             ctx,
                             &keys,
+                            call.shares.iter().map(|s| s.group.clone()).collect(),
                             Box::new(Waiting(call)),
                             ms,
                             wake,
@@ -265,6 +358,9 @@ impl waiting::AllCall for Waiting {
                 }
                 ServedAll::Granted(grants.iter().map(|g| g.token).collect())
             }
+            Ok((AllAttempt::Denied(Refusal { error: Some(e), .. }), _)) => {
+                ServedAll::Failed(e.to_string())
+            }
             Ok((AllAttempt::Denied(refusal), _)) => ServedAll::Denied {
                 wake: refusal.lease_end.map(|at| (refusal.key, at)),
             },
@@ -291,13 +387,17 @@ fn attempt(
         .limits
         .iter()
         .zip(&call.rates)
-        .map(|(&limit, &rate)| LockRequest {
+        .zip(&call.shares)
+        .map(|((&limit, &rate), share)| LockRequest {
             limit,
             expires_at,
             lock_type: call.lock_type.as_deref(),
             owner: call.owner.as_deref(),
             meta: call.meta.as_deref(),
             rate,
+            group: share.group.as_deref(),
+            group_limit: share.group_limit,
+            mode: share.mode,
             ..LockRequest::new(&call.jid)
         })
         .collect();
@@ -379,14 +479,20 @@ fn attempt(
     drop(opened);
     let mut freed = Vec::new();
     for (i, name) in names.iter().enumerate() {
-        if decision.expired.get(i).is_some_and(|&e| e > 0) {
+        let expired = decision.expired.get(i).is_some_and(|&e| e > 0);
+        if expired {
             ffi::notify_module_event(ctx, events::EXPIRE, name);
-            freed.push(i);
         }
-        if let AllAttempt::Granted(grants) = &decision.attempt
-            && grants.get(i).is_some_and(|g| g.new)
-        {
+        let grant = match &decision.attempt {
+            AllAttempt::Granted(grants) => grants.get(i),
+            AllAttempt::Denied(_) => None,
+        };
+        if grant.is_some_and(|g| g.new) {
             ffi::notify_module_event(ctx, events::LOCK, name);
+        }
+        // An exclusive hold turned shared makes room, as a freed lease does.
+        if expired || grant.is_some_and(|g| g.downgraded) {
+            freed.push(i);
         }
     }
     Ok((decision.attempt, freed))
@@ -473,14 +579,138 @@ mod tests {
             parse_str(&["1", "a", "j", "RATE", "1", "0", "PER", "5"])
                 .is_err_and(|e| e.contains("RATE n PER ms"))
         );
-        assert!(
-            parse_str(&["1", "a", "j", "GROUP", "g"]).is_err_and(|e| e.contains("takes no GROUP"))
-        );
         assert!(parse_str(&["1", "a", "j", "PER", "5"]).is_err_and(|e| e.contains("needs PER")));
         assert_eq!(
             parse_str(&["1", "a", "j", "TTL"]).err().as_deref(),
             Some("ERR syntax error")
         );
         assert!(parse_str(&["1", "a", "", "TTL", "5"]).is_err_and(|e| e.contains("jid")));
+    }
+
+    #[test]
+    fn group_grouplimit_and_mode_by_key_position() {
+        let call = parse_str(&[
+            "2",
+            "a",
+            "b",
+            "j",
+            "group",
+            "2",
+            "acme",
+            "WEIGHT",
+            "3",
+            "GROUPLIMIT",
+            "2",
+            "5",
+            "MODE",
+            "1",
+            "exclusive",
+            "mode",
+            "2",
+            "SHARED",
+            "GROUP",
+            "1",
+            "g",
+        ])
+        .expect("parses");
+        let share = |group: Option<&str>, weight, group_limit, mode| KeyShare {
+            group: group.map(|g| g.as_bytes().into()),
+            weight,
+            group_limit,
+            mode,
+        };
+        assert_eq!(
+            call.shares,
+            vec![
+                share(Some("g"), None, None, Some(Mode::Exclusive)),
+                share(Some("acme"), Some(3), Some(5), Some(Mode::Shared)),
+            ]
+        );
+        assert_eq!(
+            parse_str(&["1", "a", "j"]).map(|c| c.shares),
+            Ok(vec![KeyShare::default()])
+        );
+    }
+
+    #[test]
+    fn bad_groups_and_modes_are_lock_errors() {
+        let err = |args: &[&str]| parse_str(args).err().unwrap_or_default();
+        let syntax = "ERR syntax error";
+        // Once per key.
+        assert_eq!(
+            err(&["1", "a", "j", "GROUP", "1", "g", "GROUP", "1", "h"]),
+            syntax
+        );
+        assert_eq!(
+            err(&["1", "a", "j", "MODE", "1", "shared", "MODE", "1", "shared"]),
+            syntax
+        );
+        assert_eq!(
+            err(&[
+                "1",
+                "a",
+                "j",
+                "GROUP",
+                "1",
+                "g",
+                "GROUPLIMIT",
+                "1",
+                "1",
+                "GROUPLIMIT",
+                "1",
+                "2"
+            ]),
+            syntax
+        );
+        // By position, 1 to numkeys.
+        for option in ["GROUP", "GROUPLIMIT", "MODE"] {
+            for i in ["0", "3", "-1"] {
+                assert_eq!(
+                    err(&["2", "a", "b", "j", option, i, "1"]),
+                    format!("ERR {option} i: i is the key's position, 1 to numkeys")
+                );
+            }
+            assert!(
+                err(&["2", "a", "b", "j", option, "1"]).contains(&format!("({option} i value)"))
+            );
+        }
+        // LOCK's own validation and texts.
+        assert_eq!(
+            err(&["1", "a", "j", "MODE", "1", "both"]),
+            "ERR MODE must be shared or exclusive"
+        );
+        assert!(err(&["1", "a", "j", "GROUP", "1", ""]).starts_with("ERR GROUP must be 1 to"));
+        let range = "ERR value is not an integer or out of range";
+        assert_eq!(
+            err(&["1", "a", "j", "GROUP", "1", "g", "WEIGHT", "0"]),
+            range
+        );
+        assert_eq!(
+            err(&["1", "a", "j", "GROUP", "1", "g", "WEIGHT", "1001"]),
+            range
+        );
+        assert_eq!(
+            err(&["1", "a", "j", "GROUP", "1", "g", "GROUPLIMIT", "1", "0"]),
+            range
+        );
+        assert_eq!(err(&["1", "a", "j", "GROUP", "x", "g"]), range);
+        let needs = "ERR syntax error: WEIGHT and GROUPLIMIT need GROUP name";
+        assert_eq!(
+            err(&[
+                "2",
+                "a",
+                "b",
+                "j",
+                "GROUP",
+                "1",
+                "g",
+                "GROUPLIMIT",
+                "2",
+                "1"
+            ]),
+            needs
+        );
+        assert_eq!(err(&["1", "a", "j", "WEIGHT", "2"]), needs);
+        assert_eq!(err(&["1", "a", "j", "GROUP", "1", "g", "WEIGHT"]), syntax);
     }
 }

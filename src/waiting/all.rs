@@ -41,6 +41,17 @@ pub(super) fn waiting_on(db: i32, key: &[u8]) -> usize {
     })
 }
 
+/// Multi-key waiters on `key`, per group they wait under there.
+pub(super) fn waiting_by_group(db: i32, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
+    with_multi(|m| {
+        if m.len() == 0 {
+            Vec::new()
+        } else {
+            m.by_group_on(&(db, key.to_vec()))
+        }
+    })
+}
+
 pub(super) fn waiting() -> usize {
     with_multi(|m| m.len())
 }
@@ -69,10 +80,12 @@ pub(super) fn reserved_for(id: &KeyId) -> Option<usize> {
 /// (selected database, distinct), to be served by retrying `call` when all
 /// of them can grant at once; `lock_type` is counted if the wait runs out.
 /// `wake`: the key (its position) that refused and when it may have room.
+/// `groups`: its GROUP on each key (counted by WAITERS GROUPS).
 /// False when the client could not block.
 pub fn block_all(
     ctx: &Context,
     keys: &[&[u8]],
+    groups: Vec<Option<Box<[u8]>>>,
     call: Box<dyn AllCall>,
     timeout_ms: i64,
     wake: Option<(usize, i64)>,
@@ -96,6 +109,7 @@ pub fn block_all(
             client,
             call,
             keys: keys.iter().map(|k| (db, k.to_vec())).collect(),
+            groups,
             lock_type: lock_type.into(),
             seq,
             deadline,

@@ -56,6 +56,9 @@ pub(super) struct MultiWaiter<C> {
     pub(super) call: Box<dyn AllCall>,
     /// Its keys, in the call's order (distinct, one database).
     pub(super) keys: Vec<KeyId>,
+    /// Its GROUP on each key, in the same order (for WAITERS GROUPS only:
+    /// it is served by the reservation, not by group order).
+    pub(super) groups: Vec<Option<Box<[u8]>>>,
     pub(super) lock_type: Box<str>,
     pub(super) seq: usize,
     pub(super) deadline: Option<TimerId>,
@@ -88,6 +91,19 @@ impl<C: Copy + Eq + Hash> Multi<C> {
     /// Multi-key waiters queued on `id`.
     pub(super) fn waiting_on(&self, id: &KeyId) -> usize {
         self.on_key.get(id).map_or(0, BTreeSet::len)
+    }
+
+    /// Multi-key waiters queued on `id`, per group they wait under there.
+    pub(super) fn by_group_on(&self, id: &KeyId) -> Vec<(Option<Box<[u8]>>, usize)> {
+        let mut groups: BTreeMap<Option<Box<[u8]>>, usize> = BTreeMap::new();
+        for seq in self.on_key.get(id).into_iter().flatten() {
+            if let Some(w) = self.waiters.get(seq) {
+                let at = w.keys.iter().position(|k| k == id);
+                let group = at.and_then(|i| w.groups.get(i).cloned()).flatten();
+                *groups.entry(group).or_default() += 1;
+            }
+        }
+        groups.into_iter().collect()
     }
 
     pub(super) fn has_key(&self, id: &KeyId) -> bool {
@@ -181,6 +197,7 @@ mod tests {
             client,
             call: Box::new(Never),
             keys: keys.iter().map(|k| (0, k.as_bytes().to_vec())).collect(),
+            groups: Vec::new(),
             lock_type: "lock".into(),
             seq,
             deadline: None,

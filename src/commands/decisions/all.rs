@@ -17,11 +17,16 @@
 //! the lock lost, and a job that released a key early on purpose renews the
 //! keys it still holds.
 //!
+//! Each key keeps LOCK's GROUP and MODE rules: a renewal naming another
+//! group is an error for the whole call, and an upgrade to MODE exclusive
+//! that a key cannot grant (the jid is not its only holder) refuses the
+//! whole call without waiting, as LOCK's does.
+//!
 //! New holds share one fencing token; a renewed key keeps its own. Tokens
 //! still rise per key, since each new token is above every token before it.
 
 use super::{Outside, prune_expired};
-use crate::engine::{Acquired, Holder, Lock, LockRequest, Rate};
+use crate::engine::{Acquired, Holder, Lock, LockError, LockRequest, Rate};
 use crate::metrics::Event;
 
 /// What one key of a granted LOCKALL got.
@@ -33,6 +38,9 @@ pub struct KeyGrant {
     pub new: bool,
     /// The grant spent the key's rate.
     pub spent_rate: bool,
+    /// A renewal turned the key's exclusive hold shared: its waiters may
+    /// now be served.
+    pub downgraded: bool,
 }
 
 /// What a LOCKALL gets.
@@ -58,6 +66,20 @@ pub struct Refusal {
     /// The jid holds some keys and not the others: refused whatever the
     /// room, and waiting cannot change that.
     pub partial: bool,
+    /// The jid holds every key and one of them refused its upgrade to MODE
+    /// exclusive (another holder shares it): it does not wait, as LOCK's
+    /// refused upgrade does not.
+    pub upgrade: bool,
+    /// The call is wrong for a holder (a renewal naming another GROUP):
+    /// this error is the reply.
+    pub error: Option<LockError>,
+}
+
+impl Refusal {
+    /// Whether waiting may change the answer.
+    pub fn may_wait(&self) -> bool {
+        !self.partial && !self.upgrade && self.error.is_none()
+    }
 }
 
 /// Everything one LOCKALL decided.
@@ -128,6 +150,8 @@ pub fn acquire_all(
             lease_end: None,
             rate_limited: false,
             partial: true,
+            upgrade: false,
+            error: None,
         });
     }
     let mut next_token = Some(next_token);
@@ -150,11 +174,14 @@ pub fn acquire_all(
                 token,
                 new: true,
                 spent_rate: req.rate.is_some(),
+                downgraded: false,
             }),
             Acquired::Renewed(token) => grants.push(KeyGrant {
                 token,
                 new: false,
                 spent_rate: false,
+                downgraded: before.0.as_ref().is_some_and(Holder::is_exclusive)
+                    && lock.holder(req.jid).is_some_and(|h| !h.is_exclusive()),
             }),
             Acquired::RateLimited(at) => {
                 refused = Some(Refusal {
@@ -162,17 +189,31 @@ pub fn acquire_all(
                     lease_end: Some(at),
                     rate_limited: true,
                     partial: false,
+                    upgrade: false,
+                    error: None,
                 });
                 break;
             }
-            // A call wrong for a holder (another GROUP) cannot come from
-            // LOCKALL, which takes no GROUP: refused like a full key.
-            Acquired::Denied | Acquired::Refused(_) => {
+            Acquired::Refused(e) => {
+                refused = Some(Refusal {
+                    key: i,
+                    lease_end: None,
+                    rate_limited: false,
+                    partial: false,
+                    upgrade: false,
+                    error: Some(e),
+                });
+                break;
+            }
+            Acquired::Denied => {
                 refused = Some(Refusal {
                     key: i,
                     lease_end: lock.earliest_lease(),
                     rate_limited: false,
                     partial: false,
+                    // Only an upgrade refuses a holder.
+                    upgrade: before.0.is_some(),
+                    error: None,
                 });
                 break;
             }

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::engine::RateLimit;
+use crate::engine::{LockError, Mode, RateLimit};
 
 const NOW: i64 = 1_700_000_000_000;
 
@@ -83,7 +83,9 @@ fn one_full_key_refuses_the_whole_call_and_changes_nothing() {
             key: 2,
             lease_end: Some(NOW + 500),
             rate_limited: false,
-            partial: false
+            partial: false,
+            upgrade: false,
+            error: None
         })
     );
     assert_eq!(locks, before);
@@ -187,7 +189,9 @@ fn a_partial_renewal_is_refused_and_changes_nothing() {
             key: 1,
             lease_end: None,
             rate_limited: false,
-            partial: true
+            partial: true,
+            upgrade: false,
+            error: None
         })
     );
     assert_eq!(locks, before);
@@ -328,6 +332,215 @@ proptest! {
                     locks[key].release(&[b'a' + jid]);
                 }
                 Step::Sleep(ms) => now += ms,
+            }
+        }
+    }
+}
+
+/// A request on one key with its group, group limit and mode.
+fn shared<'a>(
+    jid: &'a str,
+    group: Option<&'a str>,
+    group_limit: Option<u32>,
+    mode: Option<Mode>,
+) -> LockRequest<'a> {
+    LockRequest {
+        limit: 0,
+        group: group.map(str::as_bytes),
+        group_limit,
+        mode,
+        ..LockRequest::new(jid.as_bytes())
+    }
+}
+
+#[test]
+fn a_full_group_on_one_key_refuses_the_whole_grant() {
+    let mut locks = vec![Lock::default(), Lock::default()];
+    let mut out = Recorder::default();
+    locks[1].acquire(&shared("x", Some("acme"), Some(1), None), NOW, || 1);
+    let before = locks.clone();
+    let call = |jid, group| {
+        vec![
+            shared(jid, Some(group), Some(5), None),
+            shared(jid, Some(group), Some(1), None),
+        ]
+    };
+    let d = decide(&mut locks, &call("j", "acme"), NOW, &mut out);
+    assert!(
+        matches!(
+            d.attempt,
+            AllAttempt::Denied(Refusal {
+                key: 1,
+                upgrade: false,
+                error: None,
+                ..
+            })
+        ),
+        "{d:?}"
+    );
+    assert_eq!(locks, before);
+    // Another group has room on both keys.
+    let d = decide(&mut locks, &call("k", "other"), NOW, &mut out);
+    assert!(matches!(d.attempt, AllAttempt::Granted(_)), "{d:?}");
+    for lock in &locks {
+        let holder = lock.holder(b"k").expect("held");
+        assert_eq!(holder.group(), Some(&b"other"[..]));
+    }
+}
+
+#[test]
+fn each_key_has_its_own_mode() {
+    let mut locks = vec![Lock::default(), Lock::default()];
+    let mut out = Recorder::default();
+    let both = |jid| {
+        vec![
+            shared(jid, None, None, Some(Mode::Exclusive)),
+            shared(jid, None, None, Some(Mode::Shared)),
+        ]
+    };
+    let d = decide(&mut locks, &both("a"), NOW, &mut out);
+    assert!(matches!(d.attempt, AllAttempt::Granted(_)));
+    assert_eq!(
+        locks[0].holder(b"a").and_then(Holder::mode),
+        Some(Mode::Exclusive)
+    );
+    assert_eq!(
+        locks[1].holder(b"a").and_then(Holder::mode),
+        Some(Mode::Shared)
+    );
+    // The exclusive key refuses a second holder: nothing changes.
+    let before = locks.clone();
+    let d = decide(&mut locks, &both("b"), NOW, &mut out);
+    assert!(matches!(
+        d.attempt,
+        AllAttempt::Denied(Refusal { key: 0, .. })
+    ));
+    assert_eq!(locks, before);
+    // The shared key alone takes it.
+    let mut second = [&mut locks[1]];
+    let d = decide_all(
+        &mut second,
+        &[shared("b", None, None, Some(Mode::Shared))],
+        NOW,
+        &[false],
+        &mut out,
+    );
+    assert!(matches!(d.attempt, AllAttempt::Granted(_)));
+    // An upgrade the shared key cannot grant refuses the whole renewal,
+    // and does not wait; a downgrade of the exclusive key is told.
+    let before = locks.clone();
+    let upgrade = vec![
+        shared("a", None, None, Some(Mode::Shared)),
+        shared("a", None, None, Some(Mode::Exclusive)),
+    ];
+    let d = decide(&mut locks, &upgrade, NOW, &mut out);
+    let AllAttempt::Denied(refusal) = d.attempt else {
+        panic!("granted: {d:?}");
+    };
+    assert_eq!((refusal.key, refusal.upgrade), (1, true));
+    assert!(!refusal.may_wait());
+    assert_eq!(locks, before, "the downgrade of key 0 was undone");
+    let downgrade = vec![
+        shared("a", None, None, Some(Mode::Shared)),
+        shared("a", None, None, None),
+    ];
+    let d = decide(&mut locks, &downgrade, NOW, &mut out);
+    let AllAttempt::Granted(grants) = d.attempt else {
+        panic!("refused: {d:?}");
+    };
+    assert_eq!(
+        grants.iter().map(|g| g.downgraded).collect::<Vec<_>>(),
+        [true, false]
+    );
+}
+
+#[test]
+fn a_renewal_keeps_each_keys_group() {
+    let mut locks = vec![Lock::default(), Lock::default()];
+    let mut out = Recorder::default();
+    let call = |g0, g1| {
+        vec![
+            shared("j", Some(g0), None, None),
+            shared("j", Some(g1), None, None),
+        ]
+    };
+    let d = decide(&mut locks, &call("a", "b"), NOW, &mut out);
+    assert!(matches!(d.attempt, AllAttempt::Granted(_)));
+    let d = decide(&mut locks, &call("a", "b"), NOW + 1, &mut out);
+    assert!(matches!(d.attempt, AllAttempt::Granted(_)));
+    let before = locks.clone();
+    let d = decide(&mut locks, &call("a", "c"), NOW + 2, &mut out);
+    let AllAttempt::Denied(refusal) = d.attempt else {
+        panic!("granted: {d:?}");
+    };
+    assert_eq!(refusal.error, Some(LockError::GroupChanged));
+    assert!(!refusal.may_wait());
+    assert_eq!(locks, before);
+}
+
+proptest! {
+    /// With a GROUP, GROUPLIMIT and MODE per key: every key or none, a
+    /// new hold never past its group's limit nor beside an exclusive hold,
+    /// and a renewal keeps each key's group.
+    #[test]
+    fn groups_and_modes_every_key_or_none(
+        steps in prop::collection::vec(
+            (0u8..4, [(0u8..3, 1u32..3, 0u8..3), (0u8..3, 1u32..3, 0u8..3)], any::<bool>()),
+            1..60,
+        )
+    ) {
+        let mut locks = vec![Lock::default(), Lock::default()];
+        let mut out = Recorder::default();
+        let groups = ["g0", "g1"];
+        let modes = [None, Some(Mode::Shared), Some(Mode::Exclusive)];
+        for (jid, keys, release) in steps {
+            let jid = [b'a' + jid];
+            if release {
+                for lock in &mut locks {
+                    lock.release(&jid);
+                }
+                continue;
+            }
+            let reqs: Vec<LockRequest<'_>> = keys
+                .iter()
+                .map(|&(g, m, mode)| LockRequest {
+                    limit: 0,
+                    group: groups.get(usize::from(g)).map(|g| g.as_bytes()),
+                    group_limit: (g < 2).then_some(m),
+                    mode: modes[usize::from(mode)],
+                    ..LockRequest::new(&jid)
+                })
+                .collect();
+            let before = locks.clone();
+            let d = decide(&mut locks, &reqs, NOW, &mut out);
+            match d.attempt {
+                AllAttempt::Denied(refusal) => {
+                    prop_assert_eq!(&locks, &before, "a refusal changed a key");
+                    if let Some(e) = refusal.error {
+                        prop_assert_eq!(e, LockError::GroupChanged);
+                    }
+                }
+                AllAttempt::Granted(grants) => {
+                    for ((lock, req), (grant, was)) in
+                        locks.iter().zip(&reqs).zip(grants.iter().zip(&before))
+                    {
+                        let holder = lock.holder(&jid);
+                        prop_assert!(holder.is_some());
+                        let exclusive = lock.holders().any(Holder::is_exclusive);
+                        prop_assert!(!exclusive || lock.len() == 1, "an exclusive hold shared");
+                        if grant.new {
+                            if let (Some(g), Some(m)) = (req.group, req.group_limit) {
+                                prop_assert!(lock.group_holding(Some(g)) <= m as usize || was.is_empty());
+                            }
+                        } else if let Some(g) = req.group {
+                            let old = was.holder(&jid).and_then(Holder::group);
+                            prop_assert_eq!(old, Some(g), "a renewal changed its group");
+                        }
+                        prop_assert_eq!(holder.and_then(Holder::group), req.group.or_else(|| {
+                            was.holder(&jid).and_then(Holder::group)
+                        }));
+                    }
+                }
             }
         }
     }
