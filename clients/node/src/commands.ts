@@ -398,8 +398,8 @@ export const MAX_KEYS = 64;
 
 /**
  * UNIQUE.LOCKALL's options: every key or none, each key with its own limit and rate. GROUP,
- * WEIGHT, GROUPLIMIT and MODE are single-key options (the module refuses them here, and so
- * does this package, before sending).
+ * WEIGHT, GROUPLIMIT and MODE per key (which the module takes by key position) are not sent by
+ * this package yet: it refuses them before sending rather than ignore them.
  */
 export interface LockAllOptions {
   /** One limit per key, in key order (0: no limit). Default 1 each. */
@@ -446,7 +446,7 @@ export function lockAllArgv(keys: string[], jid: string, options: LockAllOptions
   for (const name of SINGLE_KEY_ONLY) {
     if ((options as Record<string, unknown>)[name] !== undefined) {
       throw new TypeError(
-        `redis-unique: ${name} is not supported by lockAll (UNIQUE.LOCKALL refuses GROUP, WEIGHT, GROUPLIMIT and ` +
+        `redis-unique: ${name} is not supported by lockAll in this version (per-key GROUP, WEIGHT, GROUPLIMIT and ` +
           "MODE): take such a lock with lock() on its own key",
       );
     }

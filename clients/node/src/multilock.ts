@@ -44,10 +44,10 @@ const KNOWN_OPTIONS = new Set([
 
 const NOT_FOR_MULTI: Record<string, string> = {
   rate: "give rates by key name: rates: { [key]: { limit, per } }",
-  group: "UNIQUE.LOCKALL takes no GROUP: use a Semaphore with group for fair sharing on one key",
-  weight: "UNIQUE.LOCKALL takes no WEIGHT",
-  groupLimit: "UNIQUE.LOCKALL takes no GROUPLIMIT: give the group's own key a limit instead",
-  mode: "UNIQUE.LOCKALL takes no MODE: use an RWLock on one key",
+  group: "a MultiLock takes no group in this version: use a Semaphore with group for fair sharing on one key",
+  weight: "a MultiLock takes no weight in this version (it goes with group)",
+  groupLimit: "a MultiLock takes no groupLimit in this version: give the group's own key a limit instead",
+  mode: "a MultiLock takes no mode in this version: use an RWLock on one key",
   retryInterval: "nothing polls here: a waiting acquire is woken by the releases themselves on the server",
   acquiredExternally: "a MultiLock cannot take over holds taken elsewhere",
   externallyAcquiredIdentifier: "a MultiLock cannot take over holds taken elsewhere",

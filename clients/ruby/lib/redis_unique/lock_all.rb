@@ -13,7 +13,8 @@ module RedisUnique
   # In a Redis Cluster the keys must share one hash slot: give them one hash tag ({api}).
   class Client
     MAX_KEYS = 64
-    # LOCK's options that the module refuses on LOCKALL, with what to do instead.
+    # LOCK's options that lock_all does not send (the module takes GROUP, GROUPLIMIT and MODE
+    # per key by position; this client does not yet), refused with what to do instead.
     NOT_FOR_LOCK_ALL = {
       group: "fair sharing (GROUP) is for one key: use lock(key, jid, group:, ...)",
       weight: "WEIGHT goes with GROUP, which is for one key: use lock(key, jid, group:, weight:, ...)",
