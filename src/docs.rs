@@ -236,6 +236,44 @@ impl Arg {
 
 const VERSION: &str = "0.1.0";
 
+/// The lease's two forms, TYPE and OWNER: the same in LOCK and LOCKALL.
+const LEASE_FORMS: &[Arg] = &[
+    Arg {
+        optional: false,
+        ..Arg::option(
+            "ttl",
+            ArgType::Integer,
+            "TTL",
+            "ms",
+            "a lease of this many ms from now",
+        )
+    },
+    Arg {
+        optional: false,
+        ..Arg::option(
+            "pxat",
+            ArgType::UnixTime,
+            "PXAT",
+            "unix-ms",
+            "a lease that ends at this unix time in ms",
+        )
+    },
+];
+const TYPE_ARG: Arg = Arg::option(
+    "type",
+    ArgType::String,
+    "TYPE",
+    "name",
+    "the lock type, 1 to 64 of A-Z a-z 0-9 _ : . - (default lock)",
+);
+const OWNER_ARG: Arg = Arg::option(
+    "owner",
+    ArgType::String,
+    "OWNER",
+    "id",
+    "the worker process running the job, for REAP OWNER",
+);
+
 static LOCK_ARGS: &[Arg] = &[
     Arg::new("key", ArgType::Key(0), "the lock"),
     Arg::new("jid", ArgType::String, "the job id, 1 to 1024 bytes"),
@@ -252,42 +290,9 @@ static LOCK_ARGS: &[Arg] = &[
         "the end of the lease (default: none)",
     )
     .optional()
-    .parts(&[
-        Arg {
-            optional: false,
-            ..Arg::option(
-                "ttl",
-                ArgType::Integer,
-                "TTL",
-                "ms",
-                "a lease of this many ms from now",
-            )
-        },
-        Arg {
-            optional: false,
-            ..Arg::option(
-                "pxat",
-                ArgType::UnixTime,
-                "PXAT",
-                "unix-ms",
-                "a lease that ends at this unix time in ms",
-            )
-        },
-    ]),
-    Arg::option(
-        "type",
-        ArgType::String,
-        "TYPE",
-        "name",
-        "the lock type, 1 to 64 of A-Z a-z 0-9 _ : . - (default lock)",
-    ),
-    Arg::option(
-        "owner",
-        ArgType::String,
-        "OWNER",
-        "id",
-        "the worker process running the job, for REAP OWNER",
-    ),
+    .parts(LEASE_FORMS),
+    TYPE_ARG,
+    OWNER_ARG,
     Arg::option(
         "meta",
         ArgType::String,
@@ -597,42 +602,9 @@ static LOCKALL_ARGS: &[Arg] = &[
         "the end of every key's lease (default: none)",
     )
     .optional()
-    .parts(&[
-        Arg {
-            optional: false,
-            ..Arg::option(
-                "ttl",
-                ArgType::Integer,
-                "TTL",
-                "ms",
-                "a lease of this many ms from now",
-            )
-        },
-        Arg {
-            optional: false,
-            ..Arg::option(
-                "pxat",
-                ArgType::UnixTime,
-                "PXAT",
-                "unix-ms",
-                "a lease that ends at this unix time in ms",
-            )
-        },
-    ]),
-    Arg::option(
-        "type",
-        ArgType::String,
-        "TYPE",
-        "name",
-        "the lock type, 1 to 64 of A-Z a-z 0-9 _ : . - (default lock)",
-    ),
-    Arg::option(
-        "owner",
-        ArgType::String,
-        "OWNER",
-        "id",
-        "the worker process running the job, for REAP OWNER",
-    ),
+    .parts(LEASE_FORMS),
+    TYPE_ARG,
+    OWNER_ARG,
     Arg::option(
         "meta",
         ArgType::String,
