@@ -3,17 +3,17 @@
 // the server's state: its holders of every key, sampled in one transaction while the jobs run.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import IORedis from "ioredis";
 import { Queue } from "bullmq";
 import { Client } from "../dist/esm/index.js";
 import { GroupLimit } from "../dist/esm/bullmq.js";
-import { startServer, waitFor, assertNoClientsLeft } from "./helpers.mjs";
+import { startServer, waitFor, assertNoClientsLeft, workerProcesses } from "./helpers.mjs";
 
-const WORKER = fileURLToPath(new URL("./bullmq-limits-worker.mjs", import.meta.url));
 let server, redis, client;
-const children = [];
+const workers = workerProcesses(fileURLToPath(new URL("./bullmq-limits-worker.mjs", import.meta.url)), () => server.port);
+const { children } = workers;
+const startWorker = workers.start;
 
 before(async () => {
   server = await startServer();
@@ -21,22 +21,12 @@ before(async () => {
   client = new Client(redis);
 });
 after(async () => {
-  await Promise.all(children.map((c) => c.exitCode !== null || c.signalCode !== null
-    ? undefined : new Promise((r) => { c.once("exit", r); c.kill("SIGKILL"); })));
+  await workers.killAll();
   await client.close();
   await redis.quit();
   await assertNoClientsLeft(server.port);
   server?.stop();
 });
-
-function startWorker(queue, env = {}) {
-  const child = spawn(process.execPath, [WORKER], {
-    env: { ...process.env, PORT: String(server.port), QUEUE: queue, ...Object.fromEntries(Object.entries(env).map(([k, v]) => [k, String(v)])) },
-    stdio: ["ignore", "inherit", "inherit"],
-  });
-  children.push(child);
-  return child;
-}
 
 async function stopWorkers() {
   await Promise.all(children.splice(0).map((c) => new Promise((r) => { c.once("exit", r); c.kill("SIGTERM"); })));

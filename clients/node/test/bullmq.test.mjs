@@ -1,16 +1,16 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import IORedis from "ioredis";
 import { Queue, QueueEvents, Worker } from "bullmq";
 import { Client } from "../dist/esm/index.js";
 import { DeadWorkerReaper, GroupLimit, UniqueJobs } from "../dist/esm/bullmq.js";
-import { startServer, waitFor, calls, totalCommands, assertNoClientsLeft } from "./helpers.mjs";
+import { startServer, waitFor, calls, totalCommands, assertNoClientsLeft, workerProcesses } from "./helpers.mjs";
 
-const WORKER = fileURLToPath(new URL("./bullmq-worker.mjs", import.meta.url));
 let server, redis, client;
-const children = [];
+const workers = workerProcesses(fileURLToPath(new URL("./bullmq-worker.mjs", import.meta.url)), () => server.port);
+const { children } = workers;
+const startWorker = workers.start;
 
 before(async () => {
   server = await startServer();
@@ -18,22 +18,12 @@ before(async () => {
   client = new Client(redis);
 });
 after(async () => {
-  await Promise.all(children.map((c) => c.exitCode !== null || c.signalCode !== null
-    ? undefined : new Promise((r) => { c.once("exit", r); c.kill("SIGKILL"); })));
+  await workers.killAll();
   await client.close();
   await redis.quit();
   await assertNoClientsLeft(server.port);
   server?.stop();
 });
-
-function startWorker(queue, env = {}) {
-  const child = spawn(process.execPath, [WORKER], {
-    env: { ...process.env, PORT: String(server.port), QUEUE: queue, ...Object.fromEntries(Object.entries(env).map(([k, v]) => [k, String(v)])) },
-    stdio: ["ignore", "inherit", "inherit"],
-  });
-  children.push(child);
-  return child;
-}
 
 async function workersReady(n) {
   await waitFor(async () => (await redis.llen("workers")) >= n, { message: `${n} workers` });

@@ -158,3 +158,27 @@ export async function startCutProxy(targetPort) {
   proxy.port = listener.address().port;
   return proxy;
 }
+
+/**
+ * Worker processes of the tests: `node script` with PORT, QUEUE and `env` in its environment,
+ * its output on the test's. `children` lists those started; `killAll()` (for `after`) kills any
+ * still running and waits for each to exit.
+ */
+export function workerProcesses(script, port) {
+  const children = [];
+  return {
+    children,
+    start(queue, env = {}) {
+      const child = spawn(process.execPath, [script], {
+        env: { ...process.env, PORT: String(port()), QUEUE: queue, ...Object.fromEntries(Object.entries(env).map(([k, v]) => [k, String(v)])) },
+        stdio: ["ignore", "inherit", "inherit"],
+      });
+      children.push(child);
+      return child;
+    },
+    async killAll() {
+      await Promise.all(children.map((c) => c.exitCode !== null || c.signalCode !== null
+        ? undefined : new Promise((r) => { c.once("exit", r); c.kill("SIGKILL"); })));
+    },
+  };
+}
