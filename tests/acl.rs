@@ -266,6 +266,8 @@ impl Flavour {
 const CATEGORIES: &[(&str, &[&str])] = &[
     ("unique.lock", &["@write", "@fast", "@blocking"]),
     ("unique.unlock", &["@write", "@fast"]),
+    ("unique.lockall", &["@write", "@slow", "@blocking"]),
+    ("unique.unlockall", &["@write", "@slow"]),
     ("unique.lockedby", &["@read", "@fast"]),
     ("unique.waiters", &["@read", "@fast"]),
     ("unique.rate", &["@read", "@fast"]),
@@ -475,12 +477,22 @@ fn worker_can_do_its_job(server: &Server, admin: &mut Connection) {
     ok(worker, &["UNIQUE.WAITERS", "jobs:1"]);
     ok(worker, &["UNIQUE.RATE", "jobs:1"]);
     assert_eq!(ok(worker, &["UNIQUE.UNLOCK", "jobs:1", "j"]), Value::Int(1));
+    let both = ["jobs:{t}:acme", "jobs:{t}:all"];
+    ok(
+        worker,
+        &["UNIQUE.LOCKALL", "2", both[0], both[1], "j", "TTL", "60000"],
+    );
+    assert_eq!(
+        ok(worker, &["UNIQUE.UNLOCKALL", "2", both[0], both[1], "j"]),
+        Value::Int(2)
+    );
     assert_eq!(reap_all(worker, &["OWNER", "dead"]), 1, "jobs:a only");
     assert_eq!(common::holders(admin, "other:a"), ["dead-job"]);
     for denied in [
         &["UNIQUE.LOCK", "other:1", "j"][..],
         &["UNIQUE.LOCKEDBY", "other:a"],
         &["UNIQUE.UNLOCK", "other:a", "dead-job"],
+        &["UNIQUE.LOCKALL", "2", "jobs:{o}:1", "other:{o}:1", "j"],
         &["UNIQUE.METRICS", "RESET"],
         &["UNLINK", "jobs:1"],
         &["FLUSHALL"],
