@@ -2,6 +2,8 @@
 
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
+# The Node package's build (dist/), made once by the first suite that needs it.
+NODE_DIST := clients/node/dist/.built
 
 .PHONY: run test build bench bench-floor bench-scale bench-many loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
 
@@ -19,10 +21,23 @@ endif
 export TEST_SEED
 SUITE := $(CURDIR)/.ci/suite
 
-## test: lints first (they fail in seconds), then the Rust tests, the Python and Node clients
-## and the gem on every Sidekiq
-test: deps lint test-rust test-python test-node test-ruby
+## test: lints first (they fail in seconds), then the suites in two lanes side by side: the
+## Rust tests, the Python and the Node clients in one, the gem on every Sidekiq in the other
+## (.ci/lanes: each lane's output whole when it ends; TEST_LANES=1 runs them one by one)
+TEST_LANES ?= 2
+test: deps lint $(MODULE) python-venv node-deps $(NODE_DIST)
+ifeq ($(TEST_LANES),1)
+	$(MAKE) --no-print-directory test-rust test-python test-node test-ruby
+else
+	.ci/lanes --name test "$(MAKE) --no-print-directory test-rust test-python test-node" \
+		"$(MAKE) --no-print-directory test-ruby"
+endif
 	@echo "== make test passed (TEST_SEED=$(TEST_SEED))"
+
+# The release module the client suites load, rebuilt when a source of it changes (a file
+# rule, so that a suite started beside the Rust tests' build does not wait for cargo's lock).
+$(MODULE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock
+	cargo build --release --lib
 
 ## lint: cargo fmt and clippy (warnings are errors)
 lint:
@@ -36,14 +51,12 @@ SHARED_RUBY ?= $(abspath ../shared/ruby)
 SIDEKIQ_VERSIONS ?= 6 7 8
 # The gem's test files (default: all); test-compat leaves out the server-independent ones.
 RUBY_TESTS ?=
-test-ruby: deps
-	cargo build --release --lib
+test-ruby: deps $(MODULE)
 	SHARED_RUBY=$(SHARED_RUBY) SIDEKIQ_VERSIONS="$(SIDEKIQ_VERSIONS)" \
 		$(SUITE) ruby -- clients/ruby/test/run.sh $(RUBY_TESTS)
 
 ## bench-ruby: the gem's client and Sidekiq jobs/s against the Lua design of bench/lua (clients/ruby/bench)
-bench-ruby: deps
-	cargo build --release --lib
+bench-ruby: deps $(MODULE)
 	ruby -Iclients/ruby/lib clients/ruby/bench/bench.rb
 
 ## test-valgrind: the integration tests of the module's unsafe paths with every server under
@@ -147,13 +160,11 @@ python-venv: $(PY_VENV)/.installed
 ## test-python: the Python client's tests (real redis-server, Celery and RQ workers);
 ## PYTEST_ARGS adds pytest arguments
 PYTEST_ARGS ?=
-test-python: deps python-venv
-	cargo build --release --lib
+test-python: deps python-venv $(MODULE)
 	cd clients/python && $(SUITE) python -- .venv/bin/python -m pytest -q -p randomly --randomly-seed=$(TEST_SEED) $(PYTEST_ARGS)
 
 ## bench-python: lock+unlock pairs/s through redis-py, the client against the Lua design
-bench-python: deps python-venv
-	cargo build --release --lib
+bench-python: deps python-venv $(MODULE)
 	$(PY_VENV)/bin/python clients/python/bench/bench.py
 
 bench: bench-python
@@ -171,7 +182,7 @@ COMPAT_SIDEKIQ ?= 8
 # Every client directory is a suite, but clients/conformance (the table the clients' suites read).
 COMPAT_SUITES ?= $(strip test-rust $(patsubst clients/%/,test-%,$(sort $(filter-out clients/conformance/,$(wildcard clients/*/)))))
 
-.PHONY: test-compat test-suites test-rust
+.PHONY: test-compat test-compat-server test-suites test-rust
 # Per server, the suites skip only what does not depend on the server, and which `make test`
 # ran once already: Rust's unit and property tests and doctests (only the integration tests,
 # which start servers, run: `--test '*'`), the gem's `gem build` test and the Node package's
@@ -181,20 +192,25 @@ COMPAT_RUST_TESTS ?= --test '*'
 COMPAT_RUBY_TESTS ?= $(filter-out test/gem_build_test.rb,$(patsubst clients/ruby/%,%,$(wildcard clients/ruby/test/*_test.rb)))
 COMPAT_NODE_SKIP ?= pack
 COMPAT_PYTEST_ARGS ?= --ignore=tests/test_extras.py
-## test-compat: every suite (COMPAT_SUITES) on each server of COMPAT_SERVERS; a server not
+## test-compat: every suite (COMPAT_SUITES) on each server of COMPAT_SERVERS, the servers dealt
+## into COMPAT_LANES lanes side by side (.ci/compat; 1: one by one, output live); a server not
 ## built yet is built (.ci/locked-build waits for a build already under way, as .ci/run's)
-test-compat: deps build
+COMPAT_LANES ?= 2
+test-compat: deps $(MODULE) python-venv node-deps $(NODE_DIST)
 	@[ -x $(SERVERS_DIR)/build.sh ] || { echo "no $(SERVERS_DIR)/build.sh: set SERVERS_DIR" >&2; exit 1; }
-	@set -e; for name in $(COMPAT_SERVERS); do \
-	    server=$$(SERVERS_DIR=$(abspath $(SERVERS_DIR)) nice -n 10 .ci/locked-build $$name); \
-	    cli=$$(ls "$$(dirname "$$server")"/redis-cli "$$(dirname "$$server")"/valkey-cli 2>/dev/null | head -1); \
-	    echo "== $$name: $(COMPAT_SUITES) with $$server and $${cli:-redis-cli}"; \
-	    REDIS_SERVER=$$server REDIS_CLI=$$cli REDIS_UNIQUE_MODULE=$(CURDIR)/$(MODULE) \
-	        $(MAKE) --no-print-directory test-suites SIDEKIQ_VERSIONS="$(COMPAT_SIDEKIQ)" \
-	        RUST_TESTS="$(COMPAT_RUST_TESTS)" RUBY_TESTS="$(COMPAT_RUBY_TESTS)" TEST_SKIP="$(COMPAT_NODE_SKIP)" \
-	        PYTEST_ARGS="$(COMPAT_PYTEST_ARGS)" \
-	        || { echo "== FAILED on $$name" >&2; exit 1; }; \
-	done
+	@COMPAT_LANES=$(COMPAT_LANES) .ci/compat $(COMPAT_SERVERS)
+
+## test-compat-server: every suite of COMPAT_SUITES on one server, COMPAT_SERVER (a name that
+## ../shared/servers/build.sh knows), each suite's log named after it (target/ci/SUITE@NAME.log)
+test-compat-server: deps $(MODULE) python-venv node-deps $(NODE_DIST)
+	@server=$$(SERVERS_DIR=$(abspath $(SERVERS_DIR)) nice -n 10 .ci/locked-build $(COMPAT_SERVER)); \
+	cli=$$(ls "$$(dirname "$$server")"/redis-cli "$$(dirname "$$server")"/valkey-cli 2>/dev/null | head -1); \
+	echo "== $(COMPAT_SERVER): $(COMPAT_SUITES) with $$server and $${cli:-redis-cli}"; \
+	REDIS_SERVER=$$server REDIS_CLI=$$cli REDIS_UNIQUE_MODULE=$(CURDIR)/$(MODULE) SUITE_TAG=$(COMPAT_SERVER) \
+	    $(MAKE) --no-print-directory -k test-suites SIDEKIQ_VERSIONS="$(COMPAT_SIDEKIQ)" \
+	    RUST_TESTS="$(COMPAT_RUST_TESTS)" RUBY_TESTS="$(COMPAT_RUBY_TESTS)" TEST_SKIP="$(COMPAT_NODE_SKIP)" \
+	    PYTEST_ARGS="$(COMPAT_PYTEST_ARGS)" \
+	    || { echo "== FAILED on $(COMPAT_SERVER)" >&2; exit 1; }
 
 ## test-suites: every suite of COMPAT_SUITES against REDIS_SERVER (default: redis-server on the PATH)
 test-suites: $(COMPAT_SUITES)
@@ -217,12 +233,10 @@ clients/node/node_modules/.installed: clients/node/package-lock.json
 node-deps: clients/node/node_modules/.installed
 
 ## test-node: the Node client's tests (real redis-server, real BullMQ workers in child processes)
-test-node: deps node-deps clients/node/dist/.built
-	cargo build --release --lib
+test-node: deps node-deps $(NODE_DIST) $(MODULE)
 	cd clients/node && $(SUITE) node -- npm test --silent
 
 # The package's build (tsc, ESM and CommonJS), redone only when its sources change.
-NODE_DIST := clients/node/dist/.built
 $(NODE_DIST): $(wildcard clients/node/src/*.ts clients/node/src/**/*.ts) clients/node/package.json \
 		clients/node/tsconfig.json clients/node/tsconfig.cjs.json clients/node/scripts/cjs-package.mjs \
 		clients/node/node_modules/.installed

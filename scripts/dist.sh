@@ -33,6 +33,9 @@ rm -rf clients/python/build clients/python/src/*.egg-info
 
 echo "== npm package"
 [ -f clients/node/node_modules/.installed ] || make --no-print-directory node-deps
-(cd clients/node && npm run --silent build && npm pack --silent --pack-destination "$out" >/dev/null)
+# The package's build as make keeps it (redone only when a source changed): never removed
+# and rebuilt under a Node suite that may be running beside this.
+make --no-print-directory clients/node/dist/.built
+(cd clients/node && npm pack --silent --pack-destination "$out" >/dev/null)
 
 (cd "$out" && sha256sum -- * > SHA256SUMS && ls -l --time-style=+ | tail -n +2 && cat SHA256SUMS)
