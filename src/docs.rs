@@ -236,6 +236,25 @@ impl Arg {
 
 const VERSION: &str = "0.1.0";
 
+/// A rate's period and burst, the same in LOCK's RATE and LOCKALL's per-key RATE.
+const RATE_PER: Arg = Arg {
+    optional: false,
+    ..Arg::option(
+        "per",
+        ArgType::Integer,
+        "PER",
+        "ms",
+        "the period in ms, 1 to 2^40",
+    )
+};
+const RATE_BURST: Arg = Arg::option(
+    "burst",
+    ArgType::Integer,
+    "BURST",
+    "b",
+    "grants allowed at once beyond the steady pace, 0 to 1000000 (default 0)",
+);
+
 /// The lease's two forms, TYPE and OWNER: the same in LOCK and LOCKALL.
 const LEASE_FORMS: &[Arg] = &[
     Arg {
@@ -317,23 +336,8 @@ static LOCK_ARGS: &[Arg] = &[
                 "grants per period, 1 to 1000000",
             )
         },
-        Arg {
-            optional: false,
-            ..Arg::option(
-                "per",
-                ArgType::Integer,
-                "PER",
-                "ms",
-                "the period in ms, 1 to 2^40",
-            )
-        },
-        Arg::option(
-            "burst",
-            ArgType::Integer,
-            "BURST",
-            "b",
-            "grants allowed at once beyond the steady pace, 0 to 1000000 (default 0)",
-        ),
+        RATE_PER,
+        RATE_BURST,
     ]),
     Arg::new(
         "group",
@@ -503,23 +507,8 @@ static LOCKALL_ARGS: &[Arg] = &[
             )
         },
         Arg::new("n", ArgType::Integer, "grants per period, 1 to 1000000"),
-        Arg {
-            optional: false,
-            ..Arg::option(
-                "per",
-                ArgType::Integer,
-                "PER",
-                "ms",
-                "the period in ms, 1 to 2^40",
-            )
-        },
-        Arg::option(
-            "burst",
-            ArgType::Integer,
-            "BURST",
-            "b",
-            "grants allowed at once beyond the steady pace, 0 to 1000000 (default 0)",
-        ),
+        RATE_PER,
+        RATE_BURST,
     ]),
     Arg::new(
         "group",

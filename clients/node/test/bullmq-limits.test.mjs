@@ -8,7 +8,7 @@ import IORedis from "ioredis";
 import { Queue } from "bullmq";
 import { Client } from "../dist/esm/index.js";
 import { GroupLimit } from "../dist/esm/bullmq.js";
-import { startServer, waitFor, assertNoClientsLeft, workerProcesses } from "./helpers.mjs";
+import { startServer, waitFor, assertNoClientsLeft, workerProcesses, mostInAnyWindow } from "./helpers.mjs";
 
 let server, redis, client;
 const workers = workerProcesses(fileURLToPath(new URL("./bullmq-limits-worker.mjs", import.meta.url)), () => server.port);
@@ -96,17 +96,6 @@ test("per-tenant 2 and global 5 on 3 worker processes: neither exceeded in any s
   await queue.obliterate({ force: true });
   await queue.close();
 });
-
-/** The most times of `times` (ms) inside any window of `window` ms. */
-function mostInAnyWindow(times, window) {
-  const sorted = [...times].sort((a, b) => a - b);
-  let most = 0;
-  for (let i = 0, j = 0; i < sorted.length; i++) {
-    while (sorted[j] <= sorted[i] - window) j++;
-    most = Math.max(most, i - j + 1);
-  }
-  return most;
-}
 
 test("a rate per tenant beside the global limit: at most 10 grants a second of each tenant, on the server's clock", async () => {
   const name = "limits-rated";

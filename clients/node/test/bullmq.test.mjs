@@ -5,7 +5,7 @@ import IORedis from "ioredis";
 import { Queue, QueueEvents, Worker } from "bullmq";
 import { Client } from "../dist/esm/index.js";
 import { DeadWorkerReaper, GroupLimit, UniqueJobs } from "../dist/esm/bullmq.js";
-import { startServer, waitFor, calls, totalCommands, assertNoClientsLeft, workerProcesses } from "./helpers.mjs";
+import { startServer, waitFor, calls, totalCommands, assertNoClientsLeft, workerProcesses, mostInAnyWindow } from "./helpers.mjs";
 
 let server, redis, client;
 const workers = workerProcesses(fileURLToPath(new URL("./bullmq-worker.mjs", import.meta.url)), () => server.port);
@@ -62,17 +62,6 @@ test("1,000 jobs over 20 groups, limit 2, on 3 worker processes: never more than
   await queue.obliterate({ force: true });
   await queue.close();
 });
-
-/** The most times of `times` (ms) inside any window of `window` ms. */
-function mostInAnyWindow(times, window) {
-  const sorted = [...times].sort((a, b) => a - b);
-  let most = 0;
-  for (let i = 0, j = 0; i < sorted.length; i++) {
-    while (sorted[j] <= sorted[i] - window) j++;
-    most = Math.max(most, i - j + 1);
-  }
-  return most;
-}
 
 test("300 jobs of one group, concurrency 3 and 50 a second, on 3 worker processes: never over either limit", async () => {
   const name = "rated";

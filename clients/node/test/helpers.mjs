@@ -182,3 +182,14 @@ export function workerProcesses(script, port) {
     },
   };
 }
+
+/** The most times of `times` (ms) inside any window of `window` ms. */
+export function mostInAnyWindow(times, window) {
+  const sorted = [...times].sort((a, b) => a - b);
+  let most = 0;
+  for (let i = 0, j = 0; i < sorted.length; i++) {
+    while (sorted[j] <= sorted[i] - window) j++;
+    most = Math.max(most, i - j + 1);
+  }
+  return most;
+}
