@@ -110,9 +110,18 @@ impl Indexed {
             size_class(holders.len() * std::mem::size_of::<Slot>()) / std::mem::size_of::<Slot>();
         indexed.slots.reserve_exact(slots);
         indexed.links.reserve_exact(size_class(slots * 8) / 8);
+        let mut leased = Vec::with_capacity(holders.len());
         for h in holders {
             // In token order, so each one goes in.
-            let _ = indexed.insert(h);
+            if let Ok((slot, Some(end))) = indexed.seat(h) {
+                leased.push((end, slot));
+            }
+        }
+        // Listed in order of end of lease, each joins the tail: none is left
+        // to the heap, whatever renewals reordered them.
+        leased.sort_unstable();
+        for (_, slot) in leased {
+            indexed.enlist(slot);
         }
         Ok(indexed)
     }
@@ -206,6 +215,15 @@ impl Indexed {
     /// Adds a holder of a jid not held here. A token not larger than every
     /// token before it would break grant order: the holder is handed back.
     pub(super) fn insert(&mut self, holder: Holder) -> Result<(), Holder> {
+        if let (slot, Some(_)) = self.seat(holder)? {
+            self.enlist(slot);
+        }
+        Ok(())
+    }
+
+    /// Puts a new holder in a slot and the hash table, not yet in order of
+    /// end of lease: its slot, and its end of lease if it has one.
+    fn seat(&mut self, holder: Holder) -> Result<(u32, Option<i64>), Holder> {
         if holder.token <= self.newest && self.len > 0 {
             return Err(holder);
         }
@@ -228,7 +246,7 @@ impl Indexed {
         } else {
             self.newest.max(holder.token)
         };
-        let leased = holder.expires_at().is_some();
+        let leased = holder.expires_at();
         self.count(holder.group(), holder.is_exclusive(), true);
         if let Some(s) = self.slots.get_mut(slot as usize) {
             *s = Some(holder);
@@ -242,12 +260,10 @@ impl Indexed {
                 .map_or(0, |h| hasher.hash_one(h.jid()))
         });
         self.len += 1;
-        if leased {
-            self.enlist(slot);
-        } else {
+        if leased.is_none() {
             self.no_lease += 1;
         }
-        Ok(())
+        Ok((slot, leased))
     }
 
     /// Removes the holder of `jid`.
