@@ -9,13 +9,24 @@
 //! - `slots`: the holders, each in a slot that never moves while it holds, a
 //!   freed slot reused by the next grant (`free`);
 //! - `by_jid`: a hash table of slot numbers, to find a holder by its jid;
-//! - `leases`: a min-max heap of the slots of the holders with a lease, by
-//!   end of lease, with each slot's place in it (`places`): the ended leases
-//!   are taken from its smallest end without a sweep, and the key's expiry
-//!   (the latest lease) is its largest. One heap and one place a holder,
-//!   rather than a heap for each end: a holder costs its 48 bytes and about
-//!   16 more (two slot numbers and its share of the hash table), which keeps
-//!   a big lock about as small as the vector it replaces.
+//! - the holders with a lease, in order of end of lease, in two places:
+//!   - a list linked through `links` (each slot's previous and next), kept
+//!     sorted: a lease that ends no earlier than the last one listed (what a
+//!     grant or renewal of the key's usual TTL gives: now plus the same TTL)
+//!     joins at its tail, and one that ends no later than the first at its
+//!     head, in O(1), touching only its neighbours;
+//!   - a min-max heap (`leases`) of the slots of the others, by end of lease,
+//!     each with its place in the heap where the list keeps its neighbours;
+//!
+//!   the ended leases are taken from the earlier of the list's head and the
+//!   heap's smallest end, without a sweep, and the key's expiry (the latest
+//!   lease) is the later of the list's tail and the heap's largest end. A
+//!   renewal leaves its neighbours and joins the tail: no walk down and up
+//!   a heap, each step of which would read a lease elsewhere in megabytes
+//!   of slots. A holder costs its 48 bytes and about 16 more (its two links,
+//!   which a holder in the heap uses for its place, and its share of the
+//!   hash table; 4 more in the heap), which keeps a big lock about as small
+//!   as the vector it replaces.
 //!
 //! - `groups`: how many holders each GROUP has (an entry only while it has
 //!   one), and how many hold exclusively: what a grant with GROUPLIMIT or
@@ -50,8 +61,12 @@ enum Side {
 #[derive(Debug, Clone)]
 pub(super) struct Indexed {
     slots: Vec<Slot>,
-    /// Each slot's place in `leases` (`NOWHERE` without a lease).
-    places: Vec<u32>,
+    /// Each slot's previous and next in the list of leases (`NIL` at an
+    /// end), or its place in the heap and `IN_HEAP`, or `[0, UNLEASED]`.
+    links: Vec<[u32; 2]>,
+    /// The first and last of the list of leases (`NIL` when empty).
+    head: u32,
+    tail: u32,
     free: Vec<u32>,
     by_jid: HashTable<u32>,
     hasher: RandomState,
@@ -71,8 +86,16 @@ pub(super) struct Indexed {
     exclusive: usize,
 }
 
-/// A heap place that no slot has (a holder without a lease).
+/// A heap place that no slot has (a holder not in the heap).
 const NOWHERE: u32 = u32::MAX;
+/// No neighbour in the list of leases.
+const NIL: u32 = u32::MAX;
+/// The second link of a slot in the heap (its first is its place there).
+const IN_HEAP: u32 = u32::MAX - 1;
+/// The second link of a slot without a lease, or not yet placed.
+const UNLEASED: u32 = u32::MAX - 2;
+/// Slot numbers stay below the markers.
+const MAX_SLOTS: u32 = UNLEASED;
 
 impl Indexed {
     /// The holders given, in grant order, when every token is larger than
@@ -86,10 +109,19 @@ impl Indexed {
         let slots =
             size_class(holders.len() * std::mem::size_of::<Slot>()) / std::mem::size_of::<Slot>();
         indexed.slots.reserve_exact(slots);
-        indexed.places.reserve_exact(size_class(slots * 4) / 4);
+        indexed.links.reserve_exact(size_class(slots * 8) / 8);
+        let mut leased = Vec::with_capacity(holders.len());
         for h in holders {
             // In token order, so each one goes in.
-            let _ = indexed.insert(h);
+            if let Ok((slot, Some(end))) = indexed.seat(h) {
+                leased.push((end, slot));
+            }
+        }
+        // Listed in order of end of lease, each joins the tail: none is left
+        // to the heap, whatever renewals reordered them.
+        leased.sort_unstable();
+        for (_, slot) in leased {
+            indexed.enlist(slot);
         }
         Ok(indexed)
     }
@@ -101,7 +133,9 @@ impl Indexed {
             free: Vec::new(),
             by_jid: HashTable::new(),
             hasher: RandomState::new(),
-            places: Vec::new(),
+            links: Vec::new(),
+            head: NIL,
+            tail: NIL,
             leases: Vec::new(),
             no_lease: 0,
             newest: 0,
@@ -181,17 +215,26 @@ impl Indexed {
     /// Adds a holder of a jid not held here. A token not larger than every
     /// token before it would break grant order: the holder is handed back.
     pub(super) fn insert(&mut self, holder: Holder) -> Result<(), Holder> {
+        if let (slot, Some(_)) = self.seat(holder)? {
+            self.enlist(slot);
+        }
+        Ok(())
+    }
+
+    /// Puts a new holder in a slot and the hash table, not yet in order of
+    /// end of lease: its slot, and its end of lease if it has one.
+    fn seat(&mut self, holder: Holder) -> Result<(u32, Option<i64>), Holder> {
         if holder.token <= self.newest && self.len > 0 {
             return Err(holder);
         }
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => match u32::try_from(self.slots.len()) {
-                Ok(slot) if slot != NOWHERE => {
+                Ok(slot) if slot < MAX_SLOTS => {
                     grow(&mut self.slots);
                     self.slots.push(None);
-                    grow(&mut self.places);
-                    self.places.push(NOWHERE);
+                    grow(&mut self.links);
+                    self.links.push([0, UNLEASED]);
                     slot
                 }
                 _ => return Err(holder),
@@ -203,7 +246,7 @@ impl Indexed {
         } else {
             self.newest.max(holder.token)
         };
-        let leased = holder.expires_at().is_some();
+        let leased = holder.expires_at();
         self.count(holder.group(), holder.is_exclusive(), true);
         if let Some(s) = self.slots.get_mut(slot as usize) {
             *s = Some(holder);
@@ -217,12 +260,10 @@ impl Indexed {
                 .map_or(0, |h| hasher.hash_one(h.jid()))
         });
         self.len += 1;
-        if leased {
-            self.push(slot);
-        } else {
+        if leased.is_none() {
             self.no_lease += 1;
         }
-        Ok(())
+        Ok((slot, leased))
     }
 
     /// Removes the holder of `jid`.
@@ -236,7 +277,7 @@ impl Indexed {
         if let Ok(entry) = self.by_jid.find_entry(hash, |&s| s == slot) {
             entry.remove();
         }
-        self.unlease(slot);
+        self.delist(slot);
         let holder = self.slots.get_mut(slot as usize)?.take()?;
         self.count(holder.group(), holder.is_exclusive(), false);
         if holder.expires_at().is_none() {
@@ -267,14 +308,17 @@ impl Indexed {
             self.count(new_group.as_deref(), new_exclusive, true);
         }
         match (before, after) {
-            (Some(_), Some(_)) => self.fix(slot),
+            (Some(_), Some(_)) => {
+                self.delist(slot);
+                self.enlist(slot);
+            }
             (Some(_), None) => {
-                self.unlease(slot);
+                self.delist(slot);
                 self.no_lease += 1;
             }
             (None, Some(_)) => {
                 self.no_lease -= 1;
-                self.push(slot);
+                self.enlist(slot);
             }
             (None, None) => {}
         }
@@ -324,11 +368,21 @@ impl Indexed {
 
     /// Removes one holder whose lease ended at `now`, the earliest first.
     pub(super) fn pop_ended(&mut self, now: i64) -> Option<Holder> {
-        let slot = *self.leases.first()?;
+        let slot = self.earliest_slot()?;
         if self.lease(slot) > now {
             return None;
         }
         self.remove_slot(slot)
+    }
+
+    /// The slot of the earliest end of lease: the list's head or the heap's
+    /// root.
+    fn earliest_slot(&self) -> Option<u32> {
+        let listed = (self.head != NIL).then_some(self.head);
+        match (listed, self.leases.first().copied()) {
+            (Some(a), Some(b)) => Some(if self.lease(b) < self.lease(a) { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Removes every holder `matches` picks, showing each to `removed`
@@ -352,19 +406,24 @@ impl Indexed {
 
     /// The earliest end of lease, if any holder has one.
     pub(super) fn earliest_lease(&self) -> Option<i64> {
-        self.leases.first().map(|&s| self.lease(s))
+        self.earliest_slot().map(|s| self.lease(s))
     }
 
     /// The latest end of lease, if any holder has one.
     pub(super) fn latest_lease(&self) -> Option<i64> {
-        // The root alone, or the later of its children (the odd level).
+        // The heap's root alone, or the later of its children (the odd level).
         let at = match self.leases.len() {
-            0 => return None,
-            1 => 0,
-            2 => 1,
-            _ => 1 + usize::from(self.after(2, 1)),
+            0 => None,
+            1 => Some(0),
+            2 => Some(1),
+            _ => Some(1 + usize::from(self.after(2, 1))),
         };
-        self.leases.get(at).map(|&s| self.lease(s))
+        let heaped = at.map(|at| self.lease_at(at));
+        let listed = (self.tail != NIL).then(|| self.lease(self.tail));
+        match (listed, heaped) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Whether some holder has no lease.
@@ -376,7 +435,8 @@ impl Indexed {
     pub(super) fn mem_usage(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.slots.capacity() * std::mem::size_of::<Slot>()
-            + (self.places.capacity() + self.free.capacity() + self.leases.capacity()) * 4
+            + self.links.capacity() * 8
+            + (self.free.capacity() + self.leases.capacity()) * 4
             // a slot number and a control byte a bucket
             + self.by_jid.capacity() * 5
             + self.iter().map(Holder::text_bytes).sum::<usize>()
@@ -385,6 +445,74 @@ impl Indexed {
                 .keys()
                 .map(|g| g.len() + 2 * std::mem::size_of::<usize>())
                 .sum::<usize>()
+    }
+
+    // ---- the list of leases ------------------------------------------------
+
+    fn link(&self, slot: u32) -> [u32; 2] {
+        self.links
+            .get(slot as usize)
+            .copied()
+            .unwrap_or([0, UNLEASED])
+    }
+
+    fn set_link(&mut self, slot: u32, link: [u32; 2]) {
+        if let Some(l) = self.links.get_mut(slot as usize) {
+            *l = link;
+        }
+    }
+
+    /// Sets the previous (`which` 0) or next (1) link of `slot`, or the
+    /// list's head or tail when `slot` is `NIL`.
+    fn relink(&mut self, slot: u32, which: usize, to: u32) {
+        if slot == NIL {
+            if which == 0 {
+                self.tail = to;
+            } else {
+                self.head = to;
+            }
+        } else if let Some(l) = self
+            .links
+            .get_mut(slot as usize)
+            .and_then(|l| l.get_mut(which))
+        {
+            *l = to;
+        }
+    }
+
+    /// Puts the leased holder of `slot` in order: at an end of the list when
+    /// its lease goes there, in the heap otherwise.
+    fn enlist(&mut self, slot: u32) {
+        let end = self.lease(slot);
+        if self.tail == NIL {
+            self.set_link(slot, [NIL, NIL]);
+            (self.head, self.tail) = (slot, slot);
+        } else if self.lease(self.tail) <= end {
+            self.set_link(slot, [self.tail, NIL]);
+            self.relink(self.tail, 1, slot);
+            self.tail = slot;
+        } else if end <= self.lease(self.head) {
+            self.set_link(slot, [NIL, self.head]);
+            self.relink(self.head, 0, slot);
+            self.head = slot;
+        } else {
+            self.push(slot);
+        }
+    }
+
+    /// Takes `slot` out of the list or the heap (a holder that leaves or
+    /// whose lease changes).
+    fn delist(&mut self, slot: u32) {
+        match self.link(slot) {
+            [_, UNLEASED] => return,
+            [_, IN_HEAP] => self.unlease(slot),
+            [prev, next] => {
+                // A neighbour's link to it, or the list's end, skips it.
+                self.relink(prev, 1, next);
+                self.relink(next, 0, prev);
+            }
+        }
+        self.set_link(slot, [0, UNLEASED]);
     }
 
     // ---- the min-max heap of leases ----------------------------------------
@@ -427,25 +555,29 @@ impl Indexed {
     fn swap(&mut self, a: usize, b: usize) {
         self.leases.swap(a, b);
         for at in [a, b] {
-            if let Some(&slot) = self.leases.get(at)
-                && let Some(place) = self.places.get_mut(slot as usize)
-            {
-                *place = u32::try_from(at).unwrap_or(NOWHERE);
+            if let Some(&slot) = self.leases.get(at) {
+                self.set_place(slot, at);
             }
         }
     }
 
+    fn set_place(&mut self, slot: u32, at: usize) {
+        self.set_link(slot, [u32::try_from(at).unwrap_or(NOWHERE), IN_HEAP]);
+    }
+
+    /// The place of `slot` in the heap (`NOWHERE`: not there).
     fn place(&self, slot: u32) -> u32 {
-        self.places.get(slot as usize).copied().unwrap_or(NOWHERE)
+        match self.link(slot) {
+            [at, IN_HEAP] => at,
+            _ => NOWHERE,
+        }
     }
 
     fn push(&mut self, slot: u32) {
         grow(&mut self.leases);
         self.leases.push(slot);
         let at = self.leases.len() - 1;
-        if let Some(place) = self.places.get_mut(slot as usize) {
-            *place = u32::try_from(at).unwrap_or(NOWHERE);
-        }
+        self.set_place(slot, at);
         self.bubble_up(at);
     }
 
@@ -458,9 +590,7 @@ impl Indexed {
         let last = self.leases.len().saturating_sub(1);
         self.swap(at as usize, last);
         self.leases.pop();
-        if let Some(place) = self.places.get_mut(slot as usize) {
-            *place = NOWHERE;
-        }
+        self.set_link(slot, [0, UNLEASED]);
         if let Some(&moved) = self.leases.get(at as usize) {
             self.fix(moved);
         }
@@ -552,8 +682,30 @@ impl Indexed {
         if self.no_lease != self.len - leased {
             return Err("no_lease miscounted".into());
         }
-        if self.leases.len() != leased {
-            return Err(format!("{} leases of {leased}", self.leases.len()));
+        let mut listed = 0;
+        let (mut prev, mut at) = (NIL, self.head);
+        while at != NIL {
+            let [p, next] = self.link(at);
+            if p != prev || next == IN_HEAP || next == UNLEASED {
+                return Err(format!("slot {at} mislinked"));
+            }
+            if prev != NIL && self.lease(prev) > self.lease(at) {
+                return Err(format!("slot {at} listed out of order"));
+            }
+            listed += 1;
+            if listed > self.len {
+                return Err("the list loops".into());
+            }
+            (prev, at) = (at, next);
+        }
+        if prev != self.tail {
+            return Err("the list's tail is not its last".into());
+        }
+        if self.leases.len() + listed != leased {
+            return Err(format!(
+                "{} in the heap and {listed} listed of {leased}",
+                self.leases.len()
+            ));
         }
         for (at, &slot) in self.leases.iter().enumerate() {
             if self.place(slot) as usize != at {

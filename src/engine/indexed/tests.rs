@@ -65,10 +65,17 @@ proptest! {
 
     /// The index against a plain vector in grant order.
     #[test]
-    fn the_index_behaves_as_a_vector(ops in prop::collection::vec(op(), 0..300)) {
-        let mut indexed = Indexed::empty();
-        let mut model: Vec<Holder> = Vec::new();
-        let mut token = 0;
+    fn the_index_behaves_as_a_vector(
+        start in prop::collection::vec(prop::option::of(0i64..50), 0..40),
+        ops in prop::collection::vec(op(), 0..300),
+    ) {
+        // Built from holders in grant order whose leases are in any order
+        // (as renewals leave them), or from none.
+        let mut model: Vec<Holder> = (0u16..).zip(start).map(|(jid, lease)| holder(jid, i64::from(jid) + 1, lease)).collect();
+        let mut token = i64::try_from(model.len()).unwrap_or(0);
+        let mut indexed = Indexed::from_ordered(model.clone()).expect("in grant order");
+        prop_assert_eq!(indexed.check(), Ok(()));
+        prop_assert!(indexed.leases.is_empty(), "every lease listed, none in the heap");
         for op in ops {
             match op {
                 Op::Insert(jid, lease) => {

@@ -1,0 +1,102 @@
+"""Instructions and cache misses per request on one key of N holders: the
+redis-server on the PATH under valgrind --tool=callgrind --cache-sim=yes, the
+commands of `make bench-many` (renewals of the N holders in scrambled order, a
+grant of a fresh jid alternating with its release, denials at LIMIT N;
+pipeline 16, 4 clients), each figure the difference between a run of R and
+one of 2R requests on a freshly filled key (so that filling it and the run's
+fixed costs drop out). The simulated last-level cache is 1 MB (--LL, an L2's
+size): what a command reads across megabytes of holders shows there, which
+the instruction count does not see. The dumps stay in
+target/many-callgrind/ for callgrind_annotate.
+
+    python3 bench/many_callgrind.py [module.so]   (default: the release build)
+
+MANY_CG_REQUESTS: R (default 20,000); MANY_CG_SIZES: the N (default
+"1 1000 100000")."""
+
+import glob
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+OUT = os.path.join(bench.ROOT, "target", "many-callgrind")
+R = int(os.environ.get("MANY_CG_REQUESTS", "20000"))
+SIZES = [int(n) for n in os.environ.get("MANY_CG_SIZES", "1 1000 100000").split()]
+TTL = 600_000
+
+
+def totals(path):
+    events = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            if line.startswith(("summary:", "totals:")):
+                return dict(zip(events, map(int, line.split()[1:])))
+    raise SystemExit("no total in %s" % path)
+
+
+def main():
+    if len(sys.argv) > 1:
+        bench.MODULE = os.path.abspath(sys.argv[1])
+    if not os.path.exists(bench.LOADGEN) or not os.path.exists(bench.MODULE):
+        raise SystemExit("make build loadgen first")
+    os.makedirs(OUT, exist_ok=True)
+    for old in glob.glob(os.path.join(OUT, "*")):
+        os.remove(old)
+    server = bench.Server(wrapper=[
+        "valgrind", "--tool=callgrind", "--cache-sim=yes", "--LL=1048576,16,64", "--dump-instr=no",
+        "--callgrind-out-file=%s/callgrind.out" % OUT])
+
+    def measured(label, args, n, requests, cycle):
+        server.conn.call("FLUSHALL", "SYNC")
+        bench.fill(server, ["UNIQUE.LOCK", "many", "job:{}", "LIMIT", 0, "TTL", TTL], n)
+        before = set(glob.glob(os.path.join(OUT, "callgrind.out*")))
+        subprocess.run(["callgrind_control", "-z", str(server.proc.pid)], check=True, capture_output=True)
+        replies = bench.load(server, args, 16, requests, clients=4, cycle=cycle)["replies"]
+        subprocess.run(["callgrind_control", "-d", str(server.proc.pid)], check=True, capture_output=True)
+        deadline = time.time() + 60
+        while not (new := set(glob.glob(os.path.join(OUT, "callgrind.out*"))) - before):
+            if time.time() > deadline:
+                raise SystemExit("no callgrind dump for %s" % label)
+            time.sleep(0.1)
+        time.sleep(0.3)  # let callgrind finish writing it
+        (path,) = new
+        keep = os.path.join(OUT, "%s_%d_%d.out" % (label.replace("+", "_"), n, requests))
+        os.rename(path, keep)
+        return totals(keep), replies
+
+    print("holders  command        instructions  D1 misses  LL (1 MB) misses  (per request)")
+    try:
+        for n in SIZES:
+            commands = {
+                "renewal": (["UNIQUE.LOCK", "many", "job:{}", "LIMIT", 0, "TTL", TTL], n,
+                            lambda r: r["null"] == 0 and r["error"] == 0),
+                "grant+release": (["UNIQUE.LOCK", "many", "g:{}", "LIMIT", 0, "TTL", TTL, "--and",
+                                   "UNIQUE.UNLOCK", "many", "g:{}"], 0,
+                                  lambda r: r["null"] == 0 and r["zero"] == 0 and r["error"] == 0),
+                "denial": (["UNIQUE.LOCK", "many", "new:{}", "LIMIT", n, "TTL", TTL], 0,
+                           lambda r: r["null"] == sum(r.values())),
+            }
+            for label, (args, cycle, check) in commands.items():
+                runs = []
+                for requests in (R, 2 * R):
+                    t, replies = measured(label, args, n, requests, cycle)
+                    if not check(replies):
+                        raise SystemExit("%s did not do what is measured: %s" % (label, replies))
+                    runs.append(t)
+                a, b = runs
+                per = {k: (b.get(k, 0) - a.get(k, 0)) / R for k in ("Ir", "D1mr", "D1mw", "DLmr", "DLmw")}
+                print("%-8s %-14s %12.0f %10.1f %17.2f" % (
+                    format(n, ","), label, per["Ir"], per["D1mr"] + per["D1mw"], per["DLmr"] + per["DLmw"]),
+                    flush=True)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
