@@ -48,7 +48,7 @@ pub const APPLY_COMMAND: &CStr = c"unique.apply";
 /// unique.apply key now REAP owner
 /// unique.apply key now PRUNE
 /// unique.apply key now RATE n per burst tat
-/// unique.apply key now RATEHOLD n per burst tat jid token acquired_at expires_at [type [owner [meta [group [mode]]]]]
+/// unique.apply key now RATEHOLD "n per burst tat" jid token acquired_at expires_at [type [owner [meta [group [mode]]]]]
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApplyOp {
@@ -67,10 +67,12 @@ pub enum ApplyOp {
     /// version that replicated a rated grant as two effects (HOLD, then
     /// RATE) wrote it after the grant's HOLD, and its AOF and streams load.
     Rate,
-    /// A grant that spent the key's rate, in one effect: the rate state as
-    /// [`Self::Rate`] gives it, then the holder as [`Self::Hold`] gives it
-    /// (its trailing fields left out in the same way). A plain grant's HOLD
-    /// stays what it was.
+    /// A grant that spent the key's rate, in one effect: the rate state's
+    /// fields as [`Self::Rate`] gives them but in one argument, separated by
+    /// a space (one string for Redis to make, feed and free instead of
+    /// four), then the holder as [`Self::Hold`] gives it (its trailing
+    /// fields left out in the same way). A plain grant's HOLD stays what it
+    /// was.
     RateHold,
     /// A LOCKALL's grant or renewal on every key at once, one effect: the
     /// count of keys, then each key's part ([`write_key_hold`]).
@@ -187,9 +189,6 @@ pub fn encode(lock: &Lock, out: &mut impl Sink) {
         None => out.unsigned(0),
     }
 }
-
-/// How many fields [`write_rate`] writes.
-pub const RATE_FIELDS: usize = 4;
 
 /// A rate state's fields, in the encoding and in `UNIQUE.APPLY key now RATE
 /// ...`; [`read_rate`] reads them back.

@@ -469,9 +469,14 @@ fn a_rated_grant_is_one_effect_and_the_older_two_still_load() {
         (key.as_slice(), op.as_slice()),
         (&b"new"[..], &b"RATEHOLD"[..])
     );
-    // The rate's four fields, then the holder's (a plain one: its four).
-    assert_eq!(fields.len(), 8, "{effect:?}");
-    let (rate, holder) = fields.split_at(4);
+    // The rate's four fields in one argument, then the holder's (a plain
+    // one: its four).
+    let [rate, holder @ ..] = fields else {
+        panic!("RATEHOLD: {effect:?}");
+    };
+    assert_eq!(holder.len(), 4, "{effect:?}");
+    let rate: Vec<&[u8]> = rate.split(|&b| b == b' ').collect();
+    assert_eq!(rate[..3], [&b"3"[..], b"600000", b"1"], "{effect:?}");
 
     // The same grant on "old" as an older primary wrote it, appended to the
     // AOF: HOLD, then RATE.
@@ -479,7 +484,7 @@ fn a_rated_grant_is_one_effect_and_the_older_two_still_load() {
     let mut old_hold: Vec<&[u8]> = vec![b"unique.apply", b"old", now, b"HOLD"];
     old_hold.extend(holder.iter().map(Vec::as_slice));
     let mut old_rate: Vec<&[u8]> = vec![b"unique.apply", b"old", now, b"RATE"];
-    old_rate.extend(rate.iter().map(Vec::as_slice));
+    old_rate.extend(rate);
     let aof = std::fs::read_dir(server.dir.join("appendonlydir"))
         .into_iter()
         .flatten()

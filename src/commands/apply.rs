@@ -94,27 +94,31 @@ impl<'a> Effect<'a> {
     fn parse(op: &[u8], rest: &'a [RedisString]) -> Result<Self, RedisError> {
         match (ApplyOp::parse(op), rest) {
             (Some(ApplyOp::Hold), _) => Ok(Self::Hold(parse_holder(rest)?, None)),
-            (Some(ApplyOp::RateHold), _) => {
-                let (rate, holder) = rest
-                    .split_at_checked(codec::RATE_FIELDS)
-                    .ok_or(RedisError::WrongArity)?;
-                Ok(Self::Hold(parse_holder(holder)?, Some(parse_rate(rate)?)))
+            (Some(ApplyOp::RateHold), [rate, holder @ ..]) => {
+                let mut fields = Words(rate.split(|&b| b == b' '));
+                let rate = read_all_rate(&mut fields, |f| f.0.next().is_none())?;
+                Ok(Self::Hold(parse_holder(holder)?, Some(rate)))
             }
             (Some(ApplyOp::Release), [jid]) => Ok(Self::Release(jid)),
             (Some(ApplyOp::ReapOwner), [owner]) => Ok(Self::ReapOwner(owner)),
             (Some(ApplyOp::PruneOnly), []) => Ok(Self::PruneOnly),
-            (Some(ApplyOp::Rate), _) => Ok(Self::Rate(parse_rate(rest)?)),
+            (Some(ApplyOp::Rate), _) => Ok(Self::Rate(read_all_rate(&mut Args::new(rest), |a| {
+                a.is_empty()
+            })?)),
             _ => Err(RedisError::Str("ERR syntax error")),
         }
     }
 }
 
 /// The rate state of `RATE` and `RATEHOLD`, in the fields and with the
-/// checks of the encoding (`codec::read_rate`), nothing more.
-fn parse_rate(args: &[RedisString]) -> Result<Rate, RedisError> {
-    let mut input = Args::new(args);
-    match codec::read_rate(&mut input) {
-        Ok(rate) if input.is_empty() => Ok(rate),
+/// checks of the encoding (`codec::read_rate`), and nothing after them
+/// (`is_empty`).
+fn read_all_rate<S: Source>(
+    input: &mut S,
+    is_empty: impl Fn(&mut S) -> bool,
+) -> Result<Rate, RedisError> {
+    match codec::read_rate(input) {
+        Ok(rate) if is_empty(input) => Ok(rate),
         Ok(_) | Err(DecodeError::Io) => Err(RedisError::WrongArity),
         Err(e) => Err(RedisError::String(format!(
             "ERR invalid rate in UNIQUE.APPLY: {e}"
@@ -196,5 +200,21 @@ impl Source for Args<'_> {
                 .map(|d| d.to_vec())
                 .ok_or(DecodeError::Io),
         }
+    }
+}
+
+/// The integers of one argument, separated by a space (RATEHOLD's rate).
+struct Words<'a, I: Iterator<Item = &'a [u8]>>(I);
+
+impl<'a, I: Iterator<Item = &'a [u8]>> Source for Words<'a, I> {
+    fn unsigned(&mut self) -> Result<u64, DecodeError> {
+        u64::try_from(self.signed()?).map_err(|_| DecodeError::Corrupt("not an integer"))
+    }
+    fn signed(&mut self) -> Result<i64, DecodeError> {
+        let word = self.0.next().ok_or(DecodeError::Io)?;
+        parse_int(word).map_err(|_| DecodeError::Corrupt("not an integer"))
+    }
+    fn buffer(&mut self) -> Result<Vec<u8>, DecodeError> {
+        self.0.next().map(<[u8]>::to_vec).ok_or(DecodeError::Io)
     }
 }

@@ -71,8 +71,8 @@ fn emit_aof_apply(
 /// instead of module strings made, retained and freed around it.
 ///
 /// With `rate` (a grant that spent the key's rate), the same effect as
-/// `RATEHOLD`, the rate state's fields (`codec::write_rate`) before the
-/// holder's: one effect per grant, as a plain one.
+/// `RATEHOLD`, the rate state's fields (`codec::write_rate`) in one argument
+/// before the holder's: one effect per grant, as a plain one.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, rate: Option<&Rate>) {
     let jid = h.jid();
     let (group, mode): (&[u8], &[u8]) = if h.has_fair() {
@@ -171,13 +171,44 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, ra
             match rate {
                 None => by_tail!(replicate, ApplyOp::Hold, "" []),
                 Some(rate) => {
-                    let (n, per) = (Decimal::new(rate.limit.n), Decimal::new(rate.limit.per));
-                    let (burst, tat) = (Decimal::new(rate.limit.burst), Decimal::new(rate.tat));
-                    let (n, per, burst, tat) = (n.bytes(), per.bytes(), burst.bytes(), tat.bytes());
-                    by_tail!(replicate, ApplyOp::RateHold, "bbbb" [n, per, burst, tat])
+                    let rate = RateText::new(rate);
+                    let rate = rate.bytes();
+                    by_tail!(replicate, ApplyOp::RateHold, "b"[rate])
                 }
             };
         }
+    }
+}
+
+/// A rate state's fields (`codec::write_rate`'s order) as one argument of
+/// RATEHOLD, separated by a space, on the stack.
+struct RateText {
+    buf: [u8; 4 * 21],
+    len: usize,
+}
+
+impl RateText {
+    fn new(rate: &Rate) -> Self {
+        let mut out = Self {
+            buf: [0; 4 * 21],
+            len: 0,
+        };
+        let fields = [rate.limit.n, rate.limit.per, rate.limit.burst, rate.tat];
+        for (i, field) in fields.into_iter().enumerate() {
+            let field = Decimal::new(field);
+            let sep: &[u8] = if i == 0 { b"" } else { b" " };
+            for part in [sep, field.bytes()] {
+                if let Some(to) = out.buf.get_mut(out.len..out.len + part.len()) {
+                    to.copy_from_slice(part);
+                    out.len += part.len();
+                }
+            }
+        }
+        out
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or_default()
     }
 }
 
