@@ -5,7 +5,7 @@ MODULE := target/release/libredis_unique.so
 # The Node package's build (dist/), made once by the first suite that needs it.
 NODE_DIST := clients/node/dist/.built
 
-.PHONY: run test build bench bench-floor bench-scale bench-many loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
+.PHONY: run test build bench bench-floor bench-cell bench-scale bench-many loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -102,6 +102,7 @@ build:
 bench: deps build loadgen
 	python3 bench/bench.py
 	python3 bench/floor.py
+	python3 bench/cell.py
 	$(MAKE) bench-ruby
 
 ## bench-floor: UNIQUE.LOCK/UNLOCK against the floor (bench/floor/floor.c, the least a lock module
@@ -109,6 +110,13 @@ bench: deps build loadgen
 ## and instructions per request under callgrind, per server (FLOOR_SERVERS; bench/results/floor.json)
 bench-floor: deps build loadgen
 	python3 bench/floor.py
+
+## bench-cell: UNIQUE.LOCK ... RATE against redis-cell 0.5.0's CL.THROTTLE (built from its git tag
+## into target/redis-cell, once; skipped with the reason when it cannot be): throughput pipelined
+## and not, on fresh keys and on a hot key that denies, and instructions per request under
+## callgrind (CELL_ROUNDS, CELL_CG_REQUESTS, REDIS_CELL_GIT; bench/results/cell.json)
+bench-cell: deps build loadgen
+	python3 bench/cell.py
 
 ## bench-scale: LOCK/UNLOCK throughput and bytes per lock with 10,000,000 locks present
 ## against 1,000 (about 2 GB of memory; bench/results/scale.json)

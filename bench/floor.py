@@ -119,8 +119,10 @@ def ir_total(path):
     raise SystemExit("no total in %s" % path)
 
 
-def instructions(name, floor_so):
-    dumps = os.path.join(OUT, "callgrind", name)
+def instructions(name, floor_so, groups=(LOCKS, UNLOCKS), out_dir=OUT):
+    """Instructions per request of each contender of `groups` (dicts of
+    label: (args, prepare, check)), on a server with `floor_so` loaded too."""
+    dumps = os.path.join(out_dir, "callgrind", name)
     os.makedirs(dumps, exist_ok=True)
     for old in glob.glob(os.path.join(dumps, "*")):
         os.remove(old)
@@ -129,7 +131,7 @@ def instructions(name, floor_so):
         "--callgrind-out-file=%s/callgrind.out" % dumps])
     try:
         out = {}
-        for contenders in (LOCKS, UNLOCKS):
+        for contenders in groups:
             for label, (args, prepare, check) in contenders.items():
                 server.flush()
                 if prepare:

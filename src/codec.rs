@@ -48,6 +48,7 @@ pub const APPLY_COMMAND: &CStr = c"unique.apply";
 /// unique.apply key now REAP owner
 /// unique.apply key now PRUNE
 /// unique.apply key now RATE n per burst tat
+/// unique.apply key now RATEHOLD "n per burst tat" jid token acquired_at expires_at [type [owner [meta [group [mode]]]]]
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApplyOp {
@@ -62,8 +63,17 @@ pub enum ApplyOp {
     /// Nothing after the removal of the ended leases.
     PruneOnly,
     /// Puts the key's rate state exactly as given, in the fields of
-    /// [`write_rate`].
+    /// [`write_rate`]. An AOF rewrite writes it after a key's holders; a
+    /// version that replicated a rated grant as two effects (HOLD, then
+    /// RATE) wrote it after the grant's HOLD, and its AOF and streams load.
     Rate,
+    /// A grant that spent the key's rate, in one effect: the rate state's
+    /// fields as [`Self::Rate`] gives them but in one argument, separated by
+    /// a space (one string for Redis to make, feed and free instead of
+    /// four), then the holder as [`Self::Hold`] gives it (its trailing
+    /// fields left out in the same way). A plain grant's HOLD stays what it
+    /// was.
+    RateHold,
     /// A LOCKALL's grant or renewal on every key at once, one effect: the
     /// count of keys, then each key's part ([`write_key_hold`]).
     HoldAll,
@@ -73,12 +83,13 @@ pub enum ApplyOp {
 }
 
 impl ApplyOp {
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Hold,
         Self::Release,
         Self::ReapOwner,
         Self::PruneOnly,
         Self::Rate,
+        Self::RateHold,
         Self::HoldAll,
         Self::ReleaseAll,
     ];
@@ -91,6 +102,7 @@ impl ApplyOp {
             Self::ReapOwner => c"REAP",
             Self::PruneOnly => c"PRUNE",
             Self::Rate => c"RATE",
+            Self::RateHold => c"RATEHOLD",
             Self::HoldAll => c"HOLDALL",
             Self::ReleaseAll => c"RELEASEALL",
         }

@@ -391,3 +391,119 @@ fn the_rate_state_is_kept_by_every_persistence_and_replication_path() {
         Ok(Value::Nil)
     );
 }
+
+/// The commands of the server's AOF increments, each as its arguments.
+fn aof_commands(server: &Server) -> Vec<Vec<Vec<u8>>> {
+    let mut files: Vec<_> = std::fs::read_dir(server.dir.join("appendonlydir"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|f| f.path())
+        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let bytes = std::fs::read(file).unwrap_or_default();
+        let mut lines = bytes.split(|&b| b == b'\n').map(|l| l.trim_ascii_end());
+        while let Some(count) = lines.next().and_then(|l| l.strip_prefix(b"*")) {
+            let n: usize = String::from_utf8_lossy(count).parse().expect("a count");
+            let command = (0..n)
+                .map(|_| {
+                    lines.next().expect("a length");
+                    lines.next().expect("an argument").to_vec()
+                })
+                .collect();
+            out.push(command);
+        }
+    }
+    out
+}
+
+/// A command in RESP, as an AOF holds it.
+fn resp(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend(*arg);
+        out.extend(b"\r\n");
+    }
+    out
+}
+
+/// A grant that spends the rate goes to the replicas and the AOF as one
+/// effect (RATEHOLD: the rate state, then the holder); the two effects an
+/// older version wrote for it (HOLD, then RATE) still load to the same value.
+#[test]
+fn a_rated_grant_is_one_effect_and_the_older_two_still_load() {
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let con = &mut server.con();
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "new",
+        "a",
+        "TTL",
+        600_000,
+        "RATE",
+        3,
+        "PER",
+        600_000,
+        "BURST",
+        1
+    ));
+    let applied: Vec<Vec<Vec<u8>>> = aof_commands(&server)
+        .into_iter()
+        .filter(|c| {
+            c.first()
+                .is_some_and(|n| n.eq_ignore_ascii_case(b"unique.apply"))
+        })
+        .collect();
+    let [effect] = applied.as_slice() else {
+        panic!("one effect: {applied:?}");
+    };
+    let [_, key, now, op, fields @ ..] = effect.as_slice() else {
+        panic!("RATEHOLD: {effect:?}");
+    };
+    assert_eq!(
+        (key.as_slice(), op.as_slice()),
+        (&b"new"[..], &b"RATEHOLD"[..])
+    );
+    // The rate's four fields in one argument, then the holder's (a plain
+    // one: its four).
+    let [rate, holder @ ..] = fields else {
+        panic!("RATEHOLD: {effect:?}");
+    };
+    assert_eq!(holder.len(), 4, "{effect:?}");
+    let rate: Vec<&[u8]> = rate.split(|&b| b == b' ').collect();
+    assert_eq!(rate[..3], [&b"3"[..], b"600000", b"1"], "{effect:?}");
+
+    // The same grant on "old" as an older primary wrote it, appended to the
+    // AOF: HOLD, then RATE.
+    server.kill();
+    let mut old_hold: Vec<&[u8]> = vec![b"unique.apply", b"old", now, b"HOLD"];
+    old_hold.extend(holder.iter().map(Vec::as_slice));
+    let mut old_rate: Vec<&[u8]> = vec![b"unique.apply", b"old", now, b"RATE"];
+    old_rate.extend(rate);
+    let aof = std::fs::read_dir(server.dir.join("appendonlydir"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|f| f.path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .expect("an AOF increment");
+    let mut bytes = std::fs::read(&aof).expect("the AOF");
+    bytes.extend(resp(&old_hold));
+    bytes.extend(resp(&old_rate));
+    std::fs::write(&aof, bytes).expect("the AOF written");
+    server.start_again();
+
+    let con = &mut server.con();
+    assert_eq!(holders(con, "old"), ["a"]);
+    assert!(rate_of(con, "new").is_some());
+    let dump = |con: &mut Connection, key: &str| -> Vec<u8> {
+        redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
+    };
+    assert_eq!(dump(con, "old"), dump(con, "new"), "the same value");
+    assert_eq!(rate_of(con, "old"), rate_of(con, "new"));
+}

@@ -9,7 +9,8 @@
 //! checked by the same code (`codec::write_holder`, `codec::read_holder`:
 //! expires_at -1, owner "" and meta "" stand for none), RELEASE removes one holder, REAP every holder of that owner, PRUNE
 //! nothing more, RATE puts the key's rate state exactly as given
-//! (`codec::write_rate`). The key is then
+//! (`codec::write_rate`), RATEHOLD both (a grant that spent the rate, one
+//! effect). The key is then
 //! deleted when empty or given its expiry, as on the primary. Nothing here
 //! reads the replica's clock or configuration, so a replica (or an AOF replay)
 //! ends with exactly the primary's data.
@@ -47,13 +48,16 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
     let lock = match (key.lock_mut()?, &effect) {
         (Some(lock), _) => lock,
-        (None, Effect::Hold(_) | Effect::Rate(_)) => key.create(Lock::default())?,
+        (None, Effect::Hold(..) | Effect::Rate(_)) => key.create(Lock::default())?,
         (None, _) => return Ok(RedisValue::SimpleStringStatic("OK")),
     };
     let event = tracked(lock, |lock| {
         lock.prune(now);
         match effect {
-            Effect::Hold(holder) => {
+            Effect::Hold(holder, rate) => {
+                if rate.is_some() {
+                    lock.set_rate(rate);
+                }
                 fencing::observe(holder.token);
                 let new = lock.holder(holder.jid()).is_none();
                 lock.put(holder);
@@ -78,7 +82,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// What an APPLY does after removing the leases that ended at `now`.
 enum Effect<'a> {
-    Hold(Holder),
+    /// A holder, and the key's rate when the grant spent it (RATEHOLD).
+    Hold(Holder, Option<Rate>),
     Release(&'a [u8]),
     ReapOwner(&'a [u8]),
     PruneOnly,
@@ -88,22 +93,36 @@ enum Effect<'a> {
 impl<'a> Effect<'a> {
     fn parse(op: &[u8], rest: &'a [RedisString]) -> Result<Self, RedisError> {
         match (ApplyOp::parse(op), rest) {
-            (Some(ApplyOp::Hold), _) => Ok(Self::Hold(parse_holder(rest)?)),
+            (Some(ApplyOp::Hold), _) => Ok(Self::Hold(parse_holder(rest)?, None)),
+            (Some(ApplyOp::RateHold), [rate, holder @ ..]) => {
+                let mut fields = Words(rate.split(|&b| b == b' '));
+                let rate = read_all_rate(&mut fields, |f| f.0.next().is_none())?;
+                Ok(Self::Hold(parse_holder(holder)?, Some(rate)))
+            }
             (Some(ApplyOp::Release), [jid]) => Ok(Self::Release(jid)),
             (Some(ApplyOp::ReapOwner), [owner]) => Ok(Self::ReapOwner(owner)),
             (Some(ApplyOp::PruneOnly), []) => Ok(Self::PruneOnly),
-            (Some(ApplyOp::Rate), _) => {
-                let mut input = Args::new(rest);
-                match codec::read_rate(&mut input) {
-                    Ok(rate) if input.is_empty() => Ok(Self::Rate(rate)),
-                    Ok(_) | Err(DecodeError::Io) => Err(RedisError::WrongArity),
-                    Err(e) => Err(RedisError::String(format!(
-                        "ERR invalid rate in UNIQUE.APPLY: {e}"
-                    ))),
-                }
-            }
+            (Some(ApplyOp::Rate), _) => Ok(Self::Rate(read_all_rate(&mut Args::new(rest), |a| {
+                a.is_empty()
+            })?)),
             _ => Err(RedisError::Str("ERR syntax error")),
         }
+    }
+}
+
+/// The rate state of `RATE` and `RATEHOLD`, in the fields and with the
+/// checks of the encoding (`codec::read_rate`), and nothing after them
+/// (`is_empty`).
+fn read_all_rate<S: Source>(
+    input: &mut S,
+    is_empty: impl Fn(&mut S) -> bool,
+) -> Result<Rate, RedisError> {
+    match codec::read_rate(input) {
+        Ok(rate) if is_empty(input) => Ok(rate),
+        Ok(_) | Err(DecodeError::Io) => Err(RedisError::WrongArity),
+        Err(e) => Err(RedisError::String(format!(
+            "ERR invalid rate in UNIQUE.APPLY: {e}"
+        ))),
     }
 }
 
@@ -181,5 +200,21 @@ impl Source for Args<'_> {
                 .map(|d| d.to_vec())
                 .ok_or(DecodeError::Io),
         }
+    }
+}
+
+/// The integers of one argument, separated by a space (RATEHOLD's rate).
+struct Words<'a, I: Iterator<Item = &'a [u8]>>(I);
+
+impl<'a, I: Iterator<Item = &'a [u8]>> Source for Words<'a, I> {
+    fn unsigned(&mut self) -> Result<u64, DecodeError> {
+        u64::try_from(self.signed()?).map_err(|_| DecodeError::Corrupt("not an integer"))
+    }
+    fn signed(&mut self) -> Result<i64, DecodeError> {
+        let word = self.0.next().ok_or(DecodeError::Io)?;
+        parse_int(word).map_err(|_| DecodeError::Corrupt("not an integer"))
+    }
+    fn buffer(&mut self) -> Result<Vec<u8>, DecodeError> {
+        self.0.next().map(<[u8]>::to_vec).ok_or(DecodeError::Io)
     }
 }

@@ -225,8 +225,8 @@ pub enum Change<'a> {
 /// How an effect reaches the replicas and the AOF.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replicate<'a> {
-    /// `UNIQUE.APPLY key now HOLD <the holder of jid>`, then `RATE <the key's
-    /// rate>` when `rate` (the grant spent it).
+    /// `UNIQUE.APPLY key now HOLD <the holder of jid>`, or `RATEHOLD <the
+    /// key's rate> <the holder>` when `rate` (the grant spent it).
     Hold { jid: &'a [u8], rate: bool },
     /// `UNIQUE.APPLY key now <op> [arg]`.
     Effect(ApplyOp, Option<&'a [u8]>),

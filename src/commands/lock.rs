@@ -11,8 +11,9 @@ use super::{ArgError, Freed, finish, parse_int, tracked};
 use crate::config;
 use crate::datatype::LockKey;
 use crate::engine::{
-    DEFAULT_TYPE, Expiry, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, RateLimit,
-    validate_group, validate_jid, validate_meta, validate_owner, validate_type,
+    DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode,
+    RateLimit, meta_text, validate_group, validate_jid, validate_meta_json, validate_owner,
+    validate_type,
 };
 use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
@@ -80,7 +81,8 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
             validate_owner(value)?;
             opts.owner = Some(value);
         } else if is("META") && opts.meta.is_none() {
-            opts.meta = Some(validate_meta(value, max_meta_bytes)?);
+            // Its JSON is checked once the holder is known (`check_meta`).
+            opts.meta = Some(meta_text(value, max_meta_bytes)?);
         } else if is("RATE") && rate.is_none() {
             rate = Some(parse_int(value)?);
         } else if is("PER") && per.is_none() {
@@ -321,10 +323,14 @@ fn attempt(
     let mut key =
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
     let decision = match key.lock_mut()? {
-        Some(lock) => tracked(lock, |lock| {
-            decide_lock(lock, &req, now, queued, &mut InRedis)
-        }),
+        Some(lock) => {
+            check_meta(opts.meta, lock.holder(jid))?;
+            tracked(lock, |lock| {
+                decide_lock(lock, &req, now, queued, &mut InRedis)
+            })
+        }
         None => {
+            check_meta(opts.meta, None)?;
             let mut lock = Lock::default();
             let decision = decide_lock(&mut lock, &req, now, queued, &mut InRedis);
             // A new key is only stored with its first holder.
@@ -336,6 +342,18 @@ fn attempt(
     };
     let freed = finish(ctx, key_name, key, now, decision.expired, decision.change)?;
     Ok((decision.attempt, freed))
+}
+
+/// META is one JSON object: checked once the holder is known, so that a
+/// renewal that sends the META its holder keeps (checked when it was stored)
+/// is not parsed again; `parse_options` checked the rest.
+fn check_meta(meta: Option<&str>, held: Option<&Holder>) -> Result<(), LockError> {
+    match meta {
+        Some(meta) if held.and_then(Holder::meta) != Some(meta.as_bytes()) => {
+            validate_meta_json(meta)
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -452,6 +470,23 @@ mod tests {
     }
 
     #[test]
+    fn meta_json_is_checked_unless_the_holder_keeps_the_same_bytes() {
+        let held = Holder::new(b"j", 1, 0, None, DEFAULT_TYPE, None, Some(b"{\"a\":1}"));
+        // Accepted by the cheap checks of parse_options, not by the JSON one.
+        let bad = "{not json";
+        assert_eq!(parse(&["META", bad]).map(|o| o.meta), Ok(Some(bad)));
+        assert_eq!(check_meta(Some(bad), None), Err(LockError::MetaNotObject));
+        assert_eq!(
+            check_meta(Some(bad), Some(&held)),
+            Err(LockError::MetaNotObject)
+        );
+        // The holder's own META: not parsed again.
+        assert_eq!(check_meta(Some("{\"a\":1}"), Some(&held)), Ok(()));
+        assert_eq!(check_meta(Some("{\"a\":2}"), Some(&held)), Ok(()));
+        assert_eq!(check_meta(None, None), Ok(()));
+    }
+
+    #[test]
     fn values_are_validated() {
         assert_eq!(
             parse(&["TYPE", "no spaces"]),
@@ -526,7 +561,7 @@ mod fuzz {
                 prop_assert!(opts.limit.is_none_or(|l| i64::from(l) <= MAX_LIMIT));
                 prop_assert!(opts.lock_type.is_none_or(|t| validate_type(t.as_bytes()).is_ok()));
                 prop_assert!(opts.owner.is_none_or(|o| validate_owner(o).is_ok()));
-                prop_assert!(opts.meta.is_none_or(|m| m.len() <= 64 && validate_meta(m.as_bytes(), 64).is_ok()));
+                prop_assert!(opts.meta.is_none_or(|m| m.len() <= 64 && crate::engine::meta_text(m.as_bytes(), 64).is_ok()));
                 prop_assert!(opts.wait.is_none_or(|w| w > 0));
                 prop_assert!(opts.rate.is_none_or(|r| RateLimit::new(r.n, r.per, r.burst) == Some(r)));
                 prop_assert!(args.len() % 2 == 0, "every option takes a value");

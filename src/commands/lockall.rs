@@ -22,7 +22,7 @@ use crate::config;
 use crate::datatype::LockKey;
 use crate::engine::{
     DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, Rate,
-    RateLimit, validate_group, validate_jid,
+    RateLimit, validate_group, validate_jid, validate_meta_json,
 };
 use crate::ffi::{self, now_ms};
 use crate::metrics::{self, Event};
@@ -145,6 +145,10 @@ pub fn parse<A: Deref<Target = [u8]>>(
         }
     }
     let opts = parse_options(&others, max_meta_bytes)?;
+    // LOCK checks META's JSON once it knows the holder; here, at once.
+    if let Some(meta) = opts.meta {
+        validate_meta_json(meta)?;
+    }
     if shares
         .iter()
         .any(|s| s.group.is_none() && s.group_limit.is_some())

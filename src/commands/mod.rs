@@ -225,10 +225,8 @@ pub fn finish(
         Replicate::Hold { jid, rate } => {
             let lock = key.lock()?;
             if let Some(holder) = lock.and_then(|lock| lock.holder(jid)) {
-                ffi::replicate_hold(ctx, name, now, holder);
-            }
-            if let Some(rate) = lock.and_then(Lock::rate).filter(|_| rate) {
-                ffi::replicate_rate(ctx, name, now, rate);
+                let rate = lock.and_then(Lock::rate).filter(|_| rate);
+                ffi::replicate_hold(ctx, name, now, holder, rate);
             }
         }
         Replicate::Effect(op, arg) => ffi::replicate_effect(ctx, name, now, op, arg),

@@ -156,6 +156,14 @@ pub fn validate_type(name: &[u8]) -> Result<&str, LockError> {
 /// The text is validated without building a tree (serde_json's `IgnoredAny`),
 /// and kept exactly as given.
 pub fn validate_meta(meta: &[u8], max_bytes: usize) -> Result<&str, LockError> {
+    let text = meta_text(meta, max_bytes)?;
+    validate_meta_json(text)?;
+    Ok(text)
+}
+
+/// The cheap part of [`validate_meta`]: at most `max_bytes`, UTF-8, and
+/// starting as an object; [`validate_meta_json`] is the rest.
+pub fn meta_text(meta: &[u8], max_bytes: usize) -> Result<&str, LockError> {
     if meta.len() > max_bytes {
         return Err(LockError::MetaTooLarge { max: max_bytes });
     }
@@ -163,8 +171,14 @@ pub fn validate_meta(meta: &[u8], max_bytes: usize) -> Result<&str, LockError> {
     if !text.trim_start().starts_with('{') {
         return Err(LockError::MetaNotObject);
     }
-    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|_| LockError::MetaNotObject)?;
     Ok(text)
+}
+
+/// The costly part of [`validate_meta`]: the text is one JSON object (after
+/// [`meta_text`]).
+pub fn validate_meta_json(text: &str) -> Result<(), LockError> {
+    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|_| LockError::MetaNotObject)?;
+    Ok(())
 }
 
 /// How a LOCK call asks for a lease.

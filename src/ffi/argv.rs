@@ -152,7 +152,7 @@ unsafe impl Sync for Shared {}
 static SHARED: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
 
 /// The words of [`word`], in its order.
-const WORDS: [&str; 16] = [
+const WORDS: [&str; 17] = [
     "",
     "HOLD",
     "RELEASE",
@@ -169,6 +169,7 @@ const WORDS: [&str; 16] = [
     "until_expired",
     "shared",
     "exclusive",
+    "RATEHOLD",
 ];
 
 /// The index in [`WORDS`] of `bytes`: the operation names, the known lock
@@ -192,6 +193,7 @@ fn word(bytes: &[u8]) -> Option<usize> {
         b"until_expired" => 13,
         b"shared" => 14,
         b"exclusive" => 15,
+        b"RATEHOLD" => 16,
         _ => return None,
     })
 }

@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_longlong};
 use redis_module::{Context, RedisString, raw};
 
 use super::argv::Argv;
-use crate::codec::{APPLY_COMMAND, ApplyOp, HOLD_DEFAULTS, NO_EXPIRY, Sink, write_rate};
+use crate::codec::{APPLY_COMMAND, ApplyOp, HOLD_DEFAULTS, NO_EXPIRY, write_rate};
 use crate::engine::{Holder, Mode, Rate};
 
 /// Emits the command that recreates `holder` of `key` into a rewritten AOF,
@@ -58,16 +58,6 @@ fn emit_aof_apply(
     }
 }
 
-/// Replicates `UNIQUE.APPLY key now RATE ...`: the key's rate state exactly
-/// as it is after a grant spent it.
-pub fn replicate_rate(ctx: &Context, key: &RedisString, now: i64, rate: &Rate) {
-    let mut argv = Argv::new();
-    argv.signed(now);
-    argv.buffer(ApplyOp::Rate.word().to_bytes());
-    write_rate(rate, &mut argv);
-    replicate_apply(ctx, key, argv);
-}
-
 /// Replicates `UNIQUE.APPLY key now HOLD ...`: `holder` exactly as it is,
 /// with the client's own key string, in the fields and the order of
 /// `codec::write_holder` (jid, token, acquired_at, expires_at, type, owner,
@@ -79,7 +69,11 @@ pub fn replicate_rate(ctx: &Context, key: &RedisString, now: i64, rate: &Rate) {
 /// grant goes as 7 arguments instead of 10. Through RM_Replicate's format:
 /// Redis makes each argument once, for the replication stream itself,
 /// instead of module strings made, retained and freed around it.
-pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
+///
+/// With `rate` (a grant that spent the key's rate), the same effect as
+/// `RATEHOLD`, the rate state's fields (`codec::write_rate`) in one argument
+/// before the holder's: one effect per grant, as a plain one.
+pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, rate: Option<&Rate>) {
     let jid = h.jid();
     let (group, mode): (&[u8], &[u8]) = if h.has_fair() {
         (
@@ -121,17 +115,22 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
     let expires_at = Decimal::new(h.expires_at().unwrap_or(NO_EXPIRY));
     let expires_at = expires_at.bytes();
     // One call per length: RM_Replicate is variadic, its format says how
-    // many arguments follow.
+    // many arguments follow: `now`, the op, the rate's fields if any
+    // (`$pre`), the holder's four, then its `tail_len` optional ones.
     macro_rules! replicate {
-        ($replicate:expr, $format:literal $(, $field:expr)*) => {
+        ($replicate:expr, $op:expr, $pre_format:literal [$($pre:expr),*] $tail_format:literal
+            $(, $field:expr)*) => {
             $replicate(
                 ctx.get_raw(),
                 APPLY_COMMAND.as_ptr(),
-                $format.as_ptr(),
+                concat!("sbc", $pre_format, "bbbb", $tail_format, "\0")
+                    .as_ptr()
+                    .cast::<c_char>(),
                 key.inner,
                 now_text.as_ptr().cast::<c_char>(),
                 now_text.len(),
-                ApplyOp::Hold.word().as_ptr(),
+                $op.word().as_ptr(),
+                $($pre.as_ptr().cast::<c_char>(), $pre.len(),)*
                 jid.as_ptr().cast::<c_char>(),
                 jid.len(),
                 token.as_ptr().cast::<c_char>(),
@@ -144,28 +143,72 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder) {
             )
         };
     }
+    macro_rules! by_tail {
+        ($replicate:expr, $op:expr, $pre_format:literal [$($pre:expr),*]) => {
+            match tail_len {
+                0 => replicate!($replicate, $op, $pre_format [$($pre),*] ""),
+                1 => replicate!($replicate, $op, $pre_format [$($pre),*] "b", lock_type),
+                2 => replicate!($replicate, $op, $pre_format [$($pre),*] "bb", lock_type, owner),
+                3 => replicate!(
+                    $replicate, $op, $pre_format [$($pre),*] "bbb", lock_type, owner, meta
+                ),
+                4 => replicate!(
+                    $replicate, $op, $pre_format [$($pre),*] "bbbb", lock_type, owner, meta, group
+                ),
+                _ => replicate!(
+                    $replicate, $op, $pre_format [$($pre),*] "bbbbb",
+                    lock_type, owner, meta, group, mode
+                ),
+            }
+        };
+    }
     // SAFETY: `ctx` is the context of the running command; every argument
     // matches the format (s = a module string, c = C string, b = a pointer
-    // and a length); the buffers outlive the call, which copies them.
+    // and a length; the format ends with its NUL); the buffers outlive the
+    // call, which copies them.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
-            match tail_len {
-                0 => replicate!(replicate, c"sbcbbbb"),
-                1 => replicate!(replicate, c"sbcbbbbb", lock_type),
-                2 => replicate!(replicate, c"sbcbbbbbb", lock_type, owner),
-                3 => replicate!(replicate, c"sbcbbbbbbb", lock_type, owner, meta),
-                4 => replicate!(replicate, c"sbcbbbbbbbb", lock_type, owner, meta, group),
-                _ => replicate!(
-                    replicate,
-                    c"sbcbbbbbbbbb",
-                    lock_type,
-                    owner,
-                    meta,
-                    group,
-                    mode
-                ),
+            match rate {
+                None => by_tail!(replicate, ApplyOp::Hold, "" []),
+                Some(rate) => {
+                    let rate = RateText::new(rate);
+                    let rate = rate.bytes();
+                    by_tail!(replicate, ApplyOp::RateHold, "b"[rate])
+                }
             };
         }
+    }
+}
+
+/// A rate state's fields (`codec::write_rate`'s order) as one argument of
+/// RATEHOLD, separated by a space, on the stack.
+struct RateText {
+    buf: [u8; 4 * 21],
+    len: usize,
+}
+
+impl RateText {
+    fn new(rate: &Rate) -> Self {
+        let mut out = Self {
+            buf: [0; 4 * 21],
+            len: 0,
+        };
+        let fields = [rate.limit.n, rate.limit.per, rate.limit.burst, rate.tat];
+        for (i, field) in fields.into_iter().enumerate() {
+            let field = Decimal::new(field);
+            let sep: &[u8] = if i == 0 { b"" } else { b" " };
+            for part in [sep, field.bytes()] {
+                if let Some(to) = out.buf.get_mut(out.len..out.len + part.len()) {
+                    to.copy_from_slice(part);
+                    out.len += part.len();
+                }
+            }
+        }
+        out
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or_default()
     }
 }
 
@@ -254,25 +297,6 @@ pub fn replicate_effect(
                     op.word().as_ptr(),
                 ),
             };
-        }
-    }
-}
-
-/// Replicates `UNIQUE.APPLY key <argv>`.
-fn replicate_apply(ctx: &Context, key: &RedisString, mut argv: Argv) {
-    // SAFETY: `ctx` is the context of the running command; every argument
-    // matches the format (s = a module string, v = an array of module
-    // strings and its length); `argv` outlives the call.
-    unsafe {
-        if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(
-                ctx.get_raw(),
-                APPLY_COMMAND.as_ptr(),
-                c"sv".as_ptr(),
-                key.inner,
-                argv.strings.as_mut_ptr(),
-                argv.len,
-            );
         }
     }
 }
