@@ -43,6 +43,8 @@ pub const APPLY_COMMAND: &CStr = c"unique.apply";
 /// (`commands/apply.rs`).
 ///
 /// ```text
+/// unique.apply key now LEASE jid "token acquired_at expires_at" [type [owner [meta [group [mode]]]]]
+/// unique.apply key now RATELEASE "n per burst tat" jid "token acquired_at expires_at" [type ...]
 /// unique.apply key now HOLD jid token acquired_at expires_at [type [owner [meta [group [mode]]]]]
 /// unique.apply key now RELEASE jid
 /// unique.apply key now REAP owner
@@ -54,8 +56,19 @@ pub const APPLY_COMMAND: &CStr = c"unique.apply";
 pub enum ApplyOp {
     /// Puts a holder exactly as given (a grant or a renewal), in the fields of
     /// [`write_holder`]; the trailing ones may be left out where they have
-    /// their default value ([`HOLD_DEFAULTS`]).
+    /// their default value ([`HOLD_DEFAULTS`]). What grants were replicated
+    /// as before [`Self::Lease`]; an AOF rewrite still writes it.
     Hold,
+    /// [`Self::Hold`] with the lease's three numbers (token, acquired_at,
+    /// expires_at) in one argument, separated by a space: what a grant or a
+    /// renewal replicates. Redis makes, feeds and frees every argument of an
+    /// effect as a string object, which costs more than the digits: one
+    /// argument instead of three.
+    Lease,
+    /// [`Self::Lease`] after the key's rate state in one argument (the
+    /// fields of [`write_rate`], separated by a space): a grant that spent
+    /// the key's rate, one effect.
+    RateLease,
     /// Removes one holder, by jid.
     Release,
     /// Removes every holder of one owner.
@@ -69,10 +82,9 @@ pub enum ApplyOp {
     Rate,
     /// A grant that spent the key's rate, in one effect: the rate state's
     /// fields as [`Self::Rate`] gives them but in one argument, separated by
-    /// a space (one string for Redis to make, feed and free instead of
-    /// four), then the holder as [`Self::Hold`] gives it (its trailing
-    /// fields left out in the same way). A plain grant's HOLD stays what it
-    /// was.
+    /// a space, then the holder as [`Self::Hold`] gives it (its trailing
+    /// fields left out in the same way). Read, no longer written: grants
+    /// that spend the rate go as [`Self::RateLease`].
     RateHold,
     /// A LOCKALL's grant or renewal on every key at once, one effect: the
     /// count of keys, then each key's part ([`write_key_hold`]).
@@ -83,8 +95,10 @@ pub enum ApplyOp {
 }
 
 impl ApplyOp {
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::Hold,
+        Self::Lease,
+        Self::RateLease,
         Self::Release,
         Self::ReapOwner,
         Self::PruneOnly,
@@ -98,6 +112,8 @@ impl ApplyOp {
     pub const fn word(self) -> &'static CStr {
         match self {
             Self::Hold => c"HOLD",
+            Self::Lease => c"LEASE",
+            Self::RateLease => c"RATELEASE",
             Self::Release => c"RELEASE",
             Self::ReapOwner => c"REAP",
             Self::PruneOnly => c"PRUNE",

@@ -78,8 +78,9 @@ fn events(pubsub: &mut PubSub<'_>, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Every `UNIQUE.APPLY` the server wrote to its AOF, in order, each as its
-/// arguments after the command name.
+/// Every effect the server wrote to its AOF, in order: each `UNIQUE.APPLY`
+/// as its arguments after the command name, and each `DEL` (a change that
+/// left the key empty) as `[key, "", "DEL"]`.
 fn applied(dir: &Path) -> Vec<Vec<String>> {
     let mut files: Vec<_> = std::fs::read_dir(dir.join("appendonlydir"))
         .into_iter()
@@ -92,11 +93,15 @@ fn applied(dir: &Path) -> Vec<Vec<String>> {
     files
         .iter()
         .flat_map(|f| commands(&std::fs::read(f).unwrap_or_default()))
-        .filter(|c| {
-            c.first()
-                .is_some_and(|n| n.eq_ignore_ascii_case("UNIQUE.APPLY"))
+        .filter_map(|c| match c.as_slice() {
+            [name, ..] if name.eq_ignore_ascii_case("UNIQUE.APPLY") => {
+                Some(c.into_iter().skip(1).collect())
+            }
+            [name, key] if name.eq_ignore_ascii_case("DEL") => {
+                Some(vec![key.clone(), String::new(), "DEL".to_string()])
+            }
+            _ => None,
         })
-        .map(|c| c.into_iter().skip(1).collect())
         .collect()
 }
 
@@ -154,17 +159,17 @@ fn effect(op: &str, arg: &str) -> (String, String, String) {
     ("k".to_string(), op.to_string(), arg.to_string())
 }
 
-/// The `now` of the last `UNIQUE.APPLY k now HOLD jid ...` for `jid`.
+/// The `now` of the last `UNIQUE.APPLY k now LEASE jid ...` for `jid`.
 fn hold_time(server: &Server, jid: &str) -> i64 {
     applied(&server.dir)
         .iter()
         .rev()
         .find(|a| {
-            a.get(2).map(String::as_str) == Some("HOLD")
+            a.get(2).map(String::as_str) == Some("LEASE")
                 && a.get(3).map(String::as_str) == Some(jid)
         })
         .and_then(|a| a.get(1)?.parse().ok())
-        .unwrap_or_else(|| panic!("no HOLD of {jid}"))
+        .unwrap_or_else(|| panic!("no LEASE of {jid}"))
 }
 
 /// `jid`'s end of lease on `k`.
@@ -191,7 +196,8 @@ fn unlock_announces_and_replicates_the_release_before_the_grant() {
     assert_eq!(events(&mut pubsub, 2), ["unique.unlock", "unique.lock"]);
     assert_eq!(
         effects_after(&server, before, 2),
-        [effect("RELEASE", "a"), effect("HOLD", "b")]
+        // a was the only holder: its release is the key's deletion.
+        [effect("DEL", ""), effect("LEASE", "b")]
     );
 }
 
@@ -215,7 +221,7 @@ fn reap_owner_announces_and_replicates_the_removal_before_the_grant() {
     assert_eq!(events(&mut pubsub, 2), ["unique.reap", "unique.lock"]);
     assert_eq!(
         effects_after(&server, before, 2),
-        [effect("REAP", "w1"), effect("HOLD", "b")]
+        [effect("DEL", ""), effect("LEASE", "b")]
     );
 }
 
@@ -251,7 +257,7 @@ fn reap_of_expired_holders_announces_and_replicates_the_prune_before_the_grant()
     assert_eq!(events(&mut pubsub, 2), ["unique.expire", "unique.lock"]);
     assert_eq!(
         effects_after(&server, before, 2),
-        [effect("PRUNE", ""), effect("HOLD", "b")]
+        [effect("PRUNE", ""), effect("LEASE", "b")]
     );
 }
 
@@ -270,7 +276,7 @@ fn the_background_reaper_announces_and_replicates_the_prune_before_the_grant() {
     assert_eq!(events(&mut pubsub, 2), ["unique.expire", "unique.lock"]);
     assert_eq!(
         effects_after(&server, before, 2),
-        [effect("PRUNE", ""), effect("HOLD", "b")]
+        [effect("PRUNE", ""), effect("LEASE", "b")]
     );
 }
 
@@ -292,7 +298,7 @@ fn a_lease_running_out_is_announced_and_replicated_before_the_grant() {
     assert_eq!(events(&mut pubsub, 2), ["unique.expire", "unique.lock"]);
     // One effect: the grant, at a time that removes a's lease first, on a
     // replica and on replay.
-    assert_eq!(effects_after(&server, before, 1), [effect("HOLD", "b")]);
+    assert_eq!(effects_after(&server, before, 1), [effect("LEASE", "b")]);
     assert!(hold_time(&server, "b") >= lease_end);
     assert_eq!(applied(&server.dir).len(), before + 1, "nothing else");
 }

@@ -432,10 +432,11 @@ fn resp(args: &[&[u8]]) -> Vec<u8> {
 }
 
 /// A grant that spends the rate goes to the replicas and the AOF as one
-/// effect (RATEHOLD: the rate state, then the holder); the two effects an
-/// older version wrote for it (HOLD, then RATE) still load to the same value.
+/// effect (RATELEASE: the rate state, then the holder with its lease's
+/// numbers in one argument); the effects older versions wrote for it (HOLD,
+/// then RATE; and RATEHOLD) still load to the same value.
 #[test]
-fn a_rated_grant_is_one_effect_and_the_older_two_still_load() {
+fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
     let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let con = &mut server.con();
     token(call!(
@@ -462,29 +463,32 @@ fn a_rated_grant_is_one_effect_and_the_older_two_still_load() {
     let [effect] = applied.as_slice() else {
         panic!("one effect: {applied:?}");
     };
-    let [_, key, now, op, fields @ ..] = effect.as_slice() else {
-        panic!("RATEHOLD: {effect:?}");
+    // The rate's four fields in one argument, then the jid and the lease's
+    // three numbers in one argument (a plain holder: nothing after).
+    let [_, key, now, op, rate, jid, lease] = effect.as_slice() else {
+        panic!("RATELEASE: {effect:?}");
     };
     assert_eq!(
-        (key.as_slice(), op.as_slice()),
-        (&b"new"[..], &b"RATEHOLD"[..])
+        (key.as_slice(), op.as_slice(), jid.as_slice()),
+        (&b"new"[..], &b"RATELEASE"[..], &b"a"[..])
     );
-    // The rate's four fields in one argument, then the holder's (a plain
-    // one: its four).
-    let [rate, holder @ ..] = fields else {
-        panic!("RATEHOLD: {effect:?}");
-    };
-    assert_eq!(holder.len(), 4, "{effect:?}");
     let rate: Vec<&[u8]> = rate.split(|&b| b == b' ').collect();
     assert_eq!(rate[..3], [&b"3"[..], b"600000", b"1"], "{effect:?}");
+    let lease: Vec<&[u8]> = lease.split(|&b| b == b' ').collect();
+    assert_eq!(lease.len(), 3, "{effect:?}");
 
-    // The same grant on "old" as an older primary wrote it, appended to the
-    // AOF: HOLD, then RATE.
+    // The same grant as older primaries wrote it, appended to the AOF: on
+    // "old" HOLD then RATE, on "mid" RATEHOLD.
     server.kill();
+    let mut holder: Vec<&[u8]> = vec![jid];
+    holder.extend(&lease);
     let mut old_hold: Vec<&[u8]> = vec![b"unique.apply", b"old", now, b"HOLD"];
-    old_hold.extend(holder.iter().map(Vec::as_slice));
+    old_hold.extend(&holder);
     let mut old_rate: Vec<&[u8]> = vec![b"unique.apply", b"old", now, b"RATE"];
-    old_rate.extend(rate);
+    old_rate.extend(&rate);
+    let rate_text = rate.join(&b' ');
+    let mut mid: Vec<&[u8]> = vec![b"unique.apply", b"mid", now, b"RATEHOLD", &rate_text];
+    mid.extend(&holder);
     let aof = std::fs::read_dir(server.dir.join("appendonlydir"))
         .into_iter()
         .flatten()
@@ -495,16 +499,19 @@ fn a_rated_grant_is_one_effect_and_the_older_two_still_load() {
     let mut bytes = std::fs::read(&aof).expect("the AOF");
     bytes.extend(resp(&old_hold));
     bytes.extend(resp(&old_rate));
+    bytes.extend(resp(&mid));
     std::fs::write(&aof, bytes).expect("the AOF written");
     server.start_again();
 
     let con = &mut server.con();
     assert_eq!(holders(con, "old"), ["a"]);
+    assert_eq!(holders(con, "mid"), ["a"]);
     assert!(rate_of(con, "new").is_some());
     let dump = |con: &mut Connection, key: &str| -> Vec<u8> {
         redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
     };
     assert_eq!(dump(con, "old"), dump(con, "new"), "the same value");
+    assert_eq!(dump(con, "mid"), dump(con, "new"), "the same value");
     // allowed_at is the time of the call while a grant is allowed (two calls, two
     // milliseconds maybe): the rest is the state itself.
     let state = |con: &mut Connection, key: &str| {
@@ -513,4 +520,5 @@ fn a_rated_grant_is_one_effect_and_the_older_two_still_load() {
         rate
     };
     assert_eq!(state(con, "old"), state(con, "new"));
+    assert_eq!(state(con, "mid"), state(con, "new"));
 }

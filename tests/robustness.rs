@@ -277,6 +277,8 @@ fn hostile_input_never_crashes_or_hangs_the_server() {
         "WITHMETA",
         "RESET",
         "HOLD",
+        "LEASE",
+        "RATELEASE",
         "RELEASE",
         "PRUNE",
         "0",

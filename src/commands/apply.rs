@@ -4,13 +4,14 @@
 //! Its operations are [`codec::ApplyOp`] (their words and forms are there,
 //! shared with the side that writes them). Every form first removes the holders whose lease ended at `now` (the
 //! primary's clock at the time of the command, or 0 to remove none), then:
-//! HOLD puts the holder exactly as given (a new grant or a renewal, with
-//! absolute times and its token), in the fields of the encoding, read and
-//! checked by the same code (`codec::write_holder`, `codec::read_holder`:
-//! expires_at -1, owner "" and meta "" stand for none), RELEASE removes one holder, REAP every holder of that owner, PRUNE
+//! LEASE (and the older HOLD) puts the holder exactly as given (a new grant
+//! or a renewal, with absolute times and its token), in the fields of the
+//! encoding, read and checked by the same code (`codec::write_holder`,
+//! `codec::read_holder`: expires_at -1, owner "" and meta "" stand for
+//! none), RELEASE removes one holder, REAP every holder of that owner, PRUNE
 //! nothing more, RATE puts the key's rate state exactly as given
-//! (`codec::write_rate`), RATEHOLD both (a grant that spent the rate, one
-//! effect). The key is then
+//! (`codec::write_rate`), RATELEASE (and the older RATEHOLD) both (a grant
+//! that spent the rate, one effect). The key is then
 //! deleted when empty or given its expiry, as on the primary. Nothing here
 //! reads the replica's clock or configuration, so a replica (or an AOF replay)
 //! ends with exactly the primary's data.
@@ -82,7 +83,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// What an APPLY does after removing the leases that ended at `now`.
 enum Effect<'a> {
-    /// A holder, and the key's rate when the grant spent it (RATEHOLD).
+    /// A holder, and the key's rate when the grant spent it (RATELEASE).
     Hold(Holder, Option<Rate>),
     Release(&'a [u8]),
     ReapOwner(&'a [u8]),
@@ -94,6 +95,12 @@ impl<'a> Effect<'a> {
     fn parse(op: &[u8], rest: &'a [RedisString]) -> Result<Self, RedisError> {
         match (ApplyOp::parse(op), rest) {
             (Some(ApplyOp::Hold), _) => Ok(Self::Hold(parse_holder(rest)?, None)),
+            (Some(ApplyOp::Lease), _) => Ok(Self::Hold(parse_leased(rest)?, None)),
+            (Some(ApplyOp::RateLease), [rate, holder @ ..]) => {
+                let mut fields = Words(rate.split(|&b| b == b' '));
+                let rate = read_all_rate(&mut fields, |f| f.0.next().is_none())?;
+                Ok(Self::Hold(parse_leased(holder)?, Some(rate)))
+            }
             (Some(ApplyOp::RateHold), [rate, holder @ ..]) => {
                 let mut fields = Words(rate.split(|&b| b == b' '));
                 let rate = read_all_rate(&mut fields, |f| f.0.next().is_none())?;
@@ -110,7 +117,7 @@ impl<'a> Effect<'a> {
     }
 }
 
-/// The rate state of `RATE` and `RATEHOLD`, in the fields and with the
+/// The rate state of `RATE`, `RATELEASE` and `RATEHOLD`, in the fields and with the
 /// checks of the encoding (`codec::read_rate`), and nothing after them
 /// (`is_empty`).
 fn read_all_rate<S: Source>(
@@ -140,9 +147,16 @@ fn parse_holder(args: &[RedisString]) -> Result<Holder, RedisError> {
     else {
         return Err(RedisError::WrongArity);
     };
-    let mut input = Args::new(args).then(defaults);
-    match codec::read_holder(&mut input) {
-        Ok(holder) if input.is_empty() => Ok(holder),
+    holder_from(&mut Args::new(args).then(defaults), Args::is_empty)
+}
+
+/// A holder read from `input` by the codec, which must then be `is_empty`.
+fn holder_from<S: Source>(
+    input: &mut S,
+    is_empty: impl Fn(&S) -> bool,
+) -> Result<Holder, RedisError> {
+    match codec::read_holder(input) {
+        Ok(holder) if is_empty(input) => Ok(holder),
         Ok(_) | Err(DecodeError::Io) => Err(RedisError::WrongArity),
         Err(DecodeError::Corrupt(field)) => Err(RedisError::String(format!(
             "ERR invalid holder in UNIQUE.APPLY: {field}"
@@ -151,6 +165,33 @@ fn parse_holder(args: &[RedisString]) -> Result<Holder, RedisError> {
             "ERR invalid holder in UNIQUE.APPLY: {e}"
         ))),
     }
+}
+
+/// The holder of `LEASE`: as [`parse_holder`], with the lease's three
+/// numbers (token, acquired_at, expires_at) in one argument after the jid.
+fn parse_leased(args: &[RedisString]) -> Result<Holder, RedisError> {
+    let [jid, lease, optional @ ..] = args else {
+        return Err(RedisError::WrongArity);
+    };
+    let mut numbers = lease.split(|&b| b == b' ');
+    let (Some(token), Some(acquired_at), Some(expires_at), None) = (
+        numbers.next(),
+        numbers.next(),
+        numbers.next(),
+        numbers.next(),
+    ) else {
+        return Err(RedisError::Str(
+            "ERR invalid holder in UNIQUE.APPLY: the lease is three numbers",
+        ));
+    };
+    let Some(defaults) = codec::HOLD_DEFAULTS.get(optional.len()..) else {
+        return Err(RedisError::WrongArity);
+    };
+    let fields = [&**jid, token, acquired_at, expires_at]
+        .into_iter()
+        .chain(optional.iter().map(|arg| &**arg))
+        .chain(defaults.iter().copied());
+    holder_from(&mut Words(fields), |_| true)
 }
 
 /// The arguments of an APPLY as a codec [`Source`]: integers as Redis parses
@@ -203,7 +244,8 @@ impl Source for Args<'_> {
     }
 }
 
-/// The integers of one argument, separated by a space (RATEHOLD's rate).
+/// Fields given as bytes, in order: the numbers of one argument split at its
+/// spaces (a rate state, a lease), or a whole holder (`parse_leased`).
 struct Words<'a, I: Iterator<Item = &'a [u8]>>(I);
 
 impl<'a, I: Iterator<Item = &'a [u8]>> Source for Words<'a, I> {

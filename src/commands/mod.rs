@@ -158,18 +158,19 @@ pub fn parse_int(arg: &[u8]) -> Result<i64, ArgError> {
 }
 
 /// Brings the key in line with its lock after a change: the key goes when its
-/// last holder goes, and otherwise expires with its latest lease.
-fn settle(key: &mut LockKey, now: i64) -> Result<(), RedisError> {
+/// last holder goes, and otherwise expires with its latest lease. Returns
+/// whether the key went.
+fn settle(key: &mut LockKey, now: i64) -> Result<bool, RedisError> {
     let (empty, expiry) = match key.lock()? {
         Some(lock) => (lock.is_done(now), lock.key_expiry()),
-        None => return Ok(()),
+        None => return Ok(false),
     };
     if empty {
         key.delete();
     } else {
         key.set_expire_at(expiry);
     }
-    Ok(())
+    Ok(empty)
 }
 
 /// Whether a change may have freed a slot of its key, as [`finish`] found.
@@ -199,7 +200,8 @@ impl Freed {
 /// timer and replayed effect:
 ///
 /// 1. settle the key (deleted when empty, else its expiry),
-/// 2. replicate the effect (`UNIQUE.APPLY ...` at `now`, or the APPLY itself),
+/// 2. replicate the effect (`UNIQUE.APPLY ...` at `now`, `DEL` when a
+///    release, a reap or a prune deleted the key, or the APPLY itself),
 /// 3. close the key,
 /// 4. `unique.expire` when `expired` holders ran out,
 /// 5. the command's own event,
@@ -220,8 +222,11 @@ pub fn finish(
     let Some(effects) = change.effects(expired) else {
         return Ok(Freed::NOTHING);
     };
-    settle(&mut key, now)?;
+    let deleted = settle(&mut key, now)?;
     match effects.replicate {
+        // Whatever removed the last holder, the key's deletion is the whole
+        // effect: a replica's key is the primary's, so it goes there too.
+        Replicate::Effect(..) if deleted => ffi::replicate_delete(ctx, name),
         Replicate::Hold { jid, rate } => {
             let lock = key.lock()?;
             if let Some(holder) = lock.and_then(|lock| lock.holder(jid)) {

@@ -152,7 +152,7 @@ unsafe impl Sync for Shared {}
 static SHARED: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
 
 /// The words of [`word`], in its order.
-const WORDS: [&str; 17] = [
+const WORDS: [&str; 19] = [
     "",
     "HOLD",
     "RELEASE",
@@ -170,6 +170,8 @@ const WORDS: [&str; 17] = [
     "shared",
     "exclusive",
     "RATEHOLD",
+    "LEASE",
+    "RATELEASE",
 ];
 
 /// The index in [`WORDS`] of `bytes`: the operation names, the known lock
@@ -194,12 +196,16 @@ fn word(bytes: &[u8]) -> Option<usize> {
         b"shared" => 14,
         b"exclusive" => 15,
         b"RATEHOLD" => 16,
+        b"LEASE" => 17,
+        b"RATELEASE" => 18,
         _ => return None,
     })
 }
 
-/// The string made once for `bytes`, if it is one of the [`WORDS`].
-fn shared(bytes: &[u8]) -> Option<*mut raw::RedisModuleString> {
+/// The string made once for `bytes`, if it is one of the [`WORDS`]: an
+/// effect passes it to RM_Replicate as `s` (retained and released, not made
+/// and freed).
+pub(super) fn shared(bytes: &[u8]) -> Option<*mut raw::RedisModuleString> {
     let i = word(bytes)?;
     let shared = SHARED.get_or_init(|| {
         Shared(WORDS.map(|w| {

@@ -74,8 +74,8 @@ struct RawMigrationInfo {
 /// - the promise that this module handles atomic slot migration;
 /// - no command lookup in `RM_Replicate` and `RM_EmitAOF`: the module only
 ///   ever replicates and emits `unique.apply`, its own registered command,
-///   so the lookup by name on every change (a new string, a hash, a split)
-///   finds nothing new. Valkey still looks it up while a slot is being
+///   and `DEL`, so the lookup by name on every change (a new string, a hash,
+///   a split) finds nothing new. Valkey still looks it up while a slot is being
 ///   exported, where it needs the command's key to route the effect.
 ///
 /// Returns whether the server has atomic slot migration.

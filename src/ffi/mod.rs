@@ -37,7 +37,7 @@ pub use io::{Digest, Rdb};
 pub use keys::{ModuleKey, ValueType};
 pub use notify::notify_module_event;
 pub(crate) use replication::{emit_aof_hold, emit_aof_rate};
-pub use replication::{replicate_effect, replicate_hold};
+pub use replication::{replicate_delete, replicate_effect, replicate_hold};
 pub use replication_all::{replicate_hold_all, replicate_release_all};
 pub use scan::ScanCursor;
 pub use timers::{TimerHandler, TimerId, arm_timer, stop_timer};

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_longlong};
 
 use redis_module::{Context, RedisString, raw};
 
-use super::argv::Argv;
+use super::argv::{Argv, shared};
 use crate::codec::{APPLY_COMMAND, ApplyOp, HOLD_DEFAULTS, NO_EXPIRY, write_rate};
 use crate::engine::{Holder, Mode, Rate};
 
@@ -58,20 +58,22 @@ fn emit_aof_apply(
     }
 }
 
-/// Replicates `UNIQUE.APPLY key now HOLD ...`: `holder` exactly as it is,
-/// with the client's own key string, in the fields and the order of
-/// `codec::write_holder` (jid, token, acquired_at, expires_at, type, owner,
-/// meta, group, mode), less the trailing fields that have their default
-/// value (the default type, no owner, meta, group or mode:
-/// `codec::HOLD_DEFAULTS`; so a plain grant's effect is what it was before
-/// groups and modes, and a replica of an older version applies it). Each argument
-/// of an effect is a string object Redis makes, feeds and frees, so a plain
-/// grant goes as 7 arguments instead of 10. Through RM_Replicate's format:
-/// Redis makes each argument once, for the replication stream itself,
-/// instead of module strings made, retained and freed around it.
+/// Replicates `UNIQUE.APPLY key now LEASE jid "token acquired_at
+/// expires_at" ...`: `holder` exactly as it is, with the client's own key
+/// string, in the fields and the order of `codec::write_holder` (jid, then
+/// the lease's three numbers in one argument, then type, owner, meta, group,
+/// mode), less the trailing fields that have their default value (the
+/// default type, no owner, meta, group or mode: `codec::HOLD_DEFAULTS`).
+///
+/// Redis makes, feeds and frees every argument of an effect as a string
+/// object, and that costs more than anything else an effect does; so a plain
+/// grant goes as few of them as it can: the key and the operation's word are
+/// retained (`s`: the client's key, a word made once), `now` and the lease
+/// are made from text written here (`b`; Redis would write a long long one
+/// division per digit), and the fields left at their default are not sent.
 ///
 /// With `rate` (a grant that spent the key's rate), the same effect as
-/// `RATEHOLD`, the rate state's fields (`codec::write_rate`) in one argument
+/// `RATELEASE`, the rate state's fields (`codec::write_rate`) in one argument
 /// before the holder's: one effect per grant, as a plain one.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, rate: Option<&Rate>) {
     let jid = h.jid();
@@ -103,156 +105,143 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, ra
     } else {
         0
     };
-    // The numbers go as text made here (`b`), not as `l`: Redis turns a long
-    // long into text one division per digit, and these are 13-digit times
-    // and tokens. A new grant's acquired_at is `now`: made once.
-    let now_text = Decimal::new(now);
-    let acquired_text = (h.acquired_at != now).then(|| Decimal::new(h.acquired_at));
-    let acquired = acquired_text.as_ref().unwrap_or(&now_text).bytes();
+    let op = if rate.is_some() {
+        ApplyOp::RateLease
+    } else {
+        ApplyOp::Lease
+    };
+    let Some(op) = shared(op.word().to_bytes()) else {
+        return;
+    };
+    let now_text = Numbers::of(&[now]);
     let now_text = now_text.bytes();
-    let token = Decimal::new(h.token);
-    let token = token.bytes();
-    let expires_at = Decimal::new(h.expires_at().unwrap_or(NO_EXPIRY));
-    let expires_at = expires_at.bytes();
+    let lease = Numbers::of(&[h.token, h.acquired_at, h.expires_at().unwrap_or(NO_EXPIRY)]);
+    let lease = lease.bytes();
     // One call per length: RM_Replicate is variadic, its format says how
     // many arguments follow: `now`, the op, the rate's fields if any
-    // (`$pre`), the holder's four, then its `tail_len` optional ones.
+    // (`$pre`), the jid and the lease, then its `tail_len` optional fields.
     macro_rules! replicate {
-        ($replicate:expr, $op:expr, $pre_format:literal [$($pre:expr),*] $tail_format:literal
+        ($replicate:expr, $pre_format:literal [$($pre:expr),*] $tail_format:literal
             $(, $field:expr)*) => {
             $replicate(
                 ctx.get_raw(),
                 APPLY_COMMAND.as_ptr(),
-                concat!("sbc", $pre_format, "bbbb", $tail_format, "\0")
+                concat!("sbs", $pre_format, "bb", $tail_format, "\0")
                     .as_ptr()
                     .cast::<c_char>(),
                 key.inner,
                 now_text.as_ptr().cast::<c_char>(),
                 now_text.len(),
-                $op.word().as_ptr(),
+                op,
                 $($pre.as_ptr().cast::<c_char>(), $pre.len(),)*
                 jid.as_ptr().cast::<c_char>(),
                 jid.len(),
-                token.as_ptr().cast::<c_char>(),
-                token.len(),
-                acquired.as_ptr().cast::<c_char>(),
-                acquired.len(),
-                expires_at.as_ptr().cast::<c_char>(),
-                expires_at.len()
+                lease.as_ptr().cast::<c_char>(),
+                lease.len()
                 $(, $field.as_ptr().cast::<c_char>(), $field.len())*
             )
         };
     }
     macro_rules! by_tail {
-        ($replicate:expr, $op:expr, $pre_format:literal [$($pre:expr),*]) => {
+        ($replicate:expr, $pre_format:literal [$($pre:expr),*]) => {
             match tail_len {
-                0 => replicate!($replicate, $op, $pre_format [$($pre),*] ""),
-                1 => replicate!($replicate, $op, $pre_format [$($pre),*] "b", lock_type),
-                2 => replicate!($replicate, $op, $pre_format [$($pre),*] "bb", lock_type, owner),
-                3 => replicate!(
-                    $replicate, $op, $pre_format [$($pre),*] "bbb", lock_type, owner, meta
-                ),
+                0 => replicate!($replicate, $pre_format [$($pre),*] ""),
+                1 => replicate!($replicate, $pre_format [$($pre),*] "b", lock_type),
+                2 => replicate!($replicate, $pre_format [$($pre),*] "bb", lock_type, owner),
+                3 => replicate!($replicate, $pre_format [$($pre),*] "bbb", lock_type, owner, meta),
                 4 => replicate!(
-                    $replicate, $op, $pre_format [$($pre),*] "bbbb", lock_type, owner, meta, group
+                    $replicate, $pre_format [$($pre),*] "bbbb", lock_type, owner, meta, group
                 ),
                 _ => replicate!(
-                    $replicate, $op, $pre_format [$($pre),*] "bbbbb",
+                    $replicate, $pre_format [$($pre),*] "bbbbb",
                     lock_type, owner, meta, group, mode
                 ),
             }
         };
     }
     // SAFETY: `ctx` is the context of the running command; every argument
-    // matches the format (s = a module string, c = C string, b = a pointer
-    // and a length; the format ends with its NUL); the buffers outlive the
-    // call, which copies them.
+    // matches the format (s = a live module string, which the call retains;
+    // b = a pointer and a length, copied; the format ends with its NUL); the
+    // buffers outlive the call.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             match rate {
-                None => by_tail!(replicate, ApplyOp::Hold, "" []),
+                None => by_tail!(replicate, "" []),
                 Some(rate) => {
-                    let rate = RateText::new(rate);
+                    let rate =
+                        Numbers::of(&[rate.limit.n, rate.limit.per, rate.limit.burst, rate.tat]);
                     let rate = rate.bytes();
-                    by_tail!(replicate, ApplyOp::RateHold, "b"[rate])
+                    by_tail!(replicate, "b"[rate])
                 }
             };
         }
     }
 }
 
-/// A rate state's fields (`codec::write_rate`'s order) as one argument of
-/// RATEHOLD, separated by a space, on the stack.
-struct RateText {
+/// Up to four integers as decimal text separated by a space, on the stack:
+/// the lease's numbers, a rate state's fields (`codec::write_rate`'s order),
+/// or one number. Written from the end of the buffer backwards, two digits a
+/// step, so that nothing is copied: the text is what was written.
+struct Numbers {
     buf: [u8; 4 * 21],
-    len: usize,
+    start: usize,
 }
 
-impl RateText {
-    fn new(rate: &Rate) -> Self {
+impl Numbers {
+    fn of(values: &[i64]) -> Self {
         let mut out = Self {
             buf: [0; 4 * 21],
-            len: 0,
+            start: 4 * 21,
         };
-        let fields = [rate.limit.n, rate.limit.per, rate.limit.burst, rate.tat];
-        for (i, field) in fields.into_iter().enumerate() {
-            let field = Decimal::new(field);
-            let sep: &[u8] = if i == 0 { b"" } else { b" " };
-            for part in [sep, field.bytes()] {
-                if let Some(to) = out.buf.get_mut(out.len..out.len + part.len()) {
-                    to.copy_from_slice(part);
-                    out.len += part.len();
-                }
+        for (i, &value) in values.iter().take(4).rev().enumerate() {
+            if i > 0 {
+                out.put(b' ');
             }
+            out.put_decimal(value);
         }
         out
     }
 
-    fn bytes(&self) -> &[u8] {
-        self.buf.get(..self.len).unwrap_or_default()
+    fn put(&mut self, byte: u8) {
+        if let Some(at) = self.start.checked_sub(1)
+            && let Some(slot) = self.buf.get_mut(at)
+        {
+            *slot = byte;
+            self.start = at;
+        }
     }
-}
 
-/// An integer as decimal text, on the stack, two digits a step.
-struct Decimal {
-    buf: [u8; 20],
-    start: usize,
-}
-
-impl Decimal {
-    fn new(value: i64) -> Self {
+    fn put_decimal(&mut self, value: i64) {
         const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
             2021222324252627282930313233343536373839\
             4041424344454647484950515253545556575859\
             6061626364656667686970717273747576777879\
             8081828384858687888990919293949596979899";
-        let mut out = Self {
-            buf: [0; 20],
-            start: 20,
-        };
+        let end = self.start;
         let mut n = value.unsigned_abs();
-        let mut put = |byte: u8| {
-            out.start -= 1;
-            if let Some(slot) = out.buf.get_mut(out.start) {
-                *slot = byte;
-            }
-        };
-        while n >= 100 {
+        // Two digits a step, the last step's leading zero trimmed after.
+        loop {
             let pair = (n % 100) as usize * 2;
             n /= 100;
-            put(PAIRS.get(pair + 1).copied().unwrap_or(b'0'));
-            put(PAIRS.get(pair).copied().unwrap_or(b'0'));
+            let Some(at) = self.start.checked_sub(2) else {
+                return;
+            };
+            if let (Some(to), Some(digits)) =
+                (self.buf.get_mut(at..at + 2), PAIRS.get(pair..pair + 2))
+            {
+                to.copy_from_slice(digits);
+            }
+            self.start = at;
+            if n == 0 {
+                break;
+            }
         }
-        if n >= 10 {
-            let pair = n as usize * 2;
-            put(PAIRS.get(pair + 1).copied().unwrap_or(b'0'));
-            put(PAIRS.get(pair).copied().unwrap_or(b'0'));
-        } else {
-            put(b'0' + n as u8);
+        if self.buf.get(self.start) == Some(&b'0') && self.start + 1 < end {
+            self.start += 1;
         }
         if value < 0 {
-            put(b'-');
+            self.put(b'-');
         }
-        out
     }
 
     fn bytes(&self) -> &[u8] {
@@ -269,7 +258,10 @@ pub fn replicate_effect(
     op: ApplyOp,
     arg: Option<&[u8]>,
 ) {
-    let now = Decimal::new(now);
+    let Some(op) = shared(op.word().to_bytes()) else {
+        return;
+    };
+    let now = Numbers::of(&[now]);
     let now = now.bytes();
     // SAFETY: as in `replicate_hold`: the arguments match the format (with
     // `b`, a pointer and a length, for the optional argument).
@@ -279,31 +271,45 @@ pub fn replicate_effect(
                 Some(arg) => replicate(
                     ctx.get_raw(),
                     APPLY_COMMAND.as_ptr(),
-                    c"sbcb".as_ptr(),
+                    c"sbsb".as_ptr(),
                     key.inner,
                     now.as_ptr().cast::<c_char>(),
                     now.len(),
-                    op.word().as_ptr(),
+                    op,
                     arg.as_ptr().cast::<c_char>(),
                     arg.len(),
                 ),
                 None => replicate(
                     ctx.get_raw(),
                     APPLY_COMMAND.as_ptr(),
-                    c"sbc".as_ptr(),
+                    c"sbs".as_ptr(),
                     key.inner,
                     now.as_ptr().cast::<c_char>(),
                     now.len(),
-                    op.word().as_ptr(),
+                    op,
                 ),
             };
         }
     }
 }
 
+/// Replicates `DEL key`: the effect of a change that left the key with no
+/// holder and no rate state, which is the key's deletion whatever removed
+/// its last holder (so a replica and the AOF get what Redis itself sends for
+/// a deleted key, one argument fewer than any `UNIQUE.APPLY`).
+pub fn replicate_delete(ctx: &Context, key: &RedisString) {
+    // SAFETY: `ctx` is the context of the running command; `s` is the
+    // client's live key string, which the call retains.
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(ctx.get_raw(), c"DEL".as_ptr(), c"s".as_ptr(), key.inner);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Decimal;
+    use super::Numbers;
 
     #[test]
     fn decimals_are_what_rust_prints() {
@@ -321,7 +327,11 @@ mod tests {
         ];
         values.extend((0..2000).map(|i| i * 7919 - 5000));
         for v in values {
-            assert_eq!(Decimal::new(v).bytes(), v.to_string().as_bytes(), "{v}");
+            assert_eq!(Numbers::of(&[v]).bytes(), v.to_string().as_bytes(), "{v}");
         }
+        let four = [i64::MIN, i64::MAX, 0, -1];
+        let text = four.map(|v| v.to_string()).join(" ");
+        assert_eq!(Numbers::of(&four).bytes(), text.as_bytes());
+        assert_eq!(Numbers::of(&[1, 2, 3]).bytes(), b"1 2 3");
     }
 }
