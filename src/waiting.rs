@@ -149,6 +149,12 @@ fn with_waiters<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
     WAITERS.with(|w| f(&mut w.borrow_mut()))
 }
 
+/// Whether no client waits on any key: the common case, on every LOCK and
+/// UNLOCK, decided before any lookup by key.
+fn nobody_waits() -> bool {
+    with_waiters(|w| w.waiting()) == 0 && all::nobody_waits()
+}
+
 /// How many clients wait on `key` of the selected database (LOCK's and
 /// LOCKALL's alike).
 pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
@@ -159,12 +165,12 @@ pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
 /// common case (nobody waits, or a waiter without GROUPLIMIT) is decided at
 /// the first waiter looked at.
 pub fn queued(ctx: &Context, key: &[u8]) -> Queued {
+    if nobody_waits() {
+        return Queued::Nobody;
+    }
     // A multi-key waiter on the key holds its capacity back from newcomers.
     if all::waiting_on(selected_db(ctx), key) > 0 {
         return Queued::Waiters;
-    }
-    if with_waiters(|w| w.waiting()) == 0 {
-        return Queued::Nobody;
     }
     with_waiters(|w| w.queued(selected_db(ctx), key))
 }
@@ -264,7 +270,7 @@ pub fn block(
 /// waiters. The one entry of the serving loop; a key nobody waits on costs
 /// one emptiness check.
 pub fn slot_freed(ctx: &Context, key: &[u8]) {
-    if waiting_on(ctx, key) > 0 {
+    if !nobody_waits() && waiting_on(ctx, key) > 0 {
         serve(ctx, key);
     }
 }

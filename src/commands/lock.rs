@@ -59,11 +59,20 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
     let mut opts = LockOptions::default();
     let (mut rate, mut per, mut burst) = (None, None, None);
     let mut rest = args.iter();
-    while let Some(name) = rest.next() {
+    // A number where a name belongs is most often a forgotten keyword: said
+    // so, once no option matched.
+    let unknown = |name: &[u8]| {
         if parse_int(name).is_ok() {
-            return Err(ArgError::NumberForOption);
+            ArgError::NumberForOption
+        } else {
+            ArgError::Syntax
         }
-        let value: &[u8] = rest.next().ok_or(ArgError::Syntax)?;
+    };
+    while let Some(name) = rest.next() {
+        let Some(value) = rest.next() else {
+            return Err(unknown(name));
+        };
+        let value: &[u8] = value;
         let is = |option: &str| name.eq_ignore_ascii_case(option.as_bytes());
         if is("LIMIT") && opts.limit.is_none() {
             let n = parse_int(value)?;
@@ -113,7 +122,7 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
             }
             opts.wait = Some(ms);
         } else {
-            return Err(ArgError::Syntax);
+            return Err(unknown(name));
         }
     }
     opts.rate = match (rate, per) {

@@ -231,7 +231,7 @@ pub fn finish(
             let lock = key.lock()?;
             if let Some(holder) = lock.and_then(|lock| lock.holder(jid)) {
                 let rate = lock.and_then(Lock::rate).filter(|_| rate);
-                ffi::replicate_hold(ctx, name, now, holder, rate);
+                ffi::replicate_hold(ctx, name, now, jid, holder, rate);
             }
         }
         Replicate::Effect(op, arg) => ffi::replicate_effect(ctx, name, now, op, arg),

@@ -1,14 +1,15 @@
 //! Commands registered with entry points that read their arguments in place
 //! (no `Vec<RedisString>` made per call), and the plain registration.
 
+use std::cell::Cell;
 use std::ffi::CStr;
-use std::ptr::NonNull;
+use std::mem::ManuallyDrop;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, raw};
 
 /// A command that reads its arguments in place: given the key (the only
 /// argument the glue needs as a Redis string) and every argument as bytes,
-/// the command name first.
+/// in their places, the command's name and the key left empty there.
 pub trait InPlace {
     fn run(ctx: &Context, key: &RedisString, args: &[&[u8]]) -> RedisResult;
 }
@@ -36,22 +37,102 @@ pub(crate) extern "C" fn entry_point<C: InPlace>(
     let mut inline: [&[u8]; IN_PLACE_ARGS] = [&[]; IN_PLACE_ARGS];
     let spilled: Vec<&[u8]>;
     let args: &[&[u8]] = if n <= IN_PLACE_ARGS {
-        for (slot, &arg) in inline.iter_mut().zip(argv) {
-            *slot = RedisString::string_as_slice(arg);
+        // The command's name and its key (given apart, as a string) are not
+        // read as bytes by any command: left empty.
+        if let (Some(slots), Some(rest)) = (inline.get_mut(2..), argv.get(2..)) {
+            for (slot, &arg) in slots.iter_mut().zip(rest) {
+                *slot = RedisString::string_as_slice(arg);
+            }
         }
         inline.get(..n).unwrap_or_default()
     } else {
         spilled = argv
             .iter()
-            .map(|&arg| RedisString::string_as_slice(arg))
+            .enumerate()
+            .map(|(i, &arg)| match i {
+                0 | 1 => &[][..],
+                _ => RedisString::string_as_slice(arg),
+            })
             .collect();
         &spilled
     };
+    let _running = Running::set(argv, args);
     let reply = match argv.get(1) {
-        Some(&key) => C::run(&context, &RedisString::new(NonNull::new(ctx), key), args),
+        // Redis keeps its argv alive for the call: the key is borrowed, not
+        // retained and freed.
+        Some(&key) => C::run(
+            &context,
+            &ManuallyDrop::new(RedisString::from_redis_module_string(ctx, key)),
+            args,
+        ),
         None => Err(RedisError::WrongArity),
     };
     context.reply(reply) as std::ffi::c_int
+}
+
+/// The arguments of the in-place command running now, as Redis passed them
+/// and as read in place, side by side: so that an effect can retain the
+/// client's own string for an argument it repeats (`client_string`) instead
+/// of making a copy, one string object less for Redis to make and free.
+/// Set for the length of one call by [`entry_point`] (and the one before put
+/// back after it, should a call ever run inside another).
+#[derive(Clone, Copy)]
+pub(super) struct Running {
+    argv: *const *mut raw::RedisModuleString,
+    args: *const &'static [u8],
+    len: usize,
+}
+
+thread_local! {
+    static RUNNING: Cell<Running> = const {
+        Cell::new(Running {
+            argv: std::ptr::null(),
+            args: std::ptr::null(),
+            len: 0,
+        })
+    };
+}
+
+/// Puts back the arguments of the command that ran before, when dropped.
+pub(super) struct RunningGuard(Running);
+
+impl Running {
+    fn set(argv: &[*mut raw::RedisModuleString], args: &[&[u8]]) -> RunningGuard {
+        let now = Self {
+            argv: argv.as_ptr(),
+            args: args.as_ptr().cast(),
+            len: argv.len().min(args.len()),
+        };
+        RunningGuard(RUNNING.with(|r| r.replace(now)))
+    }
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        RUNNING.with(|r| r.set(self.0));
+    }
+}
+
+/// The running command's own string whose bytes are `bytes` (the same bytes
+/// in memory, not equal ones: an argument read in place), if any.
+pub(super) fn client_string(bytes: &[u8]) -> Option<*mut raw::RedisModuleString> {
+    let running = RUNNING.with(Cell::get);
+    if running.len == 0 {
+        return None;
+    }
+    // SAFETY: a `Running` with a length is only set by `entry_point` for the
+    // length of its call (the guard puts the one before back), while Redis
+    // keeps the argv and `entry_point` the slices of it read in place.
+    let (argv, args) = unsafe {
+        (
+            std::slice::from_raw_parts(running.argv, running.len),
+            std::slice::from_raw_parts(running.args, running.len),
+        )
+    };
+    args.iter()
+        .zip(argv)
+        .find(|(arg, _)| arg.as_ptr() == bytes.as_ptr() && arg.len() == bytes.len())
+        .map(|(_, &string)| string)
 }
 
 /// A command that takes its arguments as Redis strings, as the crate's

@@ -6,6 +6,7 @@ use std::ffi::{c_char, c_longlong};
 use redis_module::{Context, RedisString, raw};
 
 use super::argv::{Argv, shared};
+use super::entry::client_string;
 use crate::codec::{APPLY_COMMAND, ApplyOp, HOLD_DEFAULTS, NO_EXPIRY, write_rate};
 use crate::engine::{Holder, Mode, Rate};
 
@@ -67,16 +68,32 @@ fn emit_aof_apply(
 ///
 /// Redis makes, feeds and frees every argument of an effect as a string
 /// object, and that costs more than anything else an effect does; so a plain
-/// grant goes as few of them as it can: the key and the operation's word are
-/// retained (`s`: the client's key, a word made once), `now` and the lease
+/// grant goes as few of them as it can: the key, the operation's word and
+/// the jid are retained (`s`: the client's key and jid, `jid` being the
+/// bytes the command read in place; a word made once), `now` and the lease
 /// are made from text written here (`b`; Redis would write a long long one
 /// division per digit), and the fields left at their default are not sent.
 ///
 /// With `rate` (a grant that spent the key's rate), the same effect as
 /// `RATELEASE`, the rate state's fields (`codec::write_rate`) in one argument
 /// before the holder's: one effect per grant, as a plain one.
-pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, rate: Option<&Rate>) {
-    let jid = h.jid();
+pub fn replicate_hold(
+    ctx: &Context,
+    key: &RedisString,
+    now: i64,
+    jid: &[u8],
+    h: &Holder,
+    rate: Option<&Rate>,
+) {
+    // The jid as the client sent it when it is the running command's own
+    // argument (LOCK's), else a string made for the call (a served waiter).
+    let jid = match client_string(jid) {
+        Some(string) => JidString::Client(string),
+        None => JidString::made(h.jid()),
+    };
+    let Some(jid) = jid.get() else {
+        return;
+    };
     let (group, mode): (&[u8], &[u8]) = if h.has_fair() {
         (
             h.group().unwrap_or_default(),
@@ -113,10 +130,14 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, ra
     let Some(op) = shared(op.word().to_bytes()) else {
         return;
     };
-    let now_text = Numbers::of(&[now]);
-    let now_text = now_text.bytes();
-    let lease = Numbers::of(&[h.token, h.acquired_at, h.expires_at().unwrap_or(NO_EXPIRY)]);
-    let lease = lease.bytes();
+    let lease_text = Numbers::of(&[h.token, h.acquired_at, h.expires_at().unwrap_or(NO_EXPIRY)]);
+    let lease = lease_text.bytes();
+    // A new grant's acquired_at is `now`: its text is in the lease already.
+    let now_made = (h.acquired_at != now).then(|| Numbers::of(&[now]));
+    let now_text = match &now_made {
+        Some(made) => made.bytes(),
+        None => lease_text.field(1),
+    };
     // One call per length: RM_Replicate is variadic, its format says how
     // many arguments follow: `now`, the op, the rate's fields if any
     // (`$pre`), the jid and the lease, then its `tail_len` optional fields.
@@ -126,7 +147,7 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, ra
             $replicate(
                 ctx.get_raw(),
                 APPLY_COMMAND.as_ptr(),
-                concat!("sbs", $pre_format, "bb", $tail_format, "\0")
+                concat!("sbs", $pre_format, "sb", $tail_format, "\0")
                     .as_ptr()
                     .cast::<c_char>(),
                 key.inner,
@@ -134,8 +155,7 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, ra
                 now_text.len(),
                 op,
                 $($pre.as_ptr().cast::<c_char>(), $pre.len(),)*
-                jid.as_ptr().cast::<c_char>(),
-                jid.len(),
+                jid,
                 lease.as_ptr().cast::<c_char>(),
                 lease.len()
                 $(, $field.as_ptr().cast::<c_char>(), $field.len())*
@@ -178,6 +198,49 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, ra
     }
 }
 
+/// The jid's string in an effect: the client's own (retained by the call),
+/// or one made here and freed after it.
+enum JidString {
+    Client(*mut raw::RedisModuleString),
+    Made(*mut raw::RedisModuleString),
+}
+
+impl JidString {
+    fn made(jid: &[u8]) -> Self {
+        // SAFETY: with no context the string is not auto-freed: `Drop` frees
+        // it; the buffer is valid for `jid.len()` bytes.
+        Self::Made(unsafe {
+            raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
+                f(
+                    std::ptr::null_mut(),
+                    jid.as_ptr().cast::<c_char>(),
+                    jid.len(),
+                )
+            })
+        })
+    }
+
+    fn get(&self) -> Option<*mut raw::RedisModuleString> {
+        let (Self::Client(s) | Self::Made(s)) = *self;
+        (!s.is_null()).then_some(s)
+    }
+}
+
+impl Drop for JidString {
+    fn drop(&mut self) {
+        if let Self::Made(s) = *self
+            && !s.is_null()
+        {
+            // SAFETY: made with no context in `made`, freed once, here.
+            unsafe {
+                if let Some(free) = raw::RedisModule_FreeString {
+                    free(std::ptr::null_mut(), s);
+                }
+            }
+        }
+    }
+}
+
 /// Up to four integers as decimal text separated by a space, on the stack:
 /// the lease's numbers, a rate state's fields (`codec::write_rate`'s order),
 /// or one number. Written from the end of the buffer backwards, two digits a
@@ -185,6 +248,8 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, now: i64, h: &Holder, ra
 struct Numbers {
     buf: [u8; 4 * 21],
     start: usize,
+    /// Where each number's text starts and ends in `buf`, in `values`' order.
+    fields: [(usize, usize); 4],
 }
 
 impl Numbers {
@@ -192,12 +257,18 @@ impl Numbers {
         let mut out = Self {
             buf: [0; 4 * 21],
             start: 4 * 21,
+            fields: [(0, 0); 4],
         };
-        for (i, &value) in values.iter().take(4).rev().enumerate() {
-            if i > 0 {
+        let values = values.get(..4).unwrap_or(values);
+        for (i, &value) in values.iter().enumerate().rev() {
+            if out.start < out.buf.len() {
                 out.put(b' ');
             }
+            let end = out.start;
             out.put_decimal(value);
+            if let Some(field) = out.fields.get_mut(i) {
+                *field = (out.start, end);
+            }
         }
         out
     }
@@ -211,27 +282,38 @@ impl Numbers {
         }
     }
 
-    fn put_decimal(&mut self, value: i64) {
+    /// Two digits of `pair` (0 to 99) before what is written.
+    fn put_pair(&mut self, pair: u32) {
         const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
             2021222324252627282930313233343536373839\
             4041424344454647484950515253545556575859\
             6061626364656667686970717273747576777879\
             8081828384858687888990919293949596979899";
+        let at = pair as usize * 2;
+        if let Some(start) = self.start.checked_sub(2)
+            && let (Some(to), Some(digits)) =
+                (self.buf.get_mut(start..start + 2), PAIRS.get(at..at + 2))
+        {
+            to.copy_from_slice(digits);
+            self.start = start;
+        }
+    }
+
+    fn put_decimal(&mut self, value: i64) {
         let end = self.start;
         let mut n = value.unsigned_abs();
-        // Two digits a step, the last step's leading zero trimmed after.
+        // Four digits a step (one 64-bit division), then two a step; the
+        // last step's leading zero is trimmed after.
+        while n >= 10_000 {
+            let four = (n % 10_000) as u32;
+            n /= 10_000;
+            self.put_pair(four % 100);
+            self.put_pair(four / 100);
+        }
+        let mut n = n as u32;
         loop {
-            let pair = (n % 100) as usize * 2;
+            self.put_pair(n % 100);
             n /= 100;
-            let Some(at) = self.start.checked_sub(2) else {
-                return;
-            };
-            if let (Some(to), Some(digits)) =
-                (self.buf.get_mut(at..at + 2), PAIRS.get(pair..pair + 2))
-            {
-                to.copy_from_slice(digits);
-            }
-            self.start = at;
             if n == 0 {
                 break;
             }
@@ -246,6 +328,14 @@ impl Numbers {
 
     fn bytes(&self) -> &[u8] {
         self.buf.get(self.start..).unwrap_or_default()
+    }
+
+    /// The text of the `i`th number alone.
+    fn field(&self, i: usize) -> &[u8] {
+        self.fields
+            .get(i)
+            .and_then(|&(start, end)| self.buf.get(start..end))
+            .unwrap_or_default()
     }
 }
 
@@ -332,6 +422,13 @@ mod tests {
         let four = [i64::MIN, i64::MAX, 0, -1];
         let text = four.map(|v| v.to_string()).join(" ");
         assert_eq!(Numbers::of(&four).bytes(), text.as_bytes());
-        assert_eq!(Numbers::of(&[1, 2, 3]).bytes(), b"1 2 3");
+        assert_eq!(Numbers::of(&four).field(1), i64::MAX.to_string().as_bytes());
+        let three = Numbers::of(&[1, 20, 300]);
+        assert_eq!(three.bytes(), b"1 20 300");
+        assert_eq!(
+            [three.field(0), three.field(1), three.field(2)],
+            [&b"1"[..], b"20", b"300"]
+        );
+        assert_eq!(three.field(3), b"");
     }
 }

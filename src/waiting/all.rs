@@ -31,6 +31,11 @@ fn with_multi<T>(f: impl FnOnce(&mut Multi<Blocked>) -> T) -> T {
     MULTI.with(|m| f(&mut m.borrow_mut()))
 }
 
+/// Whether no multi-key call waits.
+pub(super) fn nobody_waits() -> bool {
+    with_multi(|m| m.len() == 0)
+}
+
 pub(super) fn waiting_on(db: i32, key: &[u8]) -> usize {
     with_multi(|m| {
         if m.len() == 0 {
