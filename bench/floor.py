@@ -10,7 +10,8 @@ against SET NX PX / DEL, per server, in two figures:
 - instructions per request: the server under valgrind --tool=callgrind,
   FLOOR_CG_REQUESTS (default 20,000) requests at pipeline 16, counted from a
   zeroed counter (callgrind_control -z) to a dump (-d): everything the server
-  executes for them, event loop included. The steady figure on a shared
+  executes for them, event loop included, the module's background reaper
+  off (see `instructions`). The steady figure on a shared
   machine. The dumps stay in target/floor/callgrind/<server>/ for
   callgrind_annotate.
 
@@ -130,6 +131,13 @@ def instructions(name, floor_so, groups=(LOCKS, UNLOCKS), out_dir=OUT):
         "valgrind", "--tool=callgrind", "--dump-instr=no",
         "--callgrind-out-file=%s/callgrind.out" % dumps])
     try:
+        # The background reaper ticks on the clock (100 keys every 100 ms),
+        # not per request: under callgrind, which runs the server some 50
+        # times slower, its ticks would fall 50 times as thick on each request
+        # (80 to 140 instructions of LOCK's, moving with the machine's speed,
+        # where natively they are 2 or 3). Off while counting; its cost per
+        # tick is in `make bench`'s reaper figures.
+        server.conn.call("CONFIG", "SET", "unique.reap-interval", 0)
         out = {}
         for contenders in groups:
             for label, (args, prepare, check) in contenders.items():

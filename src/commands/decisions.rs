@@ -189,6 +189,58 @@ pub fn decide_lock<'a, 'q>(
     }
 }
 
+/// One LOCK on a key that does not exist: [`decide_lock`] on an empty lock,
+/// with nothing to prune, renew or look up (`Lock::first`). Returns the lock
+/// to store, when the call was granted.
+pub fn decide_new_key<'a, 'q>(
+    req: &LockRequest<'a>,
+    now: i64,
+    queued: impl Into<Ahead<'q>>,
+    out: &mut impl Outside,
+) -> (LockDecision<'a>, Option<Lock>) {
+    let denied = |lease_end, rate_limited| LockDecision {
+        attempt: Attempt::Denied {
+            lease_end,
+            rate_limited,
+            holds: false,
+        },
+        expired: 0,
+        change: Change::PruneOnly,
+    };
+    // Others are waiting for a slot: a newcomer queues behind them.
+    if queued.into().blocks(&Lock::default()) {
+        return (denied(None, false), None);
+    }
+    match Lock::first(req, now, || out.next_token(now)) {
+        (lock, Acquired::Granted(token)) => {
+            let lock_type = req.lock_type.unwrap_or(crate::engine::DEFAULT_TYPE);
+            out.count(now, Some(lock_type), Event::Acquired);
+            let change = Change::Hold {
+                jid: req.jid,
+                new: true,
+                spent_rate: req.rate.is_some(),
+                downgraded: false,
+            };
+            let decision = LockDecision {
+                attempt: Attempt::Granted(token),
+                expired: 0,
+                change,
+            };
+            (decision, Some(lock))
+        }
+        (_, Acquired::RateLimited(at)) => (denied(Some(at), true), None),
+        (_, Acquired::Refused(e)) => (
+            LockDecision {
+                attempt: Attempt::Refused(e),
+                expired: 0,
+                change: Change::PruneOnly,
+            },
+            None,
+        ),
+        (_, Acquired::Renewed(_) | Acquired::Denied) => (denied(None, false), None),
+    }
+}
+
 /// Counts a LOCK that got no slot and does not wait for one.
 pub fn count_denial(out: &mut impl Outside, now: i64, lock_type: &str, rate_limited: bool) {
     out.count(now, Some(lock_type), Event::Denied);

@@ -6,14 +6,13 @@ use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::decisions::{Ahead, Attempt, InRedis, count_denial, decide_lock};
+use super::decisions::{Ahead, Attempt, InRedis, count_denial, decide_lock, decide_new_key};
 use super::{ArgError, Freed, finish, parse_int, tracked};
 use crate::config;
 use crate::datatype::LockKey;
 use crate::engine::{
-    DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode,
-    RateLimit, meta_text, validate_group, validate_jid, validate_meta_json, validate_owner,
-    validate_type,
+    DEFAULT_TYPE, Expiry, Holder, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, RateLimit,
+    meta_text, validate_group, validate_jid, validate_meta_json, validate_owner, validate_type,
 };
 use crate::ffi::now_ms;
 use crate::metrics::{self, Event};
@@ -340,10 +339,9 @@ fn attempt(
         }
         None => {
             check_meta(opts.meta, None)?;
-            let mut lock = Lock::default();
-            let decision = decide_lock(&mut lock, &req, now, queued, &mut InRedis);
+            let (decision, lock) = decide_new_key(&req, now, queued, &mut InRedis);
             // A new key is only stored with its first holder.
-            if matches!(decision.attempt, Attempt::Granted(_)) {
+            if let Some(lock) = lock {
                 key.create(lock)?;
             }
             decision

@@ -377,6 +377,30 @@ impl Lock {
         if !self.admits(req) {
             return Acquired::Denied;
         }
+        self.grant(req, now, next_token)
+    }
+
+    /// The first hold of a key that does not exist yet: what [`Lock::acquire`]
+    /// does on an empty lock, where there is nobody to renew or to make room
+    /// for (an empty lock admits every call), so nothing is looked up.
+    pub fn first(
+        req: &LockRequest<'_>,
+        now: i64,
+        next_token: impl FnOnce() -> i64,
+    ) -> (Self, Acquired) {
+        let mut lock = Self::default();
+        let acquired = lock.grant(req, now, next_token);
+        (lock, acquired)
+    }
+
+    /// Grants `req` a new hold, its rate permitting: the last step of
+    /// [`Lock::acquire`], once the call renews nothing and fits.
+    fn grant(
+        &mut self,
+        req: &LockRequest<'_>,
+        now: i64,
+        next_token: impl FnOnce() -> i64,
+    ) -> Acquired {
         // The rate is spent by grants only, under the limit the call gives
         // (a new limit applies at once to what was spent before).
         let rate = req.rate.map(|limit| {

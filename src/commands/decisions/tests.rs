@@ -333,3 +333,42 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// A LOCK on a key that does not exist decides, counts and stores exactly
+    /// what the general decision does on an empty lock.
+    #[test]
+    fn a_new_key_is_decided_as_an_empty_lock(
+        c in call(),
+        typed in any::<bool>(),
+        grouped in any::<bool>(),
+        mode in prop::option::of(prop_oneof![Just(Mode::Shared), Just(Mode::Exclusive)]),
+        burst in 0i64..3,
+    ) {
+        let jid = [b'j', c.jid];
+        let r = LockRequest {
+            limit: c.limit,
+            expires_at: c.ttl.map(|t| NOW + t),
+            lock_type: typed.then_some("until_executed"),
+            owner: typed.then_some(&b"w1"[..]),
+            rate: c.rated.then(|| RateLimit::new(2, 30, burst)).flatten(),
+            group: grouped.then_some(&b"g"[..]),
+            group_limit: grouped.then_some(1),
+            mode,
+            ..LockRequest::new(&jid)
+        };
+        let (mut general, mut out_general) = (Lock::default(), Recorder::default());
+        let expected = decide_lock(&mut general, &r, NOW, c.queued, &mut out_general);
+        let mut out = Recorder::default();
+        let (decision, lock) = decide_new_key(&r, NOW, c.queued, &mut out);
+        prop_assert_eq!(decision, expected);
+        prop_assert_eq!(out.counted, out_general.counted);
+        prop_assert_eq!(out.tokens_drawn, out_general.tokens_drawn);
+        match lock {
+            Some(lock) => prop_assert_eq!(lock, general),
+            None => prop_assert!(general.is_done(NOW) && !matches!(decision.attempt, Attempt::Granted(_))),
+        }
+    }
+}
