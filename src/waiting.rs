@@ -45,6 +45,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeSet, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis_module::{Context, RedisResult, RedisValue};
@@ -143,16 +144,28 @@ thread_local! {
     static WAITERS: RefCell<Waiters<Blocked>> = RefCell::new(Waiters::default());
 }
 
+/// How many clients wait (single-key and multi-key calls), as of the last
+/// change: read by every LOCK and UNLOCK before anything else about waiters
+/// (a plain load, where the waiters themselves are a thread-local behind a
+/// `RefCell`, two calls away in a loaded module). Kept by `with_waiters` and
+/// `all::with_multi`, the only ways to the waiters.
+static WAITING: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
 /// Runs `f` on the waiters. `f` must not call out (a retry, Redis): what it
 /// calls could come back here.
 fn with_waiters<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
-    WAITERS.with(|w| f(&mut w.borrow_mut()))
+    WAITERS.with(|w| {
+        let w = &mut w.borrow_mut();
+        let out = f(w);
+        WAITING[0].store(w.waiting(), Ordering::Relaxed);
+        out
+    })
 }
 
 /// Whether no client waits on any key: the common case, on every LOCK and
 /// UNLOCK, decided before any lookup by key.
-fn nobody_waits() -> bool {
-    with_waiters(|w| w.waiting()) == 0 && all::nobody_waits()
+pub fn nobody_waits() -> bool {
+    WAITING.iter().all(|n| n.load(Ordering::Relaxed) == 0)
 }
 
 /// How many clients wait on `key` of the selected database (LOCK's and

@@ -319,6 +319,8 @@ fn attempt(
         mode: opts.mode,
     };
     let queued = match queue {
+        // Nobody waits (the common case): the key's name is not even read.
+        Queue::Behind if waiting::nobody_waits() => Queued::Nobody,
         Queue::Behind => waiting::queued(ctx, key_name),
         Queue::Served => Queued::Nobody,
     };

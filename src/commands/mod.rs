@@ -188,7 +188,7 @@ impl Freed {
 
     /// Serves the waiters of `name` (selected database) if a slot may have
     /// freed.
-    pub fn serve_waiters(self, ctx: &Context, name: &[u8]) {
+    pub fn serve_waiters(self, ctx: &Context, name: &RedisString) {
         if self.0 {
             waiting::slot_freed(ctx, name);
         }

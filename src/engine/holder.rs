@@ -555,9 +555,11 @@ impl Holders {
     }
 
     pub(super) fn find(&self, jid: &[u8]) -> Option<&Holder> {
-        match self.indexed() {
-            Some(i) => i.find(jid),
-            None => self.iter().find(|h| h.jid() == jid),
+        match self.plain() {
+            // The common key, first: one holder, no chain of iterators.
+            Self::One(h) => (h.jid() == jid).then_some(h),
+            Self::Indexed(i) => i.find(jid),
+            _ => self.iter().find(|h| h.jid() == jid),
         }
     }
 
@@ -577,6 +579,11 @@ impl Holders {
 
     /// Adds a holder of a jid not held yet, as the newest grant.
     pub(super) fn push(&mut self, holder: Holder) {
+        if let Self::None = self {
+            // A key's first holder: nothing to take apart.
+            *self = Self::One(holder);
+            return;
+        }
         *self = match std::mem::take(self) {
             Self::None => Self::One(holder),
             Self::One(first) => Self::Many(vec![first, holder]),

@@ -28,12 +28,12 @@ thread_local! {
 
 /// Runs `f` on the multi-key waiters; `f` must not call out.
 fn with_multi<T>(f: impl FnOnce(&mut Multi<Blocked>) -> T) -> T {
-    MULTI.with(|m| f(&mut m.borrow_mut()))
-}
-
-/// Whether no multi-key call waits.
-pub(super) fn nobody_waits() -> bool {
-    with_multi(|m| m.len() == 0)
+    MULTI.with(|m| {
+        let m = &mut m.borrow_mut();
+        let out = f(m);
+        super::WAITING[1].store(m.len(), std::sync::atomic::Ordering::Relaxed);
+        out
+    })
 }
 
 pub(super) fn waiting_on(db: i32, key: &[u8]) -> usize {
