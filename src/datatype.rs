@@ -222,7 +222,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
         }
         // An emptied lock (the release of its last holder) has nothing to count.
         // SAFETY: Redis passes the value of one of our keys.
-        if let Some(lock) = unsafe { lock_ref(value.cast_mut()) }.filter(|l| l.len() > 0) {
+        if let Some(lock) = unsafe { lock_ref(value.cast_mut()) }.filter(|l| !l.is_empty()) {
             let now = ffi::now_ms();
             if lock.all_expired(now)
                 && moving_slots::counts_as_expired(|| ffi::key_slot(key_name(ctx)))
