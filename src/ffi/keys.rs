@@ -1,6 +1,7 @@
 //! A key of a module type, opened with its `WRONGTYPE` check and its absolute
 //! expiry: [`ModuleKey`] over a [`ValueType`], whose every value is a `Box<T>`.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -39,6 +40,10 @@ pub struct ModuleKey<T: 'static> {
     /// Its value was stored by [`ModuleKey::set_value`] and it has had no
     /// expiry set since: it has none (Redis clears it when it stores a value).
     fresh: bool,
+    /// The value's address once looked up or stored, until the key is
+    /// deleted: while the key is open its value changes only through this
+    /// key, and a command reads it several times (decide, settle, replicate).
+    known: Cell<Option<NonNull<T>>>,
 }
 
 impl<T> ModuleKey<T> {
@@ -59,6 +64,7 @@ impl<T> ModuleKey<T> {
             key,
             ty,
             fresh: false,
+            known: Cell::new(None),
         })
     }
 
@@ -70,6 +76,9 @@ impl<T> ModuleKey<T> {
     /// The address of the value, `None` for an empty key, `WRONGTYPE` for a
     /// key of any other type.
     fn value_ptr(&self) -> Result<Option<NonNull<T>>, RedisError> {
+        if let Some(known) = self.known.get() {
+            return Ok(Some(known));
+        }
         match self.kind() {
             raw::KeyType::Empty => Ok(None),
             raw::KeyType::Module => {
@@ -83,7 +92,9 @@ impl<T> ModuleKey<T> {
                 // (the contract of `ValueType::new`).
                 let value =
                     unsafe { raw::RedisModule_ModuleTypeGetValue.map(|f| f(self.key.as_ptr())) };
-                Ok(value.and_then(|v| NonNull::new(v.cast::<T>())))
+                let value = value.and_then(|v| NonNull::new(v.cast::<T>()));
+                self.known.set(value);
+                Ok(value)
             }
             _ => Err(RedisError::WrongType),
         }
@@ -117,11 +128,13 @@ impl<T> ModuleKey<T> {
             return Err(RedisError::Str("ERR could not store the lock"));
         }
         self.fresh = true;
+        self.known.set(NonNull::new(value));
         // SAFETY: Redis now owns the box, which stays put while the key is open.
         Ok(unsafe { &mut *value })
     }
 
     pub fn delete(&mut self) {
+        self.known.set(None);
         // SAFETY: the key is open for writing.
         unsafe {
             if let Some(f) = raw::RedisModule_DeleteKey {
