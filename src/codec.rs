@@ -43,8 +43,7 @@ pub const APPLY_COMMAND: &CStr = c"unique.apply";
 /// (`commands/apply.rs`).
 ///
 /// ```text
-/// unique.apply key now LEASE jid "token acquired_at expires_at" [type [owner [meta [group [mode]]]]]
-/// unique.apply key now RATELEASE "n per burst tat" jid "token acquired_at expires_at" [type ...]
+/// unique.apply key now LEASE jid "token acquired_at expires_at[ n per burst tat]" [type [owner [meta [group [mode]]]]]
 /// unique.apply key now HOLD jid token acquired_at expires_at [type [owner [meta [group [mode]]]]]
 /// unique.apply key now RELEASE jid
 /// unique.apply key now REAP owner
@@ -60,15 +59,12 @@ pub enum ApplyOp {
     /// as before [`Self::Lease`]; an AOF rewrite still writes it.
     Hold,
     /// [`Self::Hold`] with the lease's three numbers (token, acquired_at,
-    /// expires_at) in one argument, separated by a space: what a grant or a
-    /// renewal replicates. Redis makes, feeds and frees every argument of an
-    /// effect as a string object, which costs more than the digits: one
-    /// argument instead of three.
+    /// expires_at) in one argument, separated by a space, followed there by
+    /// the key's rate state (the four fields of [`write_rate`]) when the
+    /// grant spent it: what a grant or a renewal replicates. Redis makes,
+    /// feeds and frees every argument of an effect as a string object, which
+    /// costs more than the digits: one argument instead of three (or seven).
     Lease,
-    /// [`Self::Lease`] after the key's rate state in one argument (the
-    /// fields of [`write_rate`], separated by a space): a grant that spent
-    /// the key's rate, one effect.
-    RateLease,
     /// Removes one holder, by jid.
     Release,
     /// Removes every holder of one owner.
@@ -84,7 +80,7 @@ pub enum ApplyOp {
     /// fields as [`Self::Rate`] gives them but in one argument, separated by
     /// a space, then the holder as [`Self::Hold`] gives it (its trailing
     /// fields left out in the same way). Read, no longer written: grants
-    /// that spend the rate go as [`Self::RateLease`].
+    /// that spend the rate go as [`Self::Lease`] with the rate.
     RateHold,
     /// A LOCKALL's grant or renewal on every key at once, one effect: the
     /// count of keys, then each key's part ([`write_key_hold`]).
@@ -95,10 +91,9 @@ pub enum ApplyOp {
 }
 
 impl ApplyOp {
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 9] = [
         Self::Hold,
         Self::Lease,
-        Self::RateLease,
         Self::Release,
         Self::ReapOwner,
         Self::PruneOnly,
@@ -113,7 +108,6 @@ impl ApplyOp {
         match self {
             Self::Hold => c"HOLD",
             Self::Lease => c"LEASE",
-            Self::RateLease => c"RATELEASE",
             Self::Release => c"RELEASE",
             Self::ReapOwner => c"REAP",
             Self::PruneOnly => c"PRUNE",

@@ -432,9 +432,9 @@ fn resp(args: &[&[u8]]) -> Vec<u8> {
 }
 
 /// A grant that spends the rate goes to the replicas and the AOF as one
-/// effect (RATELEASE: the rate state, then the holder with its lease's
-/// numbers in one argument); the effects older versions wrote for it (HOLD,
-/// then RATE; and RATEHOLD) still load to the same value.
+/// effect (LEASE, the key's rate state after the lease's numbers in their
+/// argument); the effects older versions wrote for it (HOLD, then RATE; and
+/// RATEHOLD) still load to the same value.
 #[test]
 fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
     let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
@@ -463,25 +463,28 @@ fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
     let [effect] = applied.as_slice() else {
         panic!("one effect: {applied:?}");
     };
-    // The rate's four fields in one argument, then the jid and the lease's
-    // three numbers in one argument (a plain holder: nothing after).
-    let [_, key, now, op, rate, jid, lease] = effect.as_slice() else {
-        panic!("RATELEASE: {effect:?}");
+    // The jid, then the lease's three numbers and the rate's four in one
+    // argument (a plain holder: nothing after).
+    let [_, key, now, op, jid, numbers] = effect.as_slice() else {
+        panic!("LEASE: {effect:?}");
     };
     assert_eq!(
         (key.as_slice(), op.as_slice(), jid.as_slice()),
-        (&b"new"[..], &b"RATELEASE"[..], &b"a"[..])
+        (&b"new"[..], &b"LEASE"[..], &b"a"[..])
     );
-    let rate: Vec<&[u8]> = rate.split(|&b| b == b' ').collect();
-    assert_eq!(rate[..3], [&b"3"[..], b"600000", b"1"], "{effect:?}");
-    let lease: Vec<&[u8]> = lease.split(|&b| b == b' ').collect();
+    let numbers: Vec<&[u8]> = numbers.split(|&b| b == b' ').collect();
+    let [lease @ .., _, _, _, _] = numbers.as_slice() else {
+        panic!("LEASE: {effect:?}");
+    };
+    let rate = numbers.get(3..).unwrap_or_default().to_vec();
     assert_eq!(lease.len(), 3, "{effect:?}");
+    assert_eq!(rate[..3], [&b"3"[..], b"600000", b"1"], "{effect:?}");
 
     // The same grant as older primaries wrote it, appended to the AOF: on
     // "old" HOLD then RATE, on "mid" RATEHOLD.
     server.kill();
     let mut holder: Vec<&[u8]> = vec![jid];
-    holder.extend(&lease);
+    holder.extend(lease);
     let mut old_hold: Vec<&[u8]> = vec![b"unique.apply", b"old", now, b"HOLD"];
     old_hold.extend(&holder);
     let mut old_rate: Vec<&[u8]> = vec![b"unique.apply", b"old", now, b"RATE"];

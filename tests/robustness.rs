@@ -278,7 +278,6 @@ fn hostile_input_never_crashes_or_hangs_the_server() {
         "RESET",
         "HOLD",
         "LEASE",
-        "RATELEASE",
         "RELEASE",
         "PRUNE",
         "0",

@@ -10,8 +10,9 @@
 //! `codec::read_holder`: expires_at -1, owner "" and meta "" stand for
 //! none), RELEASE removes one holder, REAP every holder of that owner, PRUNE
 //! nothing more, RATE puts the key's rate state exactly as given
-//! (`codec::write_rate`), RATELEASE (and the older RATEHOLD) both (a grant
-//! that spent the rate, one effect). The key is then
+//! (`codec::write_rate`); LEASE with the rate state after the lease's
+//! numbers (and the older RATEHOLD) does both (a grant that spent the rate,
+//! one effect). The key is then
 //! deleted when empty or given its expiry, as on the primary. Nothing here
 //! reads the replica's clock or configuration, so a replica (or an AOF replay)
 //! ends with exactly the primary's data.
@@ -83,7 +84,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// What an APPLY does after removing the leases that ended at `now`.
 enum Effect<'a> {
-    /// A holder, and the key's rate when the grant spent it (RATELEASE).
+    /// A holder, and the key's rate when the grant spent it.
     Hold(Holder, Option<Rate>),
     Release(&'a [u8]),
     ReapOwner(&'a [u8]),
@@ -95,11 +96,9 @@ impl<'a> Effect<'a> {
     fn parse(op: &[u8], rest: &'a [RedisString]) -> Result<Self, RedisError> {
         match (ApplyOp::parse(op), rest) {
             (Some(ApplyOp::Hold), _) => Ok(Self::Hold(parse_holder(rest)?, None)),
-            (Some(ApplyOp::Lease), _) => Ok(Self::Hold(parse_leased(rest)?, None)),
-            (Some(ApplyOp::RateLease), [rate, holder @ ..]) => {
-                let mut fields = Words(rate.split(|&b| b == b' '));
-                let rate = read_all_rate(&mut fields, |f| f.0.next().is_none())?;
-                Ok(Self::Hold(parse_leased(holder)?, Some(rate)))
+            (Some(ApplyOp::Lease), _) => {
+                let (holder, rate) = parse_leased(rest)?;
+                Ok(Self::Hold(holder, rate))
             }
             (Some(ApplyOp::RateHold), [rate, holder @ ..]) => {
                 let mut fields = Words(rate.split(|&b| b == b' '));
@@ -117,7 +116,7 @@ impl<'a> Effect<'a> {
     }
 }
 
-/// The rate state of `RATE`, `RATELEASE` and `RATEHOLD`, in the fields and with the
+/// The rate state of `RATE`, `LEASE` and `RATEHOLD`, in the fields and with the
 /// checks of the encoding (`codec::read_rate`), and nothing after them
 /// (`is_empty`).
 fn read_all_rate<S: Source>(
@@ -168,21 +167,24 @@ fn holder_from<S: Source>(
 }
 
 /// The holder of `LEASE`: as [`parse_holder`], with the lease's three
-/// numbers (token, acquired_at, expires_at) in one argument after the jid.
-fn parse_leased(args: &[RedisString]) -> Result<Holder, RedisError> {
+/// numbers (token, acquired_at, expires_at) in one argument after the jid,
+/// and there after them the key's rate state when the grant spent it.
+fn parse_leased(args: &[RedisString]) -> Result<(Holder, Option<Rate>), RedisError> {
     let [jid, lease, optional @ ..] = args else {
         return Err(RedisError::WrongArity);
     };
     let mut numbers = lease.split(|&b| b == b' ');
-    let (Some(token), Some(acquired_at), Some(expires_at), None) = (
-        numbers.next(),
-        numbers.next(),
-        numbers.next(),
-        numbers.next(),
-    ) else {
+    let (Some(token), Some(acquired_at), Some(expires_at)) =
+        (numbers.next(), numbers.next(), numbers.next())
+    else {
         return Err(RedisError::Str(
-            "ERR invalid holder in UNIQUE.APPLY: the lease is three numbers",
+            "ERR invalid holder in UNIQUE.APPLY: a lease is three numbers",
         ));
+    };
+    let mut rest = Words(numbers.peekable());
+    let rate = match rest.0.peek() {
+        None => None,
+        Some(_) => Some(read_all_rate(&mut rest, |f| f.0.peek().is_none())?),
     };
     let Some(defaults) = codec::HOLD_DEFAULTS.get(optional.len()..) else {
         return Err(RedisError::WrongArity);
@@ -191,7 +193,7 @@ fn parse_leased(args: &[RedisString]) -> Result<Holder, RedisError> {
         .into_iter()
         .chain(optional.iter().map(|arg| &**arg))
         .chain(defaults.iter().copied());
-    holder_from(&mut Words(fields), |_| true)
+    Ok((holder_from(&mut Words(fields), |_| true)?, rate))
 }
 
 /// The arguments of an APPLY as a codec [`Source`]: integers as Redis parses

@@ -152,7 +152,7 @@ unsafe impl Sync for Shared {}
 static SHARED: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
 
 /// The words of [`word`], in its order.
-const WORDS: [&str; 19] = [
+const WORDS: [&str; 18] = [
     "",
     "HOLD",
     "RELEASE",
@@ -171,7 +171,6 @@ const WORDS: [&str; 19] = [
     "exclusive",
     "RATEHOLD",
     "LEASE",
-    "RATELEASE",
 ];
 
 /// The index in [`WORDS`] of `bytes`: the operation names, the known lock
@@ -197,7 +196,6 @@ fn word(bytes: &[u8]) -> Option<usize> {
         b"exclusive" => 15,
         b"RATEHOLD" => 16,
         b"LEASE" => 17,
-        b"RATELEASE" => 18,
         _ => return None,
     })
 }

@@ -65,18 +65,17 @@ fn emit_aof_apply(
 /// the lease's three numbers in one argument, then type, owner, meta, group,
 /// mode), less the trailing fields that have their default value (the
 /// default type, no owner, meta, group or mode: `codec::HOLD_DEFAULTS`).
+/// With `rate` (a grant that spent the key's rate), the rate state's four
+/// fields (`codec::write_rate`) follow the lease's numbers in their
+/// argument: one effect per grant, and no more arguments than a plain one.
 ///
 /// Redis makes, feeds and frees every argument of an effect as a string
-/// object, and that costs more than anything else an effect does; so a plain
+/// object, and that costs more than anything else an effect does; so a
 /// grant goes as few of them as it can: the key, the operation's word and
 /// the jid are retained (`s`: the client's key and jid, `jid` being the
 /// bytes the command read in place; a word made once), `now` and the lease
 /// are made from text written here (`b`; Redis would write a long long one
 /// division per digit), and the fields left at their default are not sent.
-///
-/// With `rate` (a grant that spent the key's rate), the same effect as
-/// `RATELEASE`, the rate state's fields (`codec::write_rate`) in one argument
-/// before the holder's: one effect per grant, as a plain one.
 pub fn replicate_hold(
     ctx: &Context,
     key: &RedisString,
@@ -91,7 +90,7 @@ pub fn replicate_hold(
         Some(string) => JidString::Client(string),
         None => JidString::made(h.jid()),
     };
-    let Some(jid) = jid.get() else {
+    let (Some(jid), Some(op)) = (jid.get(), shared(ApplyOp::Lease.word().to_bytes())) else {
         return;
     };
     let (group, mode): (&[u8], &[u8]) = if h.has_fair() {
@@ -122,15 +121,19 @@ pub fn replicate_hold(
     } else {
         0
     };
-    let op = if rate.is_some() {
-        ApplyOp::RateLease
-    } else {
-        ApplyOp::Lease
+    let expires_at = h.expires_at().unwrap_or(NO_EXPIRY);
+    let lease_text = match rate {
+        None => Numbers::of(&[h.token, h.acquired_at, expires_at]),
+        Some(r) => Numbers::of(&[
+            h.token,
+            h.acquired_at,
+            expires_at,
+            r.limit.n,
+            r.limit.per,
+            r.limit.burst,
+            r.tat,
+        ]),
     };
-    let Some(op) = shared(op.word().to_bytes()) else {
-        return;
-    };
-    let lease_text = Numbers::of(&[h.token, h.acquired_at, h.expires_at().unwrap_or(NO_EXPIRY)]);
     let lease = lease_text.bytes();
     // A new grant's acquired_at is `now`: its text is in the lease already.
     let now_made = (h.acquired_at != now).then(|| Numbers::of(&[now]));
@@ -139,44 +142,23 @@ pub fn replicate_hold(
         None => lease_text.field(1),
     };
     // One call per length: RM_Replicate is variadic, its format says how
-    // many arguments follow: `now`, the op, the rate's fields if any
-    // (`$pre`), the jid and the lease, then its `tail_len` optional fields.
+    // many arguments follow: `now`, the op, the jid and the lease, then the
+    // holder's `tail_len` optional fields.
     macro_rules! replicate {
-        ($replicate:expr, $pre_format:literal [$($pre:expr),*] $tail_format:literal
-            $(, $field:expr)*) => {
+        ($replicate:expr, $tail_format:literal $(, $field:expr)*) => {
             $replicate(
                 ctx.get_raw(),
                 APPLY_COMMAND.as_ptr(),
-                concat!("sbs", $pre_format, "sb", $tail_format, "\0")
-                    .as_ptr()
-                    .cast::<c_char>(),
+                concat!("sbssb", $tail_format, "\0").as_ptr().cast::<c_char>(),
                 key.inner,
                 now_text.as_ptr().cast::<c_char>(),
                 now_text.len(),
                 op,
-                $($pre.as_ptr().cast::<c_char>(), $pre.len(),)*
                 jid,
                 lease.as_ptr().cast::<c_char>(),
                 lease.len()
                 $(, $field.as_ptr().cast::<c_char>(), $field.len())*
             )
-        };
-    }
-    macro_rules! by_tail {
-        ($replicate:expr, $pre_format:literal [$($pre:expr),*]) => {
-            match tail_len {
-                0 => replicate!($replicate, $pre_format [$($pre),*] ""),
-                1 => replicate!($replicate, $pre_format [$($pre),*] "b", lock_type),
-                2 => replicate!($replicate, $pre_format [$($pre),*] "bb", lock_type, owner),
-                3 => replicate!($replicate, $pre_format [$($pre),*] "bbb", lock_type, owner, meta),
-                4 => replicate!(
-                    $replicate, $pre_format [$($pre),*] "bbbb", lock_type, owner, meta, group
-                ),
-                _ => replicate!(
-                    $replicate, $pre_format [$($pre),*] "bbbbb",
-                    lock_type, owner, meta, group, mode
-                ),
-            }
         };
     }
     // SAFETY: `ctx` is the context of the running command; every argument
@@ -185,14 +167,13 @@ pub fn replicate_hold(
     // buffers outlive the call.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
-            match rate {
-                None => by_tail!(replicate, "" []),
-                Some(rate) => {
-                    let rate =
-                        Numbers::of(&[rate.limit.n, rate.limit.per, rate.limit.burst, rate.tat]);
-                    let rate = rate.bytes();
-                    by_tail!(replicate, "b"[rate])
-                }
+            match tail_len {
+                0 => replicate!(replicate, ""),
+                1 => replicate!(replicate, "b", lock_type),
+                2 => replicate!(replicate, "bb", lock_type, owner),
+                3 => replicate!(replicate, "bbb", lock_type, owner, meta),
+                4 => replicate!(replicate, "bbbb", lock_type, owner, meta, group),
+                _ => replicate!(replicate, "bbbbb", lock_type, owner, meta, group, mode),
             };
         }
     }
@@ -241,27 +222,31 @@ impl Drop for JidString {
     }
 }
 
-/// Up to four integers as decimal text separated by a space, on the stack:
-/// the lease's numbers, a rate state's fields (`codec::write_rate`'s order),
-/// or one number. Written from the end of the buffer backwards, two digits a
+/// Up to [`MAX_NUMBERS`] integers as decimal text separated by a space, on
+/// the stack: a lease's numbers (and a rate state's fields after them), or
+/// one number. Written from the end of the buffer backwards, eight digits a
 /// step, so that nothing is copied: the text is what was written.
 struct Numbers {
-    buf: [u8; 4 * 21],
+    buf: [u8; MAX_NUMBERS * 21],
     start: usize,
     /// Where each number's text starts and ends in `buf`, in `values`' order.
-    fields: [(usize, usize); 4],
+    fields: [(usize, usize); MAX_NUMBERS],
 }
+
+/// The most numbers one [`Numbers`] writes: a lease's three and a rate
+/// state's four.
+const MAX_NUMBERS: usize = 7;
 
 impl Numbers {
     // Inlined: built in its caller's frame, not copied out of its own.
     #[inline(always)]
     fn of(values: &[i64]) -> Self {
         let mut out = Self {
-            buf: [0; 4 * 21],
-            start: 4 * 21,
-            fields: [(0, 0); 4],
+            buf: [0; MAX_NUMBERS * 21],
+            start: MAX_NUMBERS * 21,
+            fields: [(0, 0); MAX_NUMBERS],
         };
-        let values = values.get(..4).unwrap_or(values);
+        let values = values.get(..MAX_NUMBERS).unwrap_or(values);
         for (i, &value) in values.iter().enumerate().rev() {
             if out.start < out.buf.len() {
                 out.put(b' ');
@@ -405,7 +390,10 @@ mod tests {
 
     #[test]
     fn eight_digits_are_the_zero_padded_number() {
-        for x in (0..100_000_000u32).step_by(997).chain([9_999_999, 99_999_999, 10_000, 9_999]) {
+        for x in (0..100_000_000u32)
+            .step_by(997)
+            .chain([9_999_999, 99_999_999, 10_000, 9_999])
+        {
             assert_eq!(super::eight_digits(x), *format!("{x:08}").as_bytes(), "{x}");
         }
     }
