@@ -55,6 +55,15 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
     args: &[A],
     max_meta_bytes: usize,
 ) -> Result<LockOptions<'_>, ArgError> {
+    // The most common call, `key jid TTL ms`, without the walk below.
+    if let [name, value] = args
+        && name.eq_ignore_ascii_case(b"TTL")
+    {
+        return Ok(LockOptions {
+            expiry: Some(Expiry::Ttl(parse_int(value)?)),
+            ..LockOptions::default()
+        });
+    }
     let mut opts = LockOptions::default();
     let (mut rate, mut per, mut burst) = (None, None, None);
     let mut rest = args.iter();
@@ -404,6 +413,15 @@ mod tests {
             Ok(Some(Expiry::At(99)))
         );
         assert_eq!(parse(&[]), Ok(LockOptions::default()));
+        // The common shape, parsed apart, parses as any other.
+        assert_eq!(
+            parse(&["tTl", "5"]),
+            Ok(LockOptions {
+                expiry: Some(Expiry::Ttl(5)),
+                ..LockOptions::default()
+            })
+        );
+        assert_eq!(parse(&["TTL", "x"]), Err(ArgError::NotAnInteger));
     }
 
     #[test]
