@@ -684,6 +684,17 @@ impl Holders {
         before - self.len()
     }
 
+    /// Removes every holder whose owner is `owner`, in grant order, showing
+    /// each to `removed`: indexed, only those are visited.
+    pub(super) fn remove_owner(&mut self, owner: &[u8], removed: impl FnMut(&Holder)) -> usize {
+        let count = match self.plain_mut() {
+            Self::Indexed(i) => i.remove_owner(owner, removed),
+            _ => return self.remove_where(|h| h.owner() == Some(owner), removed),
+        };
+        self.shrink();
+        count
+    }
+
     /// How many holders `group` has (`None`: those without a group): a
     /// look-up when indexed, a walk of a few dozen at most otherwise.
     pub(super) fn group_holding(&self, group: Option<&[u8]>) -> usize {

@@ -324,10 +324,11 @@ impl Lock {
         self.holders.prune(now, removed)
     }
 
-    /// Removes every holder whose owner is `owner`, showing each to `removed`.
+    /// Removes every holder whose owner is `owner`, in grant order, showing
+    /// each to `removed`: on a lock of many holders, without a walk over the
+    /// others.
     pub fn remove_owner_each(&mut self, owner: &[u8], removed: impl FnMut(&Holder)) -> usize {
-        self.holders
-            .remove_where(|h| h.owner() == Some(owner), removed)
+        self.holders.remove_owner(owner, removed)
     }
 
     /// True when some holder has run out (a prune would remove something).

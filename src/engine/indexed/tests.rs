@@ -129,3 +129,34 @@ proptest! {
         prop_assert_eq!(indexed.into_ordered(), model);
     }
 }
+
+#[test]
+fn holders_without_an_owner_cost_the_owners_index_nothing() {
+    let plain: Vec<Holder> = (0..1000)
+        .map(|j| holder(j, i64::from(j) + 1, Some(9)))
+        .collect();
+    let indexed = Indexed::from_ordered(plain).expect("in grant order");
+    assert_eq!(indexed.owners.mem_usage(), 0);
+    let owned: Vec<Holder> = (0..1000u16)
+        .map(|j| {
+            Holder::new(
+                &j.to_be_bytes(),
+                i64::from(j) + 1,
+                0,
+                Some(9),
+                "lock",
+                Some(b"w"),
+                None,
+            )
+        })
+        .collect();
+    let mut indexed = Indexed::from_ordered(owned).expect("in grant order");
+    // One owner's thousand holders: a slot number and a control byte each, at the set's load.
+    let bytes = indexed.owners.mem_usage();
+    assert!((5_000..12_000).contains(&bytes), "{bytes}");
+    let mut seen = Vec::new();
+    assert_eq!(indexed.remove_owner(b"w", |h| seen.push(h.token)), 1000);
+    assert_eq!(seen, (1..=1000).collect::<Vec<i64>>(), "in grant order");
+    assert_eq!(indexed.len(), 0);
+    assert_eq!(indexed.check(), Ok(()));
+}
