@@ -704,6 +704,32 @@ impl Holders {
         }
     }
 
+    /// Per group (`None`: no group), how many holders' leases have not
+    /// ended at `now`, groups with none left out, in no particular order.
+    /// Indexed: from the counts kept, less the ended holders (found without
+    /// a walk over the others).
+    pub(super) fn live_by_group(&self, now: i64) -> Vec<(Option<&[u8]>, usize)> {
+        if let Some(i) = self.indexed() {
+            let mut counts: std::collections::HashMap<Option<&[u8]>, usize> =
+                i.groups_holding().collect();
+            i.for_each_ended(now, |h| {
+                if let Some(n) = counts.get_mut(&h.group()) {
+                    *n = n.saturating_sub(1);
+                }
+            });
+            return counts.into_iter().filter(|&(_, n)| n > 0).collect();
+        }
+        // A few dozen at most.
+        let mut counts: Vec<(Option<&[u8]>, usize)> = Vec::new();
+        for h in self.iter().filter(|h| h.is_live(now)) {
+            match counts.iter_mut().find(|(g, _)| *g == h.group()) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((h.group(), 1)),
+            }
+        }
+        counts
+    }
+
     /// Whether a holder holds exclusively.
     pub(super) fn exclusive_held(&self) -> bool {
         match self.indexed() {

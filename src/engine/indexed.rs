@@ -407,6 +407,45 @@ impl Indexed {
         }
     }
 
+    /// Per group (`None`: no group), how many holders it has, from the
+    /// counts kept: no walk over the holders.
+    pub(super) fn groups_holding(&self) -> impl Iterator<Item = (Option<&[u8]>, usize)> {
+        let ungrouped = (self.len > self.grouped).then(|| (None, self.len - self.grouped));
+        ungrouped
+            .into_iter()
+            .chain(self.groups.iter().map(|(g, &n)| (Some(&**g), n)))
+    }
+
+    /// Shows `ended` every holder whose lease ended at `now`, in no
+    /// particular order, visiting only those and a few of their neighbours:
+    /// the list from its head, and in the heap the places below an ended
+    /// lease (a lease at an even level ends no later than any below it, so
+    /// one that has not ended closes its subtree; an odd level, the latest
+    /// of its subtree, is passed through).
+    pub(super) fn for_each_ended<'a>(&'a self, now: i64, mut ended: impl FnMut(&'a Holder)) {
+        let mut at = self.head;
+        while at != NIL {
+            match self.holder_at(at) {
+                Some(h) if h.expires_at().is_some_and(|end| end <= now) => ended(h),
+                _ => break,
+            }
+            at = self.link(at)[1];
+        }
+        let mut places = vec![0usize];
+        while let Some(place) = places.pop() {
+            let Some(h) = self.leases.get(place).and_then(|&s| self.holder_at(s)) else {
+                continue;
+            };
+            let done = h.expires_at().is_some_and(|end| end <= now);
+            if done {
+                ended(h);
+            } else if Self::side(place) == Side::Soonest {
+                continue;
+            }
+            places.extend([2 * place + 1, 2 * place + 2]);
+        }
+    }
+
     /// How many holders hold exclusively.
     pub(super) fn exclusive_holders(&self) -> usize {
         self.exclusive

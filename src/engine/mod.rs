@@ -435,6 +435,15 @@ impl Lock {
         self.holders.group_holding(group)
     }
 
+    /// Per group (`None`: the holders without a group), how many live
+    /// holders it has at `now`, groups with none left out, in no particular
+    /// order: on a lock of many holders, from the counts it keeps and its
+    /// ended holders, without a walk over the others (read-only: right on a
+    /// replica, where ended holders wait for the primary's removal).
+    pub fn live_by_group(&self, now: i64) -> Vec<(Option<&[u8]>, usize)> {
+        self.holders.live_by_group(now)
+    }
+
     /// Whether some holder holds exclusively.
     pub fn exclusive_held(&self) -> bool {
         self.holders.exclusive_held()

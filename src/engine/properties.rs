@@ -265,6 +265,19 @@ proptest! {
                 prop_assert_eq!(lock.group_holding(g), walked, "{:?}", g);
             }
             prop_assert_eq!(lock.exclusive_held(), all.iter().any(Holder::is_exclusive));
+            // The live holders per group (what WAITERS ... GROUPS shows),
+            // the ended ones not pruned yet, against a walk.
+            let mut walked: Vec<(Option<Vec<u8>>, usize)> = Vec::new();
+            for h in all.iter().filter(|h| h.is_live(now)) {
+                match walked.iter_mut().find(|(g, _)| g.as_deref() == h.group()) {
+                    Some((_, n)) => *n += 1,
+                    None => walked.push((h.group().map(<[u8]>::to_vec), 1)),
+                }
+            }
+            let mut counted: Vec<(Option<Vec<u8>>, usize)> = lock.live_by_group(now).into_iter().map(|(g, n)| (g.map(<[u8]>::to_vec), n)).collect();
+            walked.sort();
+            counted.sort();
+            prop_assert_eq!(counted, walked);
         }
         // An empty lock is no key: nothing to save.
         if !lock.is_empty() {

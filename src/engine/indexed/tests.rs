@@ -115,6 +115,14 @@ proptest! {
             prop_assert_eq!(indexed.earliest_lease(), leases().min());
             prop_assert_eq!(indexed.latest_lease(), leases().max());
             prop_assert_eq!(indexed.has_unleased(), model.iter().any(|h| h.expires_at().is_none()));
+            // The ended holders, found without a walk, at a few times.
+            for now in [0, 10, 25, 49] {
+                let mut ended = Vec::new();
+                indexed.for_each_ended(now, |h| ended.push(h.token));
+                ended.sort_unstable();
+                let expected: Vec<i64> = model.iter().filter(|h| !h.is_live(now)).map(|h| h.token).collect();
+                prop_assert_eq!(ended, expected, "ended at {}", now);
+            }
             // A walk in pages meets every holder once.
             let (mut cursor, mut seen) = (0, Vec::new());
             loop {
