@@ -319,25 +319,11 @@ impl Indexed {
         let (old_group, old_exclusive) =
             (holder.group().map(<[u8]>::to_vec), holder.is_exclusive());
         // The owner before the change, to move the slot in the owners' index
-        // if it changes (kept on the stack unless long).
-        let mut short = [0u8; 64];
-        let long: Vec<u8>;
-        let old_owner: Option<&[u8]> = match holder.owner() {
-            None => None,
-            Some(o) => match short.get_mut(..o.len()) {
-                Some(to) => {
-                    to.copy_from_slice(o);
-                    Some(to)
-                }
-                None => {
-                    long = o.to_vec();
-                    Some(&long)
-                }
-            },
-        };
+        // if it changes.
+        let old_owner = SavedOwner::of(holder.owner());
         change(holder);
-        if holder.owner() != old_owner {
-            if let Some(old) = old_owner {
+        if holder.owner() != old_owner.get() {
+            if let Some(old) = old_owner.get() {
                 self.owners.remove(&self.slots, &self.hasher, old, slot);
             }
             if let Some(new) = self.slots.get(slot as usize).and_then(owner_in) {
@@ -863,6 +849,38 @@ fn size_class(bytes: usize) -> usize {
     }
     let step = 1usize << ((bytes - 1).ilog2() - 2);
     bytes.div_ceil(step).saturating_mul(step)
+}
+
+/// A copy of a holder's owner across a change of the holder: on the stack
+/// unless long, and nothing at all for a holder without one (most).
+enum SavedOwner {
+    None,
+    Short(u8, [u8; 64]),
+    Long(Box<[u8]>),
+}
+
+impl SavedOwner {
+    fn of(owner: Option<&[u8]>) -> Self {
+        let Some(owner) = owner else {
+            return Self::None;
+        };
+        let mut bytes = [0u8; 64];
+        match (bytes.get_mut(..owner.len()), u8::try_from(owner.len())) {
+            (Some(to), Ok(len)) => {
+                to.copy_from_slice(owner);
+                Self::Short(len, bytes)
+            }
+            _ => Self::Long(owner.into()),
+        }
+    }
+
+    fn get(&self) -> Option<&[u8]> {
+        match self {
+            Self::None => None,
+            Self::Short(len, bytes) => bytes.get(..usize::from(*len)),
+            Self::Long(bytes) => Some(bytes),
+        }
+    }
 }
 
 /// The owner of the holder in a slot, if any.
