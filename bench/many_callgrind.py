@@ -11,8 +11,14 @@ target/many-callgrind/ for callgrind_annotate.
 
     python3 bench/many_callgrind.py [module.so]   (default: the release build)
 
+"grant+reap" is a grant of a fresh jid with OWNER w alternating with
+`UNIQUE.REAP 0 COUNT 10 OWNER w`, on the key of N holders without an owner
+(the only key in the database): what REAP costs within one key where a
+single holder (or the few the clients interleave) has the owner.
+
 MANY_CG_REQUESTS: R (default 20,000); MANY_CG_SIZES: the N (default
-"1 1000 100000")."""
+"1 1000 100000"); MANY_CG_COMMANDS: the commands measured (default all:
+"renewal grant+release denial grant+reap")."""
 
 import glob
 import os
@@ -27,6 +33,7 @@ OUT = os.path.join(bench.ROOT, "target", "many-callgrind")
 R = int(os.environ.get("MANY_CG_REQUESTS", "20000"))
 SIZES = [int(n) for n in os.environ.get("MANY_CG_SIZES", "1 1000 100000").split()]
 TTL = 600_000
+COMMANDS = os.environ.get("MANY_CG_COMMANDS", "renewal grant+release denial grant+reap").split()
 
 
 def totals(path):
@@ -81,8 +88,13 @@ def main():
                                   lambda r: r["null"] == 0 and r["zero"] == 0 and r["error"] == 0),
                 "denial": (["UNIQUE.LOCK", "many", "new:{}", "LIMIT", n, "TTL", TTL], 0,
                            lambda r: r["null"] == sum(r.values())),
+                "grant+reap": (["UNIQUE.LOCK", "many", "o:{}", "LIMIT", 0, "TTL", TTL, "OWNER", "w",
+                                "--and", "UNIQUE.REAP", 0, "COUNT", 10, "OWNER", "w"], 0,
+                               lambda r: r["null"] == 0 and r["error"] == 0),
             }
             for label, (args, cycle, check) in commands.items():
+                if label not in COMMANDS:
+                    continue
                 runs = []
                 for requests in (R, 2 * R):
                     t, replies = measured(label, args, n, requests, cycle)

@@ -3,7 +3,10 @@ from one holder to N (LIMIT 0, TTL, 16-byte jids, no OWNER or META), on the
 redis-server on the PATH, for each N of MANY_MEMORY_SIZES (default "1000 5000
 20000 70000 100000"), once the load's clients are gone.
 
-    python3 bench/many_memory.py [module.so]   (default: the release build)"""
+    python3 bench/many_memory.py [module.so]   (default: the release build)
+
+MANY_MEMORY_OWNER: an OWNER every holder is granted with (default none), for
+what a holder with an owner costs beside one without."""
 
 import os
 import sys
@@ -19,6 +22,8 @@ def main():
     if len(sys.argv) > 1:
         bench.MODULE = os.path.abspath(sys.argv[1])
     lock = ["UNIQUE.LOCK", "many", None, "LIMIT", 0, "TTL", 600_000]
+    if os.environ.get("MANY_MEMORY_OWNER"):
+        lock += ["OWNER", os.environ["MANY_MEMORY_OWNER"]]
     first = 10**14  # "j" and 15 digits: 16-byte jids
     server = bench.Server()
     try:

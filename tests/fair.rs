@@ -330,3 +330,43 @@ fn a_downgrade_serves_the_waiting_readers() {
     drop(server);
     drop(readers);
 }
+
+/// WAITERS ... GROUPS on a key of many holders (the indexed layout, whose
+/// counts per group it reads): the live holders per group, the ended ones
+/// not counted although nothing has removed them yet.
+#[test]
+fn waiters_groups_counts_the_live_holders_of_a_key_of_many() {
+    let server = Server::start_with(&["--unique.reap-interval", "0"]);
+    let con = &mut server.con();
+    let key = "wide";
+    let mut pipe = redis::pipe();
+    for i in 0..150 {
+        let mut cmd = redis::cmd("UNIQUE.LOCK");
+        cmd.arg(key).arg(format!("j{i}")).arg("LIMIT").arg(0);
+        match i % 5 {
+            // A lease that ends at once, left in place (no reaper runs).
+            4 => cmd.arg("TTL").arg(1).arg("GROUP").arg("gc"),
+            3 => cmd.arg("TTL").arg(600_000).arg("GROUP").arg("gc"),
+            n @ (0 | 1) => cmd
+                .arg("TTL")
+                .arg(600_000)
+                .arg("GROUP")
+                .arg(["ga", "gb"][n]),
+            _ => cmd.arg("TTL").arg(600_000),
+        };
+        pipe.add_command(cmd).ignore();
+    }
+    let () = pipe.query(con).expect("the holders");
+    let expected = vec![
+        (String::new(), 0, 30),
+        ("ga".to_string(), 0, 30),
+        ("gb".to_string(), 0, 30),
+        ("gc".to_string(), 0, 30),
+    ];
+    wait_for("the short leases to end", || groups(con, key) == expected);
+    let locked_by: Vec<String> = redis::cmd("UNIQUE.LOCKEDBY")
+        .arg(key)
+        .query(con)
+        .expect("LOCKEDBY");
+    assert_eq!(locked_by.len(), 120, "the live holders");
+}

@@ -438,3 +438,106 @@ fn reaper_work(con: &mut Connection) -> (i64, i64) {
         common::info_field(con, "unique", "unique_reaper_keys_scanned"),
     )
 }
+
+/// REAP OWNER within a key of thousands of holders (the indexed layout),
+/// some of whose owners renewals changed: exactly that owner's holders go,
+/// a replica ends with the same key, and after the primary restarts from
+/// its AOF (the owners rebuilt on load) a REAP of another owner is exact too.
+#[test]
+fn reap_owner_on_a_key_of_thousands_of_holders_is_exact_and_replicated() {
+    let mut primary = Server::start_with(&["--unique.reap-interval", "0", "--appendonly", "yes"]);
+    let replica = primary.start_replica(&["--unique.reap-interval", "0"]);
+    let p = &mut primary.con();
+    let key = "big";
+    let n = 2_000;
+    // Holder i: owner "dead" (i % 5 == 0), "live" (i % 5 == 1) or none.
+    let mut owners: Vec<Option<&str>> = (0..n)
+        .map(|i| match i % 5 {
+            0 => Some("dead"),
+            1 => Some("live"),
+            _ => None,
+        })
+        .collect();
+    let lock = |jid: usize, owner: Option<&str>| {
+        let mut cmd = redis::cmd("UNIQUE.LOCK");
+        cmd.arg(key)
+            .arg(format!("j{jid}"))
+            .arg("LIMIT")
+            .arg(0)
+            .arg("TTL")
+            .arg(600_000);
+        if let Some(owner) = owner {
+            cmd.arg("OWNER").arg(owner);
+        }
+        cmd
+    };
+    let mut pipe = redis::pipe();
+    for (i, owner) in owners.iter().enumerate() {
+        pipe.add_command(lock(i, *owner)).ignore();
+    }
+    // Renewals that change the owner of every seventh holder: to "dead",
+    // or from "dead" to "live".
+    for i in (0..n).step_by(7) {
+        let to = if owners[i] == Some("dead") {
+            "live"
+        } else {
+            "dead"
+        };
+        owners[i] = Some(to);
+        pipe.add_command(lock(i, Some(to))).ignore();
+    }
+    let () = pipe.query(p).expect("the holders");
+    // The jids, in grant order, whose owner is not one of `gone`.
+    let kept = |owners: &[Option<&str>], gone: &[&str]| -> Vec<String> {
+        (0..n)
+            .filter(|&i| owners[i].is_none_or(|o| !gone.contains(&o)))
+            .map(|i| format!("j{i}"))
+            .collect()
+    };
+    let reap_all = |con: &mut Connection, owner: &str| {
+        let (mut cursor, mut removed) = ("0".to_string(), 0);
+        loop {
+            let (next, k) = reap(con, &cursor, &["COUNT", "10", "OWNER", owner]);
+            removed += k;
+            cursor = next;
+            if cursor == "0" {
+                return removed;
+            }
+        }
+    };
+    let count = |owner: &str| owners.iter().filter(|o| **o == Some(owner)).count() as i64;
+    assert!(count("dead") > 300 && count("live") > 300);
+    assert_eq!(reap_all(p, "dead"), count("dead"));
+    assert_eq!(
+        holders(p, key),
+        kept(&owners, &["dead"]),
+        "only that owner's holders went"
+    );
+    let same_as_replica = |p: &mut Connection| {
+        let r = &mut replica.con();
+        wait_for("the replica to hold what the primary holds", || {
+            let _: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(p).expect("WAIT");
+            let dump = |c: &mut Connection| -> Vec<u8> {
+                redis::cmd("DUMP").arg(key).query(c).expect("DUMP")
+            };
+            dump(p) == dump(r) && digest(p) == digest(r)
+        });
+    };
+    same_as_replica(p);
+
+    // From the AOF: the same key, and its owners found again.
+    let before: Vec<u8> = redis::cmd("DUMP").arg(key).query(p).expect("DUMP");
+    primary.restart("NOSAVE");
+    let p = &mut primary.con();
+    let after: Vec<u8> = redis::cmd("DUMP").arg(key).query(p).expect("DUMP");
+    assert_eq!(after, before, "the key as it was");
+    assert_eq!(reap_all(p, "live"), count("live"));
+    assert_eq!(reap_all(p, "dead"), 0, "none left of an owner reaped");
+    assert_eq!(
+        holders(p, key),
+        kept(&owners, &["dead", "live"]),
+        "those without an owner"
+    );
+    replica.wait_in_sync();
+    same_as_replica(p);
+}

@@ -42,8 +42,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         rows.entry(group).or_default().0 = n;
     }
     let now = now_ms();
-    for h in lock.into_iter().flat_map(|l| l.live_holders(now)) {
-        rows.entry(h.group().map(Into::into)).or_default().1 += 1;
+    for (group, n) in lock.into_iter().flat_map(|l| l.live_by_group(now)) {
+        rows.entry(group.map(Into::into)).or_default().1 = n;
     }
     let reply = Stream::new(ctx);
     reply.array(rows.len());

@@ -691,6 +691,17 @@ impl Holders {
         before - self.len()
     }
 
+    /// Removes every holder whose owner is `owner`, in grant order, showing
+    /// each to `removed`: indexed, only those are visited.
+    pub(super) fn remove_owner(&mut self, owner: &[u8], removed: impl FnMut(&Holder)) -> usize {
+        let count = match self.plain_mut() {
+            Self::Indexed(i) => i.remove_owner(owner, removed),
+            _ => return self.remove_where(|h| h.owner() == Some(owner), removed),
+        };
+        self.shrink();
+        count
+    }
+
     /// How many holders `group` has (`None`: those without a group): a
     /// look-up when indexed, a walk of a few dozen at most otherwise.
     pub(super) fn group_holding(&self, group: Option<&[u8]>) -> usize {
@@ -698,6 +709,32 @@ impl Holders {
             Some(i) => i.group_holding(group),
             None => self.iter().filter(|h| h.group() == group).count(),
         }
+    }
+
+    /// Per group (`None`: no group), how many holders' leases have not
+    /// ended at `now`, groups with none left out, in no particular order.
+    /// Indexed: from the counts kept, less the ended holders (found without
+    /// a walk over the others).
+    pub(super) fn live_by_group(&self, now: i64) -> Vec<(Option<&[u8]>, usize)> {
+        if let Some(i) = self.indexed() {
+            let mut counts: std::collections::HashMap<Option<&[u8]>, usize> =
+                i.groups_holding().collect();
+            i.for_each_ended(now, |h| {
+                if let Some(n) = counts.get_mut(&h.group()) {
+                    *n = n.saturating_sub(1);
+                }
+            });
+            return counts.into_iter().filter(|&(_, n)| n > 0).collect();
+        }
+        // A few dozen at most.
+        let mut counts: Vec<(Option<&[u8]>, usize)> = Vec::new();
+        for h in self.iter().filter(|h| h.is_live(now)) {
+            match counts.iter_mut().find(|(g, _)| *g == h.group()) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((h.group(), 1)),
+            }
+        }
+        counts
     }
 
     /// Whether a holder holds exclusively.

@@ -32,8 +32,13 @@
 //!   one), and how many hold exclusively: what a grant with GROUPLIMIT or
 //!   MODE asks, in O(1) instead of a walk.
 //!
+//! - `owners`: the slots of each OWNER (see `owners.rs`), for REAP ...
+//!   OWNER; a holder without an owner is not in it and costs it nothing.
+//!
 //! Finding, granting, renewing and releasing a holder cost O(log n); pruning
-//! costs O(log n) for each holder whose lease ended. Grant order is token
+//! costs O(log n) for each holder whose lease ended, and removing an
+//! owner's holders O(1) for each of them (and a sort of them, to go in grant
+//! order). Grant order is token
 //! order here (every grant gets a larger token than any before it on the
 //! server), so the holders are listed in grant order by sorting them: only
 //! what lists every holder anyway (saving, LOCKEDBY without COUNT) pays it.
@@ -44,6 +49,7 @@ use std::hash::{BuildHasher, RandomState};
 use hashbrown::HashTable;
 
 use super::Holder;
+use owners::Owners;
 
 /// A holder's slot (its place in the heap is kept apart, so that a slot is
 /// the holder's 48 bytes and nothing more).
@@ -84,6 +90,8 @@ pub(super) struct Indexed {
     grouped: usize,
     /// Holders in MODE exclusive.
     exclusive: usize,
+    /// The slots of each owner.
+    owners: Owners,
 }
 
 /// A heap place that no slot has (a holder not in the heap).
@@ -143,6 +151,7 @@ impl Indexed {
             groups: HashMap::new(),
             grouped: 0,
             exclusive: 0,
+            owners: Owners::default(),
         }
     }
 
@@ -251,6 +260,9 @@ impl Indexed {
         if let Some(s) = self.slots.get_mut(slot as usize) {
             *s = Some(holder);
         }
+        if let Some(owner) = self.slots.get(slot as usize).and_then(owner_in) {
+            self.owners.add(&self.slots, &self.hasher, owner, slot);
+        }
         let slots = &self.slots;
         let hasher = &self.hasher;
         self.by_jid.insert_unique(hash, slot, |&s| {
@@ -273,6 +285,14 @@ impl Indexed {
     }
 
     fn remove_slot(&mut self, slot: u32) -> Option<Holder> {
+        if let Some(owner) = self.slots.get(slot as usize).and_then(owner_in) {
+            self.owners.remove(&self.slots, &self.hasher, owner, slot);
+        }
+        self.vacate(slot)
+    }
+
+    /// Takes the holder out of `slot` and every index but the owners'.
+    fn vacate(&mut self, slot: u32) -> Option<Holder> {
         let hash = self.hash(self.holder_at(slot)?.jid());
         if let Ok(entry) = self.by_jid.find_entry(hash, |&s| s == slot) {
             entry.remove();
@@ -298,7 +318,19 @@ impl Indexed {
         // another (copied only then, when there is a group at all).
         let (old_group, old_exclusive) =
             (holder.group().map(<[u8]>::to_vec), holder.is_exclusive());
+        // The owner before the change, to move the slot in the owners' index
+        // if it changes.
+        let old_owner = SavedOwner::of(holder.owner());
         change(holder);
+        if holder.owner() != old_owner.get() {
+            if let Some(old) = old_owner.get() {
+                self.owners.remove(&self.slots, &self.hasher, old, slot);
+            }
+            if let Some(new) = self.slots.get(slot as usize).and_then(owner_in) {
+                self.owners.add(&self.slots, &self.hasher, new, slot);
+            }
+        }
+        let holder = self.slots.get(slot as usize)?.as_ref()?;
         debug_assert_eq!(holder.jid(), jid);
         let (after, token) = (holder.expires_at(), holder.token);
         let (new_group, new_exclusive) =
@@ -361,6 +393,45 @@ impl Indexed {
         }
     }
 
+    /// Per group (`None`: no group), how many holders it has, from the
+    /// counts kept: no walk over the holders.
+    pub(super) fn groups_holding(&self) -> impl Iterator<Item = (Option<&[u8]>, usize)> {
+        let ungrouped = (self.len > self.grouped).then(|| (None, self.len - self.grouped));
+        ungrouped
+            .into_iter()
+            .chain(self.groups.iter().map(|(g, &n)| (Some(&**g), n)))
+    }
+
+    /// Shows `ended` every holder whose lease ended at `now`, in no
+    /// particular order, visiting only those and a few of their neighbours:
+    /// the list from its head, and in the heap the places below an ended
+    /// lease (a lease at an even level ends no later than any below it, so
+    /// one that has not ended closes its subtree; an odd level, the latest
+    /// of its subtree, is passed through).
+    pub(super) fn for_each_ended<'a>(&'a self, now: i64, mut ended: impl FnMut(&'a Holder)) {
+        let mut at = self.head;
+        while at != NIL {
+            match self.holder_at(at) {
+                Some(h) if h.expires_at().is_some_and(|end| end <= now) => ended(h),
+                _ => break,
+            }
+            at = self.link(at)[1];
+        }
+        let mut places = vec![0usize];
+        while let Some(place) = places.pop() {
+            let Some(h) = self.leases.get(place).and_then(|&s| self.holder_at(s)) else {
+                continue;
+            };
+            let done = h.expires_at().is_some_and(|end| end <= now);
+            if done {
+                ended(h);
+            } else if Self::side(place) == Side::Soonest {
+                continue;
+            }
+            places.extend([2 * place + 1, 2 * place + 2]);
+        }
+    }
+
     /// How many holders hold exclusively.
     pub(super) fn exclusive_holders(&self) -> usize {
         self.exclusive
@@ -383,6 +454,19 @@ impl Indexed {
             (Some(a), Some(b)) => Some(if self.lease(b) < self.lease(a) { b } else { a }),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Removes every holder of `owner`, in grant order, showing each to
+    /// `removed`: only those are visited.
+    pub(super) fn remove_owner(&mut self, owner: &[u8], mut removed: impl FnMut(&Holder)) -> usize {
+        let mut picked = self.owners.take(&self.slots, &self.hasher, owner);
+        picked.sort_unstable_by_key(|&s| self.holder_at(s).map_or(0, |h| h.token));
+        for &slot in &picked {
+            if let Some(h) = self.vacate(slot) {
+                removed(&h);
+            }
+        }
+        picked.len()
     }
 
     /// Removes every holder `matches` picks, showing each to `removed`
@@ -445,6 +529,7 @@ impl Indexed {
                 .keys()
                 .map(|g| g.len() + 2 * std::mem::size_of::<usize>())
                 .sum::<usize>()
+            + self.owners.mem_usage()
     }
 
     // ---- the list of leases ------------------------------------------------
@@ -736,7 +821,7 @@ impl Indexed {
         if !in_token_order(&self.ordered().into_iter().cloned().collect::<Vec<_>>()) {
             return Err("tokens repeat".into());
         }
-        Ok(())
+        self.owners.check(&self.slots, &self.hasher)
     }
 }
 
@@ -766,6 +851,43 @@ fn size_class(bytes: usize) -> usize {
     bytes.div_ceil(step).saturating_mul(step)
 }
 
+/// A copy of a holder's owner across a change of the holder: on the stack
+/// unless long, and nothing at all for a holder without one (most).
+enum SavedOwner {
+    None,
+    Short(u8, [u8; 64]),
+    Long(Box<[u8]>),
+}
+
+impl SavedOwner {
+    fn of(owner: Option<&[u8]>) -> Self {
+        let Some(owner) = owner else {
+            return Self::None;
+        };
+        let mut bytes = [0u8; 64];
+        match (bytes.get_mut(..owner.len()), u8::try_from(owner.len())) {
+            (Some(to), Ok(len)) => {
+                to.copy_from_slice(owner);
+                Self::Short(len, bytes)
+            }
+            _ => Self::Long(owner.into()),
+        }
+    }
+
+    fn get(&self) -> Option<&[u8]> {
+        match self {
+            Self::None => None,
+            Self::Short(len, bytes) => bytes.get(..usize::from(*len)),
+            Self::Long(bytes) => Some(bytes),
+        }
+    }
+}
+
+/// The owner of the holder in a slot, if any.
+fn owner_in(slot: &Slot) -> Option<&[u8]> {
+    slot.as_ref().and_then(Holder::owner)
+}
+
 /// Whether every token is larger than the one before it (grant order is then
 /// token order).
 pub(super) fn in_token_order(holders: &[Holder]) -> bool {
@@ -774,6 +896,8 @@ pub(super) fn in_token_order(holders: &[Holder]) -> bool {
         _ => true,
     })
 }
+
+mod owners;
 
 #[cfg(test)]
 mod tests;

@@ -324,10 +324,11 @@ impl Lock {
         self.holders.prune(now, removed)
     }
 
-    /// Removes every holder whose owner is `owner`, showing each to `removed`.
+    /// Removes every holder whose owner is `owner`, in grant order, showing
+    /// each to `removed`: on a lock of many holders, without a walk over the
+    /// others.
     pub fn remove_owner_each(&mut self, owner: &[u8], removed: impl FnMut(&Holder)) -> usize {
-        self.holders
-            .remove_where(|h| h.owner() == Some(owner), removed)
+        self.holders.remove_owner(owner, removed)
     }
 
     /// True when some holder has run out (a prune would remove something).
@@ -456,6 +457,15 @@ impl Lock {
     /// Call after [`Lock::prune`] for the live ones.
     pub fn group_holding(&self, group: Option<&[u8]>) -> usize {
         self.holders.group_holding(group)
+    }
+
+    /// Per group (`None`: the holders without a group), how many live
+    /// holders it has at `now`, groups with none left out, in no particular
+    /// order: on a lock of many holders, from the counts it keeps and its
+    /// ended holders, without a walk over the others (read-only: right on a
+    /// replica, where ended holders wait for the primary's removal).
+    pub fn live_by_group(&self, now: i64) -> Vec<(Option<&[u8]>, usize)> {
+        self.holders.live_by_group(now)
     }
 
     /// Whether some holder holds exclusively.

@@ -265,12 +265,181 @@ proptest! {
                 prop_assert_eq!(lock.group_holding(g), walked, "{:?}", g);
             }
             prop_assert_eq!(lock.exclusive_held(), all.iter().any(Holder::is_exclusive));
+            // The live holders per group (what WAITERS ... GROUPS shows),
+            // the ended ones not pruned yet, against a walk.
+            let mut walked: Vec<(Option<Vec<u8>>, usize)> = Vec::new();
+            for h in all.iter().filter(|h| h.is_live(now)) {
+                match walked.iter_mut().find(|(g, _)| g.as_deref() == h.group()) {
+                    Some((_, n)) => *n += 1,
+                    None => walked.push((h.group().map(<[u8]>::to_vec), 1)),
+                }
+            }
+            let mut counted: Vec<(Option<Vec<u8>>, usize)> = lock.live_by_group(now).into_iter().map(|(g, n)| (g.map(<[u8]>::to_vec), n)).collect();
+            walked.sort();
+            counted.sort();
+            prop_assert_eq!(counted, walked);
         }
         // An empty lock is no key: nothing to save.
         if !lock.is_empty() {
             let mut items = Items::default();
             codec::encode(&lock, &mut items);
             prop_assert_eq!(codec::decode(codec::ENCODING_VERSION, &mut ItemReader::new(&items)), Ok(lock.clone()));
+        }
+    }
+}
+
+/// Grants, renewals that may change the OWNER, releases, replays of a
+/// primary's holder, prunes, REAP by owner and a round trip through the
+/// encoding (what RDB, AOF and DUMP/RESTORE do), on jids enough to cross
+/// into the indexed layout and back.
+#[derive(Debug, Clone)]
+enum OwnerOp {
+    Lock {
+        jid: u8,
+        owner: Option<u8>,
+        ttl: Option<i64>,
+    },
+    Put {
+        jid: u8,
+        owner: Option<u8>,
+    },
+    Unlock {
+        jid: u8,
+    },
+    Reap {
+        owner: u8,
+    },
+    Reload,
+    Advance(i64),
+}
+
+fn owner_op() -> impl Strategy<Value = OwnerOp> {
+    let owner = prop::option::of(0u8..4);
+    prop_oneof![
+        // Leases long enough, mostly, for the holders to pass 32.
+        6 => (0u8..80, owner.clone(), prop_oneof![Just(None), (1i64..40).prop_map(Some), (200i64..2000).prop_map(Some)])
+            .prop_map(|(jid, owner, ttl)| OwnerOp::Lock { jid, owner, ttl }),
+        1 => (0u8..80, owner).prop_map(|(jid, owner)| OwnerOp::Put { jid, owner }),
+        2 => (0u8..80).prop_map(|jid| OwnerOp::Unlock { jid }),
+        1 => (0u8..4).prop_map(|owner| OwnerOp::Reap { owner }),
+        1 => Just(OwnerOp::Reload),
+        2 => (0i64..30).prop_map(OwnerOp::Advance),
+    ]
+}
+
+/// Owner `o` of the sequences (a long one too, past the inline text).
+fn owner_name(o: u8) -> Vec<u8> {
+    if o == 3 {
+        vec![b'w'; 100]
+    } else {
+        vec![b'w', o]
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// REAP by owner removes exactly that owner's holders, in grant order,
+    /// whatever renewals and replays did to the owners, in both layouts;
+    /// the indexed layout's index of owners stays exact throughout.
+    #[test]
+    fn reaping_by_owner_removes_exactly_its_holders(
+        start in prop::collection::vec(prop::option::of(0u8..4), 0..70),
+        ops in prop::collection::vec(owner_op(), 1..250),
+    ) {
+        let mut lock = Lock::default();
+        let mut model: Vec<Holder> = Vec::new();
+        let mut now = 1_700_000_000_000i64;
+        let mut counter = 0i64;
+        // Started with holders of jids 100 and up, often past 32.
+        let start = (100u8..).zip(start).map(|(jid, owner)| OwnerOp::Lock { jid, owner, ttl: None });
+        for op in start.chain(ops) {
+            lock.prune(now);
+            model.retain(|h| h.is_live(now));
+            match op {
+                OwnerOp::Lock { jid, owner, ttl } => {
+                    let (name, owner) = ([b'j', jid], owner.map(owner_name));
+                    let req = LockRequest {
+                        limit: 0,
+                        expires_at: ttl.map(|t| now + t),
+                        owner: owner.as_deref(),
+                        ..LockRequest::new(&name)
+                    };
+                    match lock.acquire(&req, now, || { counter += 1; counter }) {
+                        Acquired::Granted(t) => model.push(Holder::new(&name, t, now, req.expires_at, DEFAULT_TYPE, req.owner, None)),
+                        Acquired::Renewed(t) => {
+                            let at = model.iter().position(|h| h.jid() == name);
+                            let old = at.and_then(|at| model.get_mut(at));
+                            let Some(old) = old else {
+                                return Err(TestCaseError::fail("a renewal of nothing"));
+                            };
+                            prop_assert_eq!(old.token, t);
+                            let owner = req.owner.or(old.owner()).map(<[u8]>::to_vec);
+                            let expires = req.expires_at.or(old.expires_at());
+                            *old = Holder::new(&name, t, old.acquired_at, expires, DEFAULT_TYPE, owner.as_deref(), None);
+                        }
+                        other => prop_assert!(false, "{:?}", other),
+                    }
+                }
+                OwnerOp::Put { jid, owner } => {
+                    // A primary's holder replayed: a renewal replaces it whole
+                    // (its owner may go), a new one comes last.
+                    let name = [b'j', jid];
+                    let owner = owner.map(owner_name);
+                    let token = match model.iter().find(|h| h.jid() == name) {
+                        Some(h) => h.token,
+                        None => { counter += 1; counter }
+                    };
+                    let h = Holder::new(&name, token, now, Some(now + 50), DEFAULT_TYPE, owner.as_deref(), None);
+                    lock.put(h.clone());
+                    match model.iter_mut().find(|m| m.jid() == name) {
+                        Some(m) => *m = h,
+                        None => model.push(h),
+                    }
+                }
+                OwnerOp::Unlock { jid } => {
+                    let at = model.iter().position(|h| h.jid() == [b'j', jid]);
+                    prop_assert_eq!(lock.release(&[b'j', jid]), at.map(|at| model.remove(at)));
+                }
+                OwnerOp::Reap { owner } => {
+                    let owner = owner_name(owner);
+                    let mut seen = Vec::new();
+                    let n = lock.remove_owner_each(&owner, |h| seen.push(h.clone()));
+                    let expected: Vec<Holder> = model.iter().filter(|h| h.owner() == Some(owner.as_slice())).cloned().collect();
+                    model.retain(|h| h.owner() != Some(owner.as_slice()));
+                    prop_assert_eq!(n, expected.len());
+                    prop_assert_eq!(seen, expected, "that owner's holders, in grant order");
+                }
+                OwnerOp::Reload => {
+                    if !lock.is_empty() {
+                        let mut items = Items::default();
+                        codec::encode(&lock, &mut items);
+                        let decoded = codec::decode(codec::ENCODING_VERSION, &mut ItemReader::new(&items));
+                        prop_assert_eq!(decoded.as_ref(), Ok(&lock));
+                        if let Ok(decoded) = decoded {
+                            lock = decoded;
+                        }
+                    }
+                }
+                OwnerOp::Advance(ms) => now += ms,
+            }
+            prop_assert_eq!(lock.holders().collect::<Vec<_>>(), model.iter().collect::<Vec<_>>());
+            if let Holders::Indexed(i) = &lock.holders {
+                prop_assert_eq!(i.check(), Ok(()));
+            }
+            // What a REAP of each owner would take, on a copy.
+            for o in 0..4 {
+                let owner = owner_name(o);
+                let mut copy = lock.clone();
+                let mut seen = Vec::new();
+                copy.remove_owner_each(&owner, |h| seen.push(h.token));
+                let expected: Vec<i64> = model.iter().filter(|h| h.owner() == Some(owner.as_slice())).map(|h| h.token).collect();
+                prop_assert_eq!(seen, expected);
+                prop_assert!(copy.holders().all(|h| h.owner() != Some(owner.as_slice())));
+                if let Holders::Indexed(i) = &copy.holders {
+                    prop_assert_eq!(i.check(), Ok(()));
+                }
+            }
         }
     }
 }

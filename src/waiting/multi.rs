@@ -70,6 +70,9 @@ pub(super) struct MultiWaiter<C> {
 pub(super) struct Multi<C> {
     pub(super) waiters: BTreeMap<usize, MultiWaiter<C>>,
     pub(super) on_key: HashMap<KeyId, BTreeSet<usize>>,
+    /// Per key in `on_key`, how many of its waiters wait under each group
+    /// there: WAITERS ... GROUPS reads it without a walk.
+    pub(super) groups_on: HashMap<KeyId, super::queues::GroupCounts>,
     pub(super) by_client: HashMap<C, usize>,
 }
 
@@ -78,6 +81,7 @@ impl<C> Default for Multi<C> {
         Self {
             waiters: BTreeMap::new(),
             on_key: HashMap::new(),
+            groups_on: HashMap::new(),
             by_client: HashMap::new(),
         }
     }
@@ -95,15 +99,38 @@ impl<C: Copy + Eq + Hash> Multi<C> {
 
     /// Multi-key waiters queued on `id`, per group they wait under there.
     pub(super) fn by_group_on(&self, id: &KeyId) -> Vec<(Option<Box<[u8]>>, usize)> {
-        let mut groups: BTreeMap<Option<Box<[u8]>>, usize> = BTreeMap::new();
-        for seq in self.on_key.get(id).into_iter().flatten() {
-            if let Some(w) = self.waiters.get(seq) {
-                let at = w.keys.iter().position(|k| k == id);
-                let group = at.and_then(|i| w.groups.get(i).cloned()).flatten();
-                *groups.entry(group).or_default() += 1;
+        self.groups_on
+            .get(id)
+            .map(|groups| groups.iter().map(|(g, &n)| (g.clone(), n)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Counts `waiter` in (`joins`) or out of the groups of each of its keys.
+    fn count(&mut self, waiter: &MultiWaiter<C>, joins: bool) {
+        for (at, id) in waiter.keys.iter().enumerate() {
+            let group = waiter.groups.get(at).cloned().flatten();
+            if joins {
+                *self
+                    .groups_on
+                    .entry(id.clone())
+                    .or_default()
+                    .entry(group)
+                    .or_default() += 1;
+                continue;
+            }
+            let Some(groups) = self.groups_on.get_mut(id) else {
+                continue;
+            };
+            if let Some(n) = groups.get_mut(&group) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    groups.remove(&group);
+                }
+            }
+            if groups.is_empty() {
+                self.groups_on.remove(id);
             }
         }
-        groups.into_iter().collect()
     }
 
     pub(super) fn has_key(&self, id: &KeyId) -> bool {
@@ -123,6 +150,7 @@ impl<C: Copy + Eq + Hash> Multi<C> {
                 .insert(waiter.seq);
         }
         self.by_client.insert(waiter.client, waiter.seq);
+        self.count(&waiter, true);
         self.waiters.insert(waiter.seq, waiter);
     }
 
@@ -138,6 +166,7 @@ impl<C: Copy + Eq + Hash> Multi<C> {
             }
         }
         self.by_client.remove(&waiter.client);
+        self.count(&waiter, false);
         Some(waiter)
     }
 
@@ -197,7 +226,13 @@ mod tests {
             client,
             call: Box::new(Never),
             keys: keys.iter().map(|k| (0, k.as_bytes().to_vec())).collect(),
-            groups: Vec::new(),
+            // Some group on some of its keys, for the counts per group.
+            groups: (0..keys.len())
+                .map(|at| {
+                    let g = (client as usize + at) % 3;
+                    (g != 0).then(|| vec![b'g', g as u8].into_boxed_slice())
+                })
+                .collect(),
             lock_type: "lock".into(),
             seq,
             deadline: None,
@@ -278,7 +313,15 @@ mod tests {
             }
             for (key, set) in &m.on_key {
                 prop_assert_eq!(m.reserved_for(key), set.first().copied());
+                // The counts per group, against a walk of the key's waiters.
+                let mut walked: BTreeMap<Option<Box<[u8]>>, usize> = BTreeMap::new();
+                for w in set.iter().filter_map(|seq| m.waiters.get(seq)) {
+                    let at = w.keys.iter().position(|k| k == key);
+                    *walked.entry(at.and_then(|i| w.groups.get(i).cloned()).flatten()).or_default() += 1;
+                }
+                prop_assert_eq!(m.by_group_on(key), walked.into_iter().collect::<Vec<_>>());
             }
+            prop_assert_eq!(m.groups_on.len(), m.on_key.len());
         }
     }
 

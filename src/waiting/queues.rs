@@ -29,6 +29,9 @@ pub(super) struct Waiter<C> {
 /// A key: its database and name.
 pub(super) type KeyId = (i32, Vec<u8>);
 
+/// How many waiters of each group (`None`: without one) a key has.
+pub(super) type GroupCounts = BTreeMap<Option<Box<[u8]>>, usize>;
+
 /// A key's waiters by their number, which grows with every waiter: arrival
 /// order, and one waiter found by its number (a timeout, a disconnect) in
 /// O(log n) however long the queue.
@@ -39,6 +42,9 @@ pub(super) type Queue<C> = BTreeMap<usize, Waiter<C>>;
 /// (a `ffi::Blocked` in Redis).
 pub(super) struct Waiters<C> {
     pub(super) queues: HashMap<KeyId, Queue<C>>,
+    /// How many waiters of each group each queue in `queues` holds, kept
+    /// with it: WAITERS ... GROUPS reads it without a walk of the queue.
+    pub(super) groups: HashMap<KeyId, GroupCounts>,
     /// The key each blocked client waits on (also while its queue is served)
     /// and its number there.
     pub(super) blocked: HashMap<C, (KeyId, usize)>,
@@ -57,6 +63,7 @@ impl<C> Default for Waiters<C> {
     fn default() -> Self {
         Self {
             queues: HashMap::new(),
+            groups: HashMap::new(),
             blocked: HashMap::new(),
             timers: HashMap::new(),
             by_seq: HashMap::new(),
@@ -106,13 +113,42 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
 
     /// How many wait on `key`, per group (`None` first, then by name).
     pub(super) fn by_group(&self, db: i32, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
-        let mut groups: BTreeMap<Option<Box<[u8]>>, usize> = BTreeMap::new();
-        if let Some(queue) = self.queues.get(&(db, key.to_vec())) {
-            for w in queue.values() {
-                *groups.entry(w.share.group.clone()).or_default() += 1;
+        if self.groups.is_empty() {
+            return Vec::new();
+        }
+        self.groups
+            .get(&(db, key.to_vec()))
+            .map(|groups| groups.iter().map(|(g, &n)| (g.clone(), n)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Counts `waiter` in (`joins`) or out of the groups of the queue of `id`.
+    fn count(&mut self, id: &KeyId, waiter: &Waiter<C>, joins: bool) {
+        if joins {
+            let groups = match self.groups.get_mut(id) {
+                Some(groups) => groups,
+                None => self.groups.entry(id.clone()).or_default(),
+            };
+            match groups.get_mut(&waiter.share.group) {
+                Some(n) => *n += 1,
+                None => {
+                    groups.insert(waiter.share.group.clone(), 1);
+                }
+            }
+            return;
+        }
+        let Some(groups) = self.groups.get_mut(id) else {
+            return;
+        };
+        if let Some(n) = groups.get_mut(&waiter.share.group) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                groups.remove(&waiter.share.group);
             }
         }
-        groups.into_iter().collect()
+        if groups.is_empty() {
+            self.groups.remove(id);
+        }
     }
 
     /// A number for the next waiter, larger than any before it (a 64-bit
@@ -127,6 +163,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     pub(super) fn push(&mut self, id: KeyId, waiter: Waiter<C>) {
         self.by_seq.insert(waiter.seq, waiter.client);
         self.blocked.insert(waiter.client, (id.clone(), waiter.seq));
+        self.count(&id, &waiter, true);
         self.queues
             .entry(id)
             .or_default()
@@ -136,6 +173,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     /// Takes the queue of `id` out to serve it; `None` when it has none.
     /// Its waiters still count as waiting until each is [`Waiters::served`].
     pub(super) fn take_queue(&mut self, id: &KeyId) -> Option<Queue<C>> {
+        self.groups.remove(id);
         self.queues.remove(id)
     }
 
@@ -149,6 +187,9 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     pub(super) fn put_back(&mut self, id: KeyId, still: Queue<C>) {
         if !still.is_empty() {
             // No waiter could block in between: nothing to merge.
+            for waiter in still.values() {
+                self.count(&id, waiter, true);
+            }
             self.queues.insert(id, still);
         }
     }
@@ -166,6 +207,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         }
         if let Some(waiter) = &waiter {
             self.by_seq.remove(&waiter.seq);
+            self.count(&id, waiter, false);
         }
         Some((id, waiter))
     }
@@ -220,6 +262,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
             .collect();
         let mut taken = Vec::new();
         for id in ids {
+            self.groups.remove(&id);
             for waiter in self.queues.remove(&id).unwrap_or_default().into_values() {
                 self.served(&waiter);
                 taken.push((id.clone(), waiter));

@@ -231,3 +231,87 @@ fn timers_are_counted_until_they_go() {
     w.count_timer(false);
     assert_eq!(w.armed, 0, "never below zero");
 }
+
+mod groups_counted {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push {
+            key: u8,
+            group: Option<u8>,
+        },
+        Forget(u32),
+        Deadline(u32),
+        /// Serves the queue of a key: the waiters whose client is odd get
+        /// their reply, the others are put back.
+        Serve(u8),
+        Leave(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            5 => (0u8..2, prop::option::of(0u8..3)).prop_map(|(key, group)| Op::Push { key, group }),
+            2 => (1u32..60).prop_map(Op::Forget),
+            1 => (1u32..60).prop_map(Op::Deadline),
+            1 => (0u8..2).prop_map(Op::Serve),
+            1 => (0u8..2).prop_map(Op::Leave),
+        ]
+    }
+
+    fn name(key: u8) -> KeyId {
+        (0, vec![b'k', key])
+    }
+
+    proptest! {
+        /// The counts per group that WAITERS ... GROUPS reads equal a walk
+        /// of the queue, whichever way its waiters come and go.
+        #[test]
+        fn the_counts_per_group_follow_the_queues(ops in prop::collection::vec(op(), 0..120)) {
+            let mut w = Waiters::default();
+            let mut client = 0;
+            for op in ops {
+                match op {
+                    Op::Push { key, group } => {
+                        client += 1;
+                        let mut waiter = waiter(client);
+                        waiter.share.group = group.map(|g| vec![b'g', g].into_boxed_slice());
+                        w.push(name(key), waiter);
+                    }
+                    Op::Forget(c) => {
+                        w.forget(c);
+                    }
+                    Op::Deadline(c) => {
+                        w.deadline_passed(c as usize);
+                    }
+                    Op::Serve(key) => {
+                        if let Some(mut queue) = w.take_queue(&name(key)) {
+                            let mut still = Queue::new();
+                            while let Some((_, next)) = queue.pop_first() {
+                                if next.client % 2 == 1 {
+                                    w.served(&next);
+                                } else {
+                                    still.insert(next.seq, next);
+                                }
+                            }
+                            w.put_back(name(key), still);
+                        }
+                    }
+                    Op::Leave(key) => {
+                        w.take_queues(|k| k == name(key).1);
+                    }
+                }
+                for key in 0..2 {
+                    let mut walked: std::collections::BTreeMap<Option<Box<[u8]>>, usize> = Default::default();
+                    for waiter in w.queues.get(&name(key)).into_iter().flat_map(|q| q.values()) {
+                        *walked.entry(waiter.share.group.clone()).or_default() += 1;
+                    }
+                    prop_assert_eq!(w.by_group(0, &name(key).1), walked.into_iter().collect::<Vec<_>>());
+                }
+                prop_assert_eq!(w.groups.len(), w.queues.len(), "counts only for the keys that have a queue");
+            }
+        }
+    }
+}

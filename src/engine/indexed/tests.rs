@@ -115,6 +115,14 @@ proptest! {
             prop_assert_eq!(indexed.earliest_lease(), leases().min());
             prop_assert_eq!(indexed.latest_lease(), leases().max());
             prop_assert_eq!(indexed.has_unleased(), model.iter().any(|h| h.expires_at().is_none()));
+            // The ended holders, found without a walk, at a few times.
+            for now in [0, 10, 25, 49] {
+                let mut ended = Vec::new();
+                indexed.for_each_ended(now, |h| ended.push(h.token));
+                ended.sort_unstable();
+                let expected: Vec<i64> = model.iter().filter(|h| !h.is_live(now)).map(|h| h.token).collect();
+                prop_assert_eq!(ended, expected, "ended at {}", now);
+            }
             // A walk in pages meets every holder once.
             let (mut cursor, mut seen) = (0, Vec::new());
             loop {
@@ -128,4 +136,35 @@ proptest! {
         }
         prop_assert_eq!(indexed.into_ordered(), model);
     }
+}
+
+#[test]
+fn holders_without_an_owner_cost_the_owners_index_nothing() {
+    let plain: Vec<Holder> = (0..1000)
+        .map(|j| holder(j, i64::from(j) + 1, Some(9)))
+        .collect();
+    let indexed = Indexed::from_ordered(plain).expect("in grant order");
+    assert_eq!(indexed.owners.mem_usage(), 0);
+    let owned: Vec<Holder> = (0..1000u16)
+        .map(|j| {
+            Holder::new(
+                &j.to_be_bytes(),
+                i64::from(j) + 1,
+                0,
+                Some(9),
+                "lock",
+                Some(b"w"),
+                None,
+            )
+        })
+        .collect();
+    let mut indexed = Indexed::from_ordered(owned).expect("in grant order");
+    // One owner's thousand holders: a slot number and a control byte each, at the set's load.
+    let bytes = indexed.owners.mem_usage();
+    assert!((5_000..12_000).contains(&bytes), "{bytes}");
+    let mut seen = Vec::new();
+    assert_eq!(indexed.remove_owner(b"w", |h| seen.push(h.token)), 1000);
+    assert_eq!(seen, (1..=1000).collect::<Vec<i64>>(), "in grant order");
+    assert_eq!(indexed.len(), 0);
+    assert_eq!(indexed.check(), Ok(()));
 }
