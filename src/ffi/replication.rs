@@ -327,7 +327,9 @@ fn eight_digits(x: u32) -> [u8; 8] {
 }
 
 /// Replicates `UNIQUE.APPLY key now OP [arg]` (RELEASE jid, REAP owner,
-/// PRUNE), through RM_Replicate's format as [`replicate_hold`].
+/// PRUNE), through RM_Replicate's format as [`replicate_hold`]: `arg`
+/// retained when it is the running command's own argument (UNLOCK's jid,
+/// REAP's owner), else made.
 pub fn replicate_effect(
     ctx: &Context,
     key: &RedisString,
@@ -340,12 +342,23 @@ pub fn replicate_effect(
     };
     let now = Numbers::of(&[now]);
     let now = now.bytes();
-    // SAFETY: as in `replicate_hold`: the arguments match the format (with
-    // `b`, a pointer and a length, for the optional argument).
+    // SAFETY: as in `replicate_hold`: the arguments match the format (for
+    // the optional argument, `s`: the running command's own live string,
+    // which the call retains; or `b`, a pointer and a length).
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
-            match arg {
-                Some(arg) => replicate(
+            match arg.map(|arg| (arg, client_string(arg))) {
+                Some((_, Some(own))) => replicate(
+                    ctx.get_raw(),
+                    APPLY_COMMAND.as_ptr(),
+                    c"sbss".as_ptr(),
+                    key.inner,
+                    now.as_ptr().cast::<c_char>(),
+                    now.len(),
+                    op,
+                    own,
+                ),
+                Some((arg, None)) => replicate(
                     ctx.get_raw(),
                     APPLY_COMMAND.as_ptr(),
                     c"sbsb".as_ptr(),
