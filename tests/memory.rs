@@ -323,6 +323,10 @@ fn waits(
     workload.wait(WAITERS, 2, &mut buf);
     let reply = pipeline(&mut waiters[0], &buf, 1);
     assert_eq!(reply, [Value::Nil], "the wait runs out");
+    // The one that disconnects waits long: a wait of 2 ms could run out
+    // before the poll below sees it blocked.
+    buf.clear();
+    workload.wait(WAITERS, 600_000, &mut buf);
     let mut gone = server.con();
     gone.send_packed_command(&buf).expect("send");
     wait_for("the waiter to block", || blocked(con) == 1);
