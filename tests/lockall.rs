@@ -9,7 +9,9 @@ mod common;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Rng, Server, Value, digest, holders, int, text, token, wait_for};
+use common::{
+    Connection, Rng, Server, Value, digest, holders, int, text, token, wait_digests_equal, wait_for,
+};
 
 /// The tokens of a granted LOCKALL, or a panic with what came back.
 fn tokens(reply: Result<Value, String>) -> Vec<i64> {
@@ -735,24 +737,55 @@ fn a_replica_and_the_aof_apply_each_whole_grant() {
     assert_eq!(digest(&mut primary.con()), before);
 }
 
-fn wait_digests_equal(primary: &mut Connection, replica: &mut Connection) {
-    let start = Instant::now();
-    loop {
-        let _: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(5_000)
-            .query(primary)
-            .expect("WAIT");
-        let (p, r) = (digest(primary), digest(replica));
-        if p == r {
-            return;
-        }
-        assert!(
-            start.elapsed() < common::patient(),
-            "digests differ: primary {p} replica {r}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// A refused LOCKALL or an UNLOCKALL that changes nothing on a key leaves
+/// that key alone, even when its lock has nothing left to keep: the primary
+/// deletes a key only with an effect, or its replica would keep it. Here a
+/// rate-only key whose rate is spent out, kept by a PERSIST past its idle
+/// time, so that Redis's own expiry does not delete it first.
+#[test]
+fn a_key_a_multi_key_call_left_unchanged_stays_on_primary_and_replica_alike() {
+    let primary = Server::start_with(&["--unique.reap-interval", "0"]);
+    let replica = primary.start_replica(&[]);
+    let (p, r) = (&mut primary.con(), &mut replica.con());
+    let idle = "{idle}:rate";
+    let held = "{idle}:held";
+    token(call!(
+        p,
+        "UNIQUE.LOCK",
+        idle,
+        "a",
+        "RATE",
+        1,
+        "PER",
+        50,
+        "TTL",
+        600_000
+    ));
+    assert_eq!(
+        int(call!(p, "UNIQUE.UNLOCK", idle, "a").expect("UNLOCK")),
+        1
+    );
+    assert_eq!(int(call!(p, "PERSIST", idle).expect("PERSIST")), 1);
+    token(call!(p, "UNIQUE.LOCK", held, "b", "TTL", 600_000));
+    // The rate state alone stays, and is idle once its period has gone by.
+    let spent_at = common::server_time_ms(p);
+    wait_for("the rate's period to go by", || {
+        common::server_time_ms(p) > spent_at + 100
+    });
+    // Granted on the idle key, refused on the held one: undone, unchanged.
+    assert_eq!(
+        lockall(p, &["2", idle, held, "c", "LIMIT", "1", "1"]),
+        Ok(Value::Nil)
+    );
+    // No hold of this jid on either key: nothing released, nothing changed.
+    assert_eq!(
+        int(call!(p, "UNIQUE.UNLOCKALL", 2, idle, held, "nobody").expect("UNLOCKALL")),
+        0
+    );
+    wait_digests_equal(p, r);
+    let exists = |con: &mut Connection| int(call!(con, "EXISTS", idle).expect("EXISTS"));
+    assert_eq!((exists(p), exists(r)), (1, 1));
+    assert_eq!(int(call!(p, "DEL", idle, held).expect("DEL")), 2);
 }
 
 /// A multi-key waiter is served on its own user's authority: one whose

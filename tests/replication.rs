@@ -4,33 +4,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{Connection, Rng, Server, Value, digest, holders, token, wait_for};
-
-/// Waits until the replica has everything the primary sent and both hold the
-/// same data. Keys that Redis expires on the primary reach the replica as DEL
-/// a moment later, so equality is polled (bounded), never assumed.
-fn wait_digests_equal(primary: &mut Connection, replica: &mut Connection) {
-    let limit = Duration::from_secs(15);
-    let start = std::time::Instant::now();
-    loop {
-        let _: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(5_000)
-            .query(primary)
-            .expect("WAIT");
-        let (p, r) = (digest(primary), digest(replica));
-        if p == r {
-            return;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "digests differ: primary {p} replica {r}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use common::{Connection, Rng, Server, Value, holders, token, wait_digests_equal, wait_for};
 
 #[test]
 fn a_replica_with_another_configuration_ends_with_identical_data() {

@@ -376,10 +376,11 @@ impl waiting::AllCall for Waiting {
 /// One LOCKALL: open every key (a key of another type refuses the call
 /// before anything changes), let [`decide_all`] prune, grant, renew or
 /// refuse and count, store the new keys a grant made, then carry out what
-/// changed: each key settled, one effect replicated (the whole grant, or
-/// the ended leases of a refusal), the keyspace events. `served`: a waiter
-/// being served (it does not queue behind the others). Returns the
-/// positions of the keys whose waiters are to be served.
+/// changed: each changed key settled, one effect replicated (the whole
+/// grant, or the ended leases of a refusal: `DEL` for a key they emptied),
+/// the keyspace events. `served`: a waiter being served (it does not queue
+/// behind the others). Returns the positions of the keys whose waiters are
+/// to be served.
 fn attempt(
     ctx: &Context,
     call: &LockAll,
@@ -456,8 +457,14 @@ fn attempt(
             }
         }
     }
-    for key in &mut opened {
-        settle(key, now)?;
+    // Only a key that changed is settled: one left as it was is left to
+    // Redis's expiry even when its lock has nothing more to keep, since a
+    // deletion here would reach no replica (nothing is replicated for it).
+    let mut deleted = vec![false; opened.len()];
+    for ((key, deleted), &expired) in opened.iter_mut().zip(&mut deleted).zip(&decision.expired) {
+        if granted || expired > 0 {
+            *deleted = settle(key, now)?;
+        }
     }
     match &decision.attempt {
         AllAttempt::Granted(grants) => {
@@ -472,8 +479,10 @@ fn attempt(
             ffi::replicate_hold_all(ctx, &names[0], now, &parts);
         }
         AllAttempt::Denied(_) => {
-            for (name, &expired) in names.iter().zip(&decision.expired) {
-                if expired > 0 {
+            for ((name, &expired), &deleted) in names.iter().zip(&decision.expired).zip(&deleted) {
+                if deleted {
+                    ffi::replicate_delete(ctx, name);
+                } else if expired > 0 {
                     ffi::replicate_effect(ctx, name, now, ApplyOp::PruneOnly, None);
                 }
             }

@@ -50,8 +50,12 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
         outcome.push((expired, released.is_some()));
     }
-    for key in &mut opened {
-        settle(key, now)?;
+    // Only a key that changed is settled: one left as it was is left to
+    // Redis's expiry, as its replica's is (the effect settles the same keys).
+    for (key, &(expired, released)) in opened.iter_mut().zip(&outcome) {
+        if expired > 0 || released {
+            settle(key, now)?;
+        }
     }
     if outcome
         .iter()

@@ -432,6 +432,67 @@ pub fn digest(con: &mut Connection) -> String {
         .expect("DEBUG DIGEST")
 }
 
+/// Waits until the replica has everything the primary sent and both hold the
+/// same data. Keys that Redis expires on the primary reach the replica as DEL
+/// a moment later, so equality is polled (bounded), never assumed. On failure
+/// it names every key that differs, with both sides' value and expiry.
+pub fn wait_digests_equal(primary: &mut Connection, replica: &mut Connection) {
+    let start = Instant::now();
+    loop {
+        let _: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5_000)
+            .query(primary)
+            .expect("WAIT");
+        let (p, r) = (digest(primary), digest(replica));
+        if p == r {
+            return;
+        }
+        if start.elapsed() > patient() {
+            panic!(
+                "digests differ: primary {p} replica {r}\n{}",
+                key_differences(primary, replica)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every key whose value or expiry differs between two servers, each side's
+/// `DUMP` (hex) and `PTTL`: what a digest mismatch is made of.
+fn key_differences(a: &mut Connection, b: &mut Connection) -> String {
+    let state = |con: &mut Connection, key: &str| {
+        let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(con).unwrap_or(None);
+        let pttl: i64 = redis::cmd("PTTL").arg(key).query(con).unwrap_or(-3);
+        let hex: String = dump
+            .unwrap_or_default()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        (hex, pttl)
+    };
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query(a).unwrap_or_default();
+    keys.extend(
+        redis::cmd("KEYS")
+            .arg("*")
+            .query::<Vec<String>>(b)
+            .unwrap_or_default(),
+    );
+    keys.sort();
+    keys.dedup();
+    let mut out = String::new();
+    for key in keys {
+        let (x, y) = (state(a, &key), state(b, &key));
+        if x != y {
+            out += &format!(
+                "{key}: primary pttl {} dump {}\n{key}: replica pttl {} dump {}\n",
+                x.1, x.0, y.1, y.0
+            );
+        }
+    }
+    out
+}
+
 /// The integer of a reply, or a panic with what came back.
 pub fn int(v: Value) -> i64 {
     match v {

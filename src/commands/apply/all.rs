@@ -6,8 +6,8 @@
 //! rate state when the grant spent it (`codec::write_key_hold`); each key
 //! is pruned at `now`, then the holder put exactly as given. RELEASEALL:
 //! `jid n key...`; each key is pruned at `now` and loses `jid`'s hold.
-//! Every key is then settled as on the primary, and the APPLY goes verbatim
-//! once to this replica's own AOF and replicas.
+//! Every key it changed is then settled as on the primary, and the APPLY
+//! goes verbatim once to this replica's own AOF and replicas.
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -92,20 +92,24 @@ fn release_all(ctx: &Context, now: i64, jid: &[u8], keys: &[RedisString]) -> Red
     for name in keys {
         let mut key =
             LockKey::open(ctx, name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
-        let event = match key.lock_mut()? {
+        let (pruned, event) = match key.lock_mut()? {
             Some(lock) => tracked(lock, |lock| {
-                lock.prune(now);
-                lock.release(jid).map(|_| events::UNLOCK)
+                let pruned = lock.prune(now);
+                (pruned, lock.release(jid).map(|_| events::UNLOCK))
             }),
-            None => None,
+            None => (0, None),
         };
+        // A key the release left as it was is not settled, as on the primary.
+        if pruned == 0 && event.is_none() {
+            continue;
+        }
         let name = ctx.create_string(name.as_slice());
         opened.push((name, key, event));
     }
     finish_all(ctx, now, opened)
 }
 
-/// Settles every key, sends the APPLY on once (this replica's AOF and
+/// Settles every key given (those the effect changed), sends the APPLY on once (this replica's AOF and
 /// replicas), closes the keys, then announces each key's event. A replayed
 /// effect serves nobody: grants are the primary's.
 fn finish_all(
