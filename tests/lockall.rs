@@ -271,7 +271,18 @@ fn bad_calls_change_nothing() {
             &["1", "a", "j", "RATE", "2", "1", "PER", "10"],
             "ERR RATE i: i is the key's position",
         ),
-        (&["1", "a", "j", "TTL", "0"], "ERR invalid expire time"),
+        (
+            &["1", "a", "j", "TTL", "0"],
+            "ERR invalid expire time in 'unique.lockall' command",
+        ),
+        (
+            &["1", "a", "j", "PXAT", "1"],
+            "ERR invalid expire time in 'unique.lockall' command",
+        ),
+        (
+            &["1", "a", "j", "WAIT", "0"],
+            "ERR invalid wait time in 'unique.lockall' command",
+        ),
         (
             &["2", "a", "b", "j", "GROUP", "3", "g"],
             "ERR GROUP i: i is the key's position, 1 to numkeys",

@@ -144,7 +144,8 @@ pub fn parse<A: Deref<Target = [u8]>>(
             at += 2;
         }
     }
-    let opts = parse_options(&others, max_meta_bytes)?;
+    let opts =
+        parse_options(&others, max_meta_bytes).map_err(|e| e.in_command("unique.lockall"))?;
     // LOCK checks META's JSON once it knows the holder; here, at once.
     if let Some(meta) = opts.meta {
         validate_meta_json(meta)?;
@@ -387,7 +388,11 @@ fn attempt(
     served: bool,
 ) -> Result<(AllAttempt, Vec<usize>), RedisError> {
     let now = now_ms();
-    let expires_at = call.expiry.map(|e| e.resolve(now)).transpose()?;
+    let expires_at = call
+        .expiry
+        .map(|e| e.resolve(now))
+        .transpose()
+        .map_err(|e| ArgError::from(e).in_command("unique.lockall"))?;
     let reqs: Vec<LockRequest<'_>> = call
         .limits
         .iter()

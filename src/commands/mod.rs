@@ -121,6 +121,15 @@ impl From<ArgError> for RedisError {
     }
 }
 
+impl ArgError {
+    /// The reply for this error in a call of `command` (lowercase): the
+    /// texts that name the command, as Redis's own do, name this one.
+    pub fn in_command(&self, command: &str) -> RedisError {
+        let text = self.to_string();
+        RedisError::String(text.replace("'unique.lock'", &format!("'{command}'")))
+    }
+}
+
 impl From<LockError> for RedisError {
     fn from(e: LockError) -> Self {
         ArgError::from(e).into()
