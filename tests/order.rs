@@ -82,17 +82,13 @@ fn events(pubsub: &mut PubSub<'_>, n: usize) -> Vec<String> {
 /// as its arguments after the command name, and each `DEL` (a change that
 /// left the key empty) as `[key, "", "DEL"]`.
 fn applied(dir: &Path) -> Vec<Vec<String>> {
-    let mut files: Vec<_> = std::fs::read_dir(dir.join("appendonlydir"))
+    common::aof_commands(dir)
         .into_iter()
-        .flatten()
-        .flatten()
-        .map(|f| f.path())
-        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .flat_map(|f| commands(&std::fs::read(f).unwrap_or_default()))
+        .map(|c| {
+            c.iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<String>>()
+        })
         .filter_map(|c| match c.as_slice() {
             [name, ..] if name.eq_ignore_ascii_case("UNIQUE.APPLY") => {
                 Some(c.into_iter().skip(1).collect())
@@ -103,38 +99,6 @@ fn applied(dir: &Path) -> Vec<Vec<String>> {
             _ => None,
         })
         .collect()
-}
-
-/// The commands of an AOF in RESP (`*n`, then `$len` and the bytes, each line
-/// ending in CRLF); stops at anything else, such as a half-written tail.
-fn commands(bytes: &[u8]) -> Vec<Vec<String>> {
-    fn line<'a>(bytes: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
-        let rest = bytes.get(*at..)?;
-        let end = rest.windows(2).position(|w| w == b"\r\n")?;
-        *at += end + 2;
-        rest.get(..end)
-    }
-    fn number(line: &[u8], prefix: u8) -> Option<usize> {
-        let (first, digits) = line.split_first()?;
-        (*first == prefix).then_some(())?;
-        std::str::from_utf8(digits).ok()?.parse().ok()
-    }
-    let (mut out, mut at) = (Vec::new(), 0);
-    'commands: while let Some(n) = line(bytes, &mut at).and_then(|l| number(l, b'*')) {
-        let mut command = Vec::with_capacity(n);
-        for _ in 0..n {
-            let Some(len) = line(bytes, &mut at).and_then(|l| number(l, b'$')) else {
-                break 'commands;
-            };
-            let Some(arg) = bytes.get(at..at + len) else {
-                break 'commands;
-            };
-            command.push(String::from_utf8_lossy(arg).into_owned());
-            at += len + 2;
-        }
-        out.push(command);
-    }
-    out
 }
 
 /// The effects written after the first `skip`, once there are `n` of them,

@@ -392,34 +392,6 @@ fn the_rate_state_is_kept_by_every_persistence_and_replication_path() {
     );
 }
 
-/// The commands of the server's AOF increments, each as its arguments.
-fn aof_commands(server: &Server) -> Vec<Vec<Vec<u8>>> {
-    let mut files: Vec<_> = std::fs::read_dir(server.dir.join("appendonlydir"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|f| f.path())
-        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for file in files {
-        let bytes = std::fs::read(file).unwrap_or_default();
-        let mut lines = bytes.split(|&b| b == b'\n').map(|l| l.trim_ascii_end());
-        while let Some(count) = lines.next().and_then(|l| l.strip_prefix(b"*")) {
-            let n: usize = String::from_utf8_lossy(count).parse().expect("a count");
-            let command = (0..n)
-                .map(|_| {
-                    lines.next().expect("a length");
-                    lines.next().expect("an argument").to_vec()
-                })
-                .collect();
-            out.push(command);
-        }
-    }
-    out
-}
-
 /// A command in RESP, as an AOF holds it.
 fn resp(args: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
@@ -453,7 +425,7 @@ fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
         "BURST",
         1
     ));
-    let applied: Vec<Vec<Vec<u8>>> = aof_commands(&server)
+    let applied: Vec<Vec<Vec<u8>>> = common::aof_commands(&server.dir)
         .into_iter()
         .filter(|c| {
             c.first()
@@ -492,12 +464,8 @@ fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
     let rate_text = rate.join(&b' ');
     let mut mid: Vec<&[u8]> = vec![b"unique.apply", b"mid", now, b"RATEHOLD", &rate_text];
     mid.extend(&holder);
-    let aof = std::fs::read_dir(server.dir.join("appendonlydir"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|f| f.path())
-        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+    let aof = common::aof_increments(&server.dir)
+        .pop()
         .expect("an AOF increment");
     let mut bytes = std::fs::read(&aof).expect("the AOF");
     bytes.extend(resp(&old_hold));

@@ -493,6 +493,60 @@ fn key_differences(a: &mut Connection, b: &mut Connection) -> String {
     out
 }
 
+/// The AOF increment files of a server's directory, oldest first.
+pub fn aof_increments(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("appendonlydir"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|f| f.path())
+        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every command of a server's AOF increments, in order, each as its
+/// arguments (the command's name first).
+pub fn aof_commands(dir: &Path) -> Vec<Vec<Vec<u8>>> {
+    aof_increments(dir)
+        .iter()
+        .flat_map(|f| resp_commands(&std::fs::read(f).unwrap_or_default()))
+        .collect()
+}
+
+/// The commands of an AOF in RESP (`*n`, then `$len` and the bytes, each line
+/// ending in CRLF); stops at anything else, such as a half-written tail.
+pub fn resp_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
+    fn line<'a>(bytes: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+        let rest = bytes.get(*at..)?;
+        let end = rest.windows(2).position(|w| w == b"\r\n")?;
+        *at += end + 2;
+        rest.get(..end)
+    }
+    fn number(line: &[u8], prefix: u8) -> Option<usize> {
+        let (first, digits) = line.split_first()?;
+        (*first == prefix).then_some(())?;
+        std::str::from_utf8(digits).ok()?.parse().ok()
+    }
+    let (mut out, mut at) = (Vec::new(), 0);
+    'commands: while let Some(n) = line(bytes, &mut at).and_then(|l| number(l, b'*')) {
+        let mut command = Vec::with_capacity(n);
+        for _ in 0..n {
+            let Some(len) = line(bytes, &mut at).and_then(|l| number(l, b'$')) else {
+                break 'commands;
+            };
+            let Some(arg) = bytes.get(at..at + len) else {
+                break 'commands;
+            };
+            command.push(arg.to_vec());
+            at += len + 2;
+        }
+        out.push(command);
+    }
+    out
+}
+
 /// The integer of a reply, or a panic with what came back.
 pub fn int(v: Value) -> i64 {
     match v {
