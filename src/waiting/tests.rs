@@ -30,6 +30,20 @@ fn clients(queue: &Queue<u32>) -> Vec<u32> {
     queue.values().map(|w| w.client).collect()
 }
 
+/// Serves a taken queue as a pass whose odd clients get their reply and
+/// whose even ones are still denied, then puts those back.
+fn serve_odd_clients(w: &mut Waiters<u32>, id: KeyId, mut queue: Queue<u32>) {
+    let mut still = Queue::new();
+    while let Some((_, next)) = queue.pop_first() {
+        if next.client % 2 == 1 {
+            w.served(&next);
+        } else {
+            still.insert(next.seq, next);
+        }
+    }
+    w.put_back(id, still);
+}
+
 #[test]
 fn waiters_queue_per_key_in_arrival_order() {
     let mut w = Waiters::default();
@@ -71,19 +85,11 @@ fn serving_takes_the_queue_once_and_keeps_the_denied_in_order() {
         w.push(key("k"), waiter(c));
     }
     w.push(key("j"), waiter(9));
-    let mut queue = w.take_queue(&key("k")).expect("a queue");
+    let queue = w.take_queue(&key("k")).expect("a queue");
     assert!(w.take_queue(&key("k")).is_none(), "taken once");
     assert_eq!(w.waiting(), 5, "being served still counts as waiting");
     // 1 and 3 get their reply; 2 and 4 are still denied.
-    let mut still = Queue::new();
-    while let Some((_, next)) = queue.pop_first() {
-        if next.client % 2 == 1 {
-            w.served(&next);
-        } else {
-            still.insert(next.seq, next);
-        }
-    }
-    w.put_back(key("k"), still);
+    serve_odd_clients(&mut w, key("k"), queue);
     assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (3, 2));
     let queue = w.take_queue(&key("k")).expect("the rest");
     assert_eq!(clients(&queue), [2, 4]);
@@ -287,16 +293,8 @@ mod groups_counted {
                         w.deadline_passed(c as usize);
                     }
                     Op::Serve(key) => {
-                        if let Some(mut queue) = w.take_queue(&name(key)) {
-                            let mut still = Queue::new();
-                            while let Some((_, next)) = queue.pop_first() {
-                                if next.client % 2 == 1 {
-                                    w.served(&next);
-                                } else {
-                                    still.insert(next.seq, next);
-                                }
-                            }
-                            w.put_back(name(key), still);
+                        if let Some(queue) = w.take_queue(&name(key)) {
+                            serve_odd_clients(&mut w, name(key), queue);
                         }
                     }
                     Op::Leave(key) => {
