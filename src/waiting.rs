@@ -57,9 +57,12 @@ use crate::logging;
 use crate::metrics::{self, Event};
 
 mod all;
+mod denials;
 mod multi;
 mod queues;
 pub use all::block_all;
+pub use denials::Admission;
+use denials::Denials;
 pub use multi::{AllCall, ServedAll};
 use queues::{KeyId, Queue, Waiter, Waiters};
 
@@ -100,6 +103,13 @@ pub trait Call {
     /// what fair serving weighs. A call that knows no groups says 0.
     fn holding(&self, _ctx: &Context, _group: Option<&[u8]>) -> usize {
         0
+    }
+
+    /// What decides this call's new hold besides its [`Share`], when nothing
+    /// else does (see `denials`): a pass that saw a waiter of the same kind
+    /// denied keeps this one waiting without a retry. `None`: always retried.
+    fn admission(&self) -> Option<Admission<'_>> {
+        None
     }
 }
 
@@ -315,15 +325,12 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 /// The rule of who is served, in what order and when to look again lives
 /// here and nowhere else.
 fn serve_pass<C>(
-    queue: Queue<C>,
+    mut queue: Queue<C>,
     mut holding: impl FnMut(&Waiter<C>, Option<&[u8]>) -> usize,
     mut retry: impl FnMut(&Waiter<C>) -> Served,
 ) -> Pass<C> {
-    let mut pass = Pass {
-        ended: Vec::new(),
-        still: Queue::new(),
-        wake_at: None,
-    };
+    let mut ended = Vec::new();
+    let mut wake_at: Option<i64> = None;
     // Still waiting (untried or denied in this pass): the exclusive ones,
     // and all of them while an exclusive one waits (else not needed).
     let mut exclusive: BTreeSet<usize> = queue
@@ -336,13 +343,15 @@ fn serve_pass<C>(
     } else {
         queue.keys().copied().collect()
     };
-    let mut groups: Vec<Group<C>> = Vec::new();
-    for waiter in queue.into_values() {
+    // The groups hold the waiters' numbers: a waiter stays in the queue
+    // unless its wait ends, so the denied and the untried are not moved.
+    let mut groups: Vec<Group> = Vec::new();
+    for waiter in queue.values() {
         match groups.iter_mut().find(|g| g.name == waiter.share.group) {
-            Some(g) => g.untried.push_back(waiter),
+            Some(g) => g.untried.push_back(waiter.seq),
             None => groups.push(Group {
                 name: waiter.share.group.clone(),
-                untried: VecDeque::from([waiter]),
+                untried: VecDeque::from([waiter.seq]),
                 held: None,
             }),
         }
@@ -353,7 +362,7 @@ fn serve_pass<C>(
         let oldest = waiting.first().copied();
         let mut best: Option<(usize, usize, u32, usize)> = None; // (group, held, weight, seq)
         for (i, g) in groups.iter_mut().enumerate() {
-            let Some(head) = g.untried.front() else {
+            let Some(head) = g.untried.front().and_then(|seq| queue.get(seq)) else {
                 continue;
             };
             let blocked = match barrier {
@@ -391,18 +400,20 @@ fn serve_pass<C>(
         let Some(group) = groups.get_mut(i) else {
             break;
         };
-        let Some(waiter) = group.untried.pop_front() else {
+        let Some(seq) = group.untried.pop_front() else {
             break;
         };
-        let seq = waiter.seq;
-        let reply = match retry(&waiter) {
+        let Some(waiter) = queue.get(&seq) else {
+            continue;
+        };
+        let reply = match retry(waiter) {
             Served::Granted(token) => {
                 group.held = group.held.map(|n| n + 1);
                 Some(WaiterReply::Token(token))
             }
             Served::Failed(e) => Some(WaiterReply::Error(e)),
             Served::Denied { lease_end } => {
-                pass.wake_at = match (pass.wake_at, lease_end) {
+                wake_at = match (wake_at, lease_end) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
@@ -416,34 +427,31 @@ fn serve_pass<C>(
                 g.held = None;
             }
         }
-        match reply {
-            Some(reply) => {
-                waiting.remove(&seq);
-                exclusive.remove(&seq);
-                pass.ended.push((waiter, reply));
-            }
-            None => {
-                pass.still.insert(seq, waiter);
+        if let Some(reply) = reply {
+            waiting.remove(&seq);
+            exclusive.remove(&seq);
+            if let Some(waiter) = queue.remove(&seq) {
+                ended.push((waiter, reply));
             }
         }
     }
-    // Those behind a waiting exclusive request keep their place untried.
-    for g in groups {
-        for waiter in g.untried {
-            pass.still.insert(waiter.seq, waiter);
-        }
+    // The denied, and those behind a waiting exclusive request, untried,
+    // keep their place.
+    if queue.is_empty() {
+        wake_at = None;
     }
-    if pass.still.is_empty() {
-        pass.wake_at = None;
+    Pass {
+        ended,
+        still: queue,
+        wake_at,
     }
-    pass
 }
 
-/// The waiters of one group in a pass: those not tried yet, oldest first,
-/// and the slots the group holds (asked once, then counted on).
-struct Group<C> {
+/// The waiters of one group in a pass: the numbers of those not tried yet,
+/// oldest first, and the slots the group holds (asked once, then counted on).
+struct Group {
     name: Option<Box<[u8]>>,
-    untried: VecDeque<Waiter<C>>,
+    untried: VecDeque<usize>,
     held: Option<usize>,
 }
 
@@ -496,6 +504,7 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
     let holding = |waiter: &Waiter<Blocked>, group: Option<&[u8]>| {
         catch_unwind(AssertUnwindSafe(|| waiter.call.holding(ctx, group))).unwrap_or(0)
     };
+    let mut denials = Denials::default();
     let pass = serve_pass(queue, holding, |waiter| {
         if waiter
             .user
@@ -504,10 +513,16 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
         {
             return Served::Failed(NO_KEY_PERMISSION.to_owned());
         }
+        let admission = waiter.call.admission();
+        if let Some(lease_end) = denials.answer(admission, &waiter.share) {
+            return Served::Denied { lease_end };
+        }
         // A bug in one retry ends that wait with an error; the queue must
         // survive it.
-        catch_unwind(AssertUnwindSafe(|| waiter.call.retry(ctx)))
-            .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()))
+        let served = catch_unwind(AssertUnwindSafe(|| waiter.call.retry(ctx)))
+            .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()));
+        denials.record(admission, &waiter.share, &served);
+        served
     });
     logging::debug(ctx, || {
         format!(

@@ -540,3 +540,38 @@ fn at_the_verbose_log_level_operators_see_time_outs_and_reaps() {
     let reaped = "reaped k2: 0 ended leases, 1 holders of owner w1";
     wait_for("the reap in the log", || server.log().contains(reaped));
 }
+
+/// One release serves a queue in one pass: a waiter denied for want of a
+/// slot stands for the later waiters of its kind (same LIMIT, RATE, GROUP,
+/// GROUPLIMIT and MODE), which keep their place without a retry, while a
+/// waiter of another kind that fits is still served past it, and a waiter
+/// whose jid the pass just granted renews that hold.
+#[test]
+fn a_pass_serves_past_a_denied_kind_and_renews_a_jid_it_granted() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "h", "TTL", 600_000));
+    let wait = ["TTL", "600000", "WAIT", "60000"];
+    let with = |jid: &str, extra: &[&str]| {
+        let mut a = args(&["k", jid]);
+        a.extend(args(extra));
+        a.extend(args(&wait));
+        a
+    };
+    let first = start_waiter(&server, with("j", &[]));
+    let denied = start_waiter(&server, with("x", &[]));
+    let again = start_waiter(&server, with("j", &[]));
+    let wider = start_waiter(&server, with("y", &["LIMIT", "2"]));
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "h"), Ok(Value::Int(1)));
+    let t = token(first.join().expect("waiter").0);
+    assert_eq!(token(again.join().expect("waiter").0), t, "a renewal");
+    token(wider.join().expect("waiter").0);
+    assert_eq!(holders(con, "k"), ["j", "y"]);
+    assert_eq!(waiting(con), 1, "x still waits");
+    // x (LIMIT 1) gets the key once both have gone.
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "j"), Ok(Value::Int(1)));
+    assert_eq!(waiting(con), 1);
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "y"), Ok(Value::Int(1)));
+    token(denied.join().expect("waiter").0);
+    assert_eq!(holders(con, "k"), ["x"]);
+}

@@ -271,6 +271,22 @@ impl waiting::Call for WaitingLock {
         }
     }
 
+    /// Its jid, LIMIT and RATE, unless its lease is a PXAT (which may have
+    /// passed since it blocked) or a TTL so long that a later `now` could
+    /// overflow its end: those are retried every time.
+    fn admission(&self) -> Option<waiting::Admission<'_>> {
+        match self.expiry {
+            None => {}
+            Some(Expiry::Ttl(ms)) if ms < 1 << 62 => {}
+            Some(_) => return None,
+        }
+        Some(waiting::Admission {
+            jid: &self.jid,
+            limit: self.limit.unwrap_or(1),
+            rate: self.rate,
+        })
+    }
+
     /// The live holders of `group` on its key (read only: a holder whose
     /// lease ended is not counted, removed or not).
     fn holding(&self, ctx: &Context, group: Option<&[u8]>) -> usize {

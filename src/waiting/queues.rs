@@ -171,25 +171,25 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     }
 
     /// Takes the queue of `id` out to serve it; `None` when it has none.
-    /// Its waiters still count as waiting until each is [`Waiters::served`].
+    /// Its waiters still count as waiting, and in their groups, until each
+    /// is [`Waiters::served`]: those left are put back as they are.
     pub(super) fn take_queue(&mut self, id: &KeyId) -> Option<Queue<C>> {
-        self.groups.remove(id);
         self.queues.remove(id)
     }
 
     /// `waiter`, taken out to be served, got its reply: it waits no more.
     pub(super) fn served(&mut self, waiter: &Waiter<C>) {
-        self.blocked.remove(&waiter.client);
+        if let Some((id, _)) = self.blocked.remove(&waiter.client) {
+            self.count(&id, waiter, false);
+        }
         self.by_seq.remove(&waiter.seq);
     }
 
-    /// Serving `id` is over: the waiters `still` denied keep their place.
+    /// Serving `id` is over: the waiters `still` denied keep their place
+    /// (and their counts, which serving left).
     pub(super) fn put_back(&mut self, id: KeyId, still: Queue<C>) {
         if !still.is_empty() {
             // No waiter could block in between: nothing to merge.
-            for waiter in still.values() {
-                self.count(&id, waiter, true);
-            }
             self.queues.insert(id, still);
         }
     }
