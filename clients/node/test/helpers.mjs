@@ -3,7 +3,7 @@
 // (REDIS_UNIQUE_MODULE, default target/release/libredis_unique.so of the repository) on
 // a free port in a temporary directory.
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync, existsSync } from "node:fs";
+import { mkdtempSync, renameSync, rmSync, existsSync } from "node:fs";
 import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -45,32 +45,68 @@ export async function waitFor(condition, { timeout = PATIENCE, interval = 10, me
   }
 }
 
-export async function startServer({ module = true, args = [] } = {}) {
+/**
+ * A server on a free port. Another process (CI runs suites side by side, each starting
+ * servers) can take the port between freePort()'s probe and the server's bind: the server
+ * then exits, or the probe would reach the other process's server. So each of up to 5 tries
+ * picks a new port (with `pickPort`), counts as ready only when the server answering there
+ * is this child (INFO's process_id), and leaves its log as redis-try-N.log in the directory.
+ */
+export async function startServer({ module = true, args = [], pickPort = freePort } = {}) {
   if (module && !existsSync(MODULE)) throw new Error(`no module at ${MODULE}: run cargo build --release first`);
-  const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), "redis-unique-node-"));
-  const argv = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no", ...args];
-  if (module) argv.push("--loadmodule", MODULE);
-  const child = spawn(SERVER, argv, { stdio: ["ignore", "ignore", "inherit"] });
-  const probe = new IORedis({ port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  probe.on("error", () => {});
-  await waitFor(async () => {
-    try {
-      if (probe.status !== "ready") await probe.connect();
-      return (await probe.ping()) === "PONG";
-    } catch {
-      return false;
+  for (let attempt = 1; attempt <= 5; attempt++) {
+    const port = await pickPort();
+    const argv = ["--port", String(port), "--bind", "127.0.0.1", "--dir", dir, "--logfile", "redis.log",
+      "--save", "", "--appendonly", "no", ...args];
+    if (module) argv.push("--loadmodule", MODULE);
+    const child = spawn(SERVER, argv, { stdio: ["ignore", "ignore", "inherit"] });
+    let gone = false;
+    const exited = new Promise((res) => {
+      child.once("exit", res);
+      child.once("error", res); // e.g. no such binary: no exit event follows
+    }).then(() => { gone = true; });
+    if (await serves(port, child, () => gone)) {
+      return {
+        port,
+        pid: child.pid,
+        dir,
+        url: `redis://127.0.0.1:${port}`,
+        stop() {
+          child.kill("SIGKILL");
+          rmSync(dir, { recursive: true, force: true });
+        },
+      };
     }
-  }, { message: `${SERVER} on ${port}` });
-  probe.disconnect();
-  return {
-    port,
-    url: `redis://127.0.0.1:${port}`,
-    stop() {
-      child.kill("SIGKILL");
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
+    child.kill("SIGKILL");
+    await exited;
+    if (existsSync(join(dir, "redis.log"))) renameSync(join(dir, "redis.log"), join(dir, `redis-try-${attempt}.log`));
+  }
+  throw new Error(`${SERVER} did not start in 5 tries; see ${dir}/redis-try-*.log`);
+}
+
+/** Whether `child` comes up on `port` within PATIENCE: false once it is gone or another process answers. */
+async function serves(port, child, gone) {
+  const probe = new IORedis({ host: "127.0.0.1", port, lazyConnect: true, connectTimeout: 5000, commandTimeout: 5000,
+    maxRetriesPerRequest: 0, retryStrategy: () => null });
+  probe.on("error", () => {});
+  const deadline = Date.now() + PATIENCE;
+  try {
+    while (Date.now() < deadline && !gone()) {
+      try {
+        if (probe.status !== "ready") await probe.connect();
+        if ((await probe.ping()) === "PONG") {
+          return new RegExp(`^process_id:${child.pid}\\r?$`, "m").test(await probe.info("server"));
+        }
+      } catch {
+        // not listening yet (or still loading)
+      }
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    return false;
+  } finally {
+    probe.disconnect();
+  }
 }
 
 /** Calls of a command so far (INFO commandstats), e.g. calls(redis, "unique.lock"). */

@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 ROOT = Path(__file__).resolve().parents[3]
 MODULE = os.environ.get("REDIS_UNIQUE_MODULE", str(ROOT / "target" / "release" / "libredis_unique.so"))
@@ -56,26 +58,51 @@ class Server:
         if module is not None and not os.path.exists(module):
             pytest.exit("module not built: %s (run `cargo build --release --lib`)" % module, 2)
         self.dir = tempfile.mkdtemp(prefix="redis-unique-py-")
-        self.port = free_port()
-        args = [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                "--save", "", "--appendonly", "no", "--logfile", "redis.log"]
+        args = ["--bind", "127.0.0.1", "--dir", self.dir, "--save", "", "--appendonly", "no", "--logfile", "redis.log"]
         if module is not None:
             args += ["--loadmodule", module]
-        self.proc = subprocess.Popen(args + (extra or []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args += extra or []
+        # Another process (CI runs suites side by side, each starting servers) can take the
+        # free port between free_port()'s probe and the server's bind: the server then exits,
+        # or the probe would reach the other process's server. So each try picks a new port,
+        # counts as ready only when the server answering there is this child, and leaves its
+        # log as redis-try-N.log in the same directory.
+        for attempt in range(1, 6):
+            self.port = free_port()
+            self.proc = subprocess.Popen([SERVER, "--port", str(self.port)] + args,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if self._ready():
+                break
+            self.proc.kill()
+            self.proc.wait()
+            log = Path(self.dir, "redis.log")
+            if log.exists():
+                log.rename(Path(self.dir, "redis-try-%d.log" % attempt))
+        else:
+            last = Path(self.dir, "redis-try-5.log")
+            raise RuntimeError("%s did not start in 5 tries; see %s/redis-try-*.log, the last:\n%s"
+                               % (SERVER, self.dir, last.read_text() if last.exists() else "(no log)"))
         self.url = "redis://127.0.0.1:%d/0" % self.port
-        probe = redis.Redis(port=self.port)
 
-        def up() -> bool:
-            if self.proc.poll() is not None:
-                log = Path(self.dir, "redis.log")
-                raise RuntimeError("redis-server exited: %s" % (log.read_text() if log.exists() else "?"))
-            try:
-                return bool(probe.ping())
-            except redis.ConnectionError:
-                return False
-
-        wait_for(up, message="redis-server to start")
-        probe.close()
+    def _ready(self) -> bool:
+        """Whether this try's server comes up (answers PING, and INFO gives its pid) within
+        PATIENCE; False once the process exits or another process answers on the port."""
+        # No retries inside redis-py (with backoff by default since redis-py 6): this loop polls.
+        probe = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5, retry=Retry(NoBackoff(), 0))
+        deadline = time.monotonic() + PATIENCE
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    return False
+                try:
+                    if probe.ping():
+                        return probe.info("server").get("process_id") == self.proc.pid
+                except redis.RedisError:
+                    pass
+                time.sleep(0.01)
+            return False
+        finally:
+            probe.close()
 
     def client(self, **kwargs: object) -> redis.Redis:
         return redis.Redis(port=self.port, **kwargs)  # type: ignore[arg-type]

@@ -141,8 +141,10 @@ class ClientTest < Minitest::Test
   end
 
   def test_connection_refused_is_a_connection_error
-    c = RedisUnique::Client.new(TestSuite.raw_connection("redis://127.0.0.1:#{H.free_port}/0"))
-    assert_raises(RedisUnique::ConnectionError) { c.lock("k", "a") }
+    H.with_held_port do |port|
+      c = RedisUnique::Client.new(TestSuite.raw_connection("redis://127.0.0.1:#{port}/0"))
+      assert_raises(RedisUnique::ConnectionError) { c.lock("k", "a") }
+    end
   end
 
   def test_pools_and_both_client_libraries

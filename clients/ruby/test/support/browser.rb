@@ -25,18 +25,26 @@ module RedisUnique
     class Server
       attr_reader :port
 
+      # Another process can take the free port before WEBrick binds it: then a new one, up to
+      # 5 tries.
       def initialize(app)
-        @port = Harness.free_port
-        @started = false
-        @thread = Thread.new do
-          WEBRICK_HANDLER.run(app, Host: "127.0.0.1", Port: @port, Logger: WEBrick::Log.new(File::NULL),
-                                          AccessLog: [], StartCallback: -> { @started = true }) do |server|
-            @server = server
+        1.upto(5) do |attempt|
+          @port = Harness.free_port
+          @started = false
+          @thread = Thread.new do
+            Thread.current.report_on_exception = false # the join below raises it
+            WEBRICK_HANDLER.run(app, Host: "127.0.0.1", Port: @port, Logger: WEBrick::Log.new(File::NULL),
+                                            AccessLog: [], StartCallback: -> { @started = true }) do |server|
+              @server = server
+            end
           end
-        end
-        Harness.wait_until(timeout: 15, message: "WEBrick on #{@port}") do
-          @thread.join if !@thread.alive? # raises what stopped it
-          @started
+          Harness.wait_until(timeout: 15, message: "WEBrick on #{@port}") do
+            @thread.join if !@thread.alive? # raises what stopped it
+            @started
+          end
+          return
+        rescue Errno::EADDRINUSE
+          raise if attempt == 5
         end
       end
 

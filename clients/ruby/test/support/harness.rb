@@ -6,6 +6,7 @@
 # this Ruby process loaded (Debian's 6.4.1; 7.3.9 through RUBYLIB from
 # ../shared/ruby/sidekiq7-env.sh; 8.1.7 on Ruby 3.3 through sidekiq8-env.sh).
 require "socket"
+require "io/wait"
 require "tmpdir"
 require "fileutils"
 require "rbconfig"
@@ -43,6 +44,16 @@ module RedisUnique
       server&.close
     end
 
+    # Yields a port that this process holds bound, not listening: a connection there is
+    # refused, and no other process can take it (as it could a free port).
+    def with_held_port
+      held = Socket.new(:INET, :STREAM)
+      held.bind(Addrinfo.tcp("127.0.0.1", 0))
+      yield held.local_address.ip_port
+    ensure
+      held&.close
+    end
+
     def module_path
       ENV["REDIS_UNIQUE_MODULE"] || File.join(ROOT, "target/release/libredis_unique.so")
     end
@@ -78,26 +89,33 @@ module RedisUnique
         raise "module not found: #{module_path} (make test-ruby builds it)" if load_module && !File.exist?(module_path)
 
         @dir = Dir.mktmpdir("redis-unique-ruby")
-        @port = Harness.free_port
-        cmd = [ENV["REDIS_SERVER"] || "redis-server", "--port", @port.to_s, "--bind", "127.0.0.1",
-               "--dir", @dir, "--save", "", "--appendonly", "no", "--logfile", File.join(@dir, "redis.log")]
+        binary = ENV["REDIS_SERVER"] || "redis-server"
+        cmd = ["--bind", "127.0.0.1", "--dir", @dir, "--save", "", "--appendonly", "no",
+               "--logfile", File.join(@dir, "redis.log")]
         cmd += ["--loadmodule", module_path] if load_module
         cmd += args
-        @pid = Process.spawn(*cmd, out: File::NULL, err: File.join(@dir, "stderr.log"))
-        Harness.wait_until(timeout: 10, message: "redis-server on #{@port}") do
-          raise "redis-server exited: #{log}" if Process.waitpid(@pid, Process::WNOHANG)
+        # Another process (CI runs suites side by side, each starting servers) can take the
+        # free port between free_port's probe and the server's bind: the server then exits, or
+        # the probe would reach the other process's server. So each try picks a new port,
+        # counts as ready only when the server answering there is this child (INFO's
+        # process_id), and leaves its logs as redis-try-N.log and stderr-try-N.log.
+        1.upto(5) do |attempt|
+          @port = Harness.free_port
+          @pid = Process.spawn(binary, "--port", @port.to_s, *cmd, out: File::NULL, err: File.join(@dir, "stderr.log"))
+          return if ready?
 
-          begin
-            TCPSocket.new("127.0.0.1", @port).tap do |s|
-              s.write("PING\r\n")
-              ok = s.gets&.start_with?("+PONG")
-              s.close
-              break ok
-            end
-          rescue Errno::ECONNREFUSED
-            false
+          if @pid # still running (ready? reaped it if it exited)
+            Process.kill("KILL", @pid)
+            Process.wait(@pid)
+          end
+          %w[redis stderr].each do |name|
+            log = File.join(@dir, "#{name}.log")
+            File.rename(log, File.join(@dir, "#{name}-try-#{attempt}.log")) if File.exist?(log)
           end
         end
+        last = %w[redis stderr].map { |name| File.join(@dir, "#{name}-try-5.log") }.select { |f| File.exist?(f) }
+        raise "#{binary} did not start in 5 tries; see #{@dir}/redis-try-*.log and stderr-try-*.log, the last:\n" \
+              "#{last.map { |f| File.read(f) }.join}"
       end
 
       def url
@@ -118,6 +136,40 @@ module RedisUnique
       ensure
         @pid = nil
         FileUtils.rm_rf(@dir)
+      end
+
+      private
+
+      # Whether this try's server comes up within PATIENCE: false once the process exits (then
+      # reaped: @pid is nil) or another process answers on the port.
+      def ready?
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + PATIENCE
+        until Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          if Process.waitpid(@pid, Process::WNOHANG)
+            @pid = nil
+            return false
+          end
+
+          answering = serving_pid
+          return answering == @pid if answering
+
+          sleep 0.01
+        end
+        false
+      end
+
+      # The process_id of the server that answers PING on the port (0 if INFO does not
+      # give one), nil while none answers.
+      def serving_pid
+        Socket.tcp("127.0.0.1", @port, connect_timeout: 5) do |s|
+          s.write("PING\r\nINFO server\r\n")
+          return nil unless s.wait_readable(5) && s.gets&.start_with?("+PONG")
+
+          size = s.wait_readable(5) && s.gets.to_s[/\A\$(\d+)/, 1]
+          size ? s.read(size.to_i).to_s[/^process_id:(\d+)/, 1].to_i : 0
+        end
+      rescue SystemCallError, IOError, SocketError
+        nil
       end
     end
 
