@@ -438,9 +438,14 @@ class UniqueTask(Task):
         finally:
             if hold is not None:
                 if keep:
-                    # Waiting for the retry: back to the lease of a sent task.
+                    # Waiting for the retry: back to the lease of a sent task. The retry is
+                    # already sent and may have run and released meanwhile (countdown 0,
+                    # another worker): then this LOCK is a new grant, not a renewal of the
+                    # held token, and is given up at once instead of lasting its lease.
+                    held = hold.token
                     hold.detach()
-                    self.unique_client.lock(hold.key, hold.jid, ttl=opts.ttl)
+                    if self.unique_client.lock(hold.key, hold.jid, ttl=opts.ttl) != held:
+                        self.unique_client.unlock(hold.key, hold.jid)
                 else:
                     try:
                         hold.release()
