@@ -34,7 +34,7 @@ def waiting(server):
     return int(server.info("unique").get("unique_waiting", 0))
 
 
-def measure(server, n):
+def measure(server, n, before_releases=None):
     """Server CPU µs per release with `n` waiting: each release hands the slot
     to the oldest waiter, and the client that held it queues again, so that
     `n` wait at every release."""
@@ -53,6 +53,8 @@ def measure(server, n):
         conns[i].send(*lock_args("c%d" % i, i % max(GROUPS, 1)))
     wait_for_waiters(server, n)
     server.conn.call("CONFIG", "RESETSTAT")
+    if before_releases:
+        before_releases()
     queue = list(range(1, n + 1))  # who waits, oldest first
     for _ in range(RELEASES):
         assert server.conn.call("UNIQUE.UNLOCK", "k", "c%d" % holder) == 1
@@ -63,6 +65,8 @@ def measure(server, n):
         queue.append(holder)
         holder = served
         wait_for_waiters(server, n)
+    if before_releases:
+        before_releases()
     usec, calls = unlock_usec(server)
     for c in conns:
         c.sock.close()

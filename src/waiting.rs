@@ -43,7 +43,8 @@
 //! without a server (`tests.rs`).
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
+use std::ops::Bound;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -62,9 +63,9 @@ mod multi;
 mod queues;
 pub use all::block_all;
 pub use denials::Admission;
-use denials::Denials;
+use denials::{Denials, Kinds};
 pub use multi::{AllCall, ServedAll};
-use queues::{KeyId, Queue, Waiter, Waiters};
+use queues::{GroupCounts, KeyId, Queue, Waiter, Waiters};
 
 /// The longest delay given to a module timer, about 34.8 years: Redis adds a
 /// timer's delay, in microseconds, to a 64-bit clock, so a delay near
@@ -326,45 +327,48 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 /// here and nowhere else.
 fn serve_pass<C>(
     mut queue: Queue<C>,
+    facts: Option<(Kinds, GroupCounts)>,
     mut holding: impl FnMut(&Waiter<C>, Option<&[u8]>) -> usize,
     mut retry: impl FnMut(&Waiter<C>) -> Served,
 ) -> Pass<C> {
     let mut ended = Vec::new();
     let mut wake_at: Option<i64> = None;
-    // Still waiting (untried or denied in this pass): the exclusive ones,
-    // and all of them while an exclusive one waits (else not needed).
-    let mut exclusive: BTreeSet<usize> = queue
-        .values()
-        .filter(|w| w.share.exclusive)
-        .map(|w| w.seq)
-        .collect();
-    let mut waiting: BTreeSet<usize> = if exclusive.is_empty() {
-        BTreeSet::new()
+    let (mut kinds, counts) = facts.unzip();
+    // The exclusive waiters still waiting (untried or denied in this pass);
+    // not looked for when the queue is known to have none.
+    let mut exclusive: BTreeSet<usize> = if kinds.as_ref().is_none_or(Kinds::any_exclusive) {
+        queue
+            .values()
+            .filter(|w| w.share.exclusive)
+            .map(|w| w.seq)
+            .collect()
     } else {
-        queue.keys().copied().collect()
+        BTreeSet::new()
     };
-    // The groups hold the waiters' numbers: a waiter stays in the queue
-    // unless its wait ends, so the denied and the untried are not moved.
-    let mut groups: Vec<Group> = Vec::new();
-    for waiter in queue.values() {
-        match groups.iter_mut().find(|g| g.name == waiter.share.group) {
-            Some(g) => g.untried.push_back(waiter.seq),
-            None => groups.push(Group {
-                name: waiter.share.group.clone(),
-                untried: VecDeque::from([waiter.seq]),
-                held: None,
-            }),
-        }
-    }
+    let mut groups = Group::heads(&queue, counts);
+    let mut denials = Denials::default();
     let mut first = true;
     loop {
+        // Every kind still waiting was denied: so would the rest be.
+        if kinds.as_ref().is_some_and(|k| denials.cover(k)) {
+            break;
+        }
         let barrier = exclusive.first().copied();
-        let oldest = waiting.first().copied();
+        // The oldest still waiting: those whose wait ended left the queue.
+        let oldest = queue.keys().next().copied();
         let mut best: Option<(usize, usize, u32, usize)> = None; // (group, held, weight, seq)
         for (i, g) in groups.iter_mut().enumerate() {
-            let Some(head) = g.untried.front().and_then(|seq| queue.get(seq)) else {
+            let Some(head) = g.head.and_then(|seq| queue.get(&seq)) else {
                 continue;
             };
+            // Every kind of this group waiting was denied: so would the rest
+            // of it be, and another group may still take a slot.
+            if kinds
+                .as_ref()
+                .is_some_and(|k| denials.cover_group(k, &g.name))
+            {
+                continue;
+            }
             let blocked = match barrier {
                 Some(b) if head.seq > b => true,
                 Some(b) if head.seq == b => oldest != Some(b),
@@ -394,19 +398,26 @@ fn serve_pass<C>(
                 best = Some((i, held, weight, head.seq));
             }
         }
-        let Some((i, ..)) = best else {
+        let Some((i, _, _, seq)) = best else {
             break;
         };
         let Some(group) = groups.get_mut(i) else {
             break;
         };
-        let Some(seq) = group.untried.pop_front() else {
-            break;
-        };
+        group.advance(&queue, seq);
         let Some(waiter) = queue.get(&seq) else {
             continue;
         };
-        let reply = match retry(waiter) {
+        let admission = waiter.call.admission();
+        let served = match denials.answer(admission, &waiter.share) {
+            Some(lease_end) => Served::Denied { lease_end },
+            None => {
+                let served = retry(waiter);
+                denials.record(admission, &waiter.share, &served);
+                served
+            }
+        };
+        let reply = match served {
             Served::Granted(token) => {
                 group.held = group.held.map(|n| n + 1);
                 Some(WaiterReply::Token(token))
@@ -428,15 +439,17 @@ fn serve_pass<C>(
             }
         }
         if let Some(reply) = reply {
-            waiting.remove(&seq);
             exclusive.remove(&seq);
+            if let Some(kinds) = kinds.as_mut() {
+                kinds.remove(admission, &waiter.share);
+            }
             if let Some(waiter) = queue.remove(&seq) {
                 ended.push((waiter, reply));
             }
         }
     }
-    // The denied, and those behind a waiting exclusive request, untried,
-    // keep their place.
+    // The denied, the untried (behind a waiting exclusive request, or of a
+    // kind denied) keep their place.
     if queue.is_empty() {
         wake_at = None;
     }
@@ -447,12 +460,71 @@ fn serve_pass<C>(
     }
 }
 
-/// The waiters of one group in a pass: the numbers of those not tried yet,
-/// oldest first, and the slots the group holds (asked once, then counted on).
+/// One group of waiters in a pass: the number of its next waiter not tried
+/// yet (FIFO within the group), how many of its waiters are untried, and the
+/// slots the group holds (asked once, then counted on).
 struct Group {
     name: Option<Box<[u8]>>,
-    untried: VecDeque<usize>,
+    head: Option<usize>,
+    left: usize,
     held: Option<usize>,
+}
+
+impl Group {
+    /// Each group's first waiter, found walking the queue from its oldest
+    /// only until every group counted in `counts` has one (the whole queue
+    /// when nothing is counted, or when a group waits only past the queue
+    /// served, behind a multi-key waiter).
+    fn heads<C>(queue: &Queue<C>, counts: Option<GroupCounts>) -> Vec<Self> {
+        let mut groups: Vec<Self> = counts
+            .into_iter()
+            .flatten()
+            .map(|(name, left)| Self {
+                name,
+                head: None,
+                left,
+                held: None,
+            })
+            .collect();
+        let known = !groups.is_empty();
+        let mut missing = groups.len();
+        for waiter in queue.values() {
+            if known && missing == 0 {
+                break;
+            }
+            match groups.iter_mut().find(|g| g.name == waiter.share.group) {
+                Some(g) if g.head.is_none() => {
+                    g.head = Some(waiter.seq);
+                    missing = missing.saturating_sub(1);
+                }
+                Some(g) => {
+                    if !known {
+                        g.left += 1;
+                    }
+                }
+                None => groups.push(Self {
+                    name: waiter.share.group.clone(),
+                    head: Some(waiter.seq),
+                    left: 1,
+                    held: None,
+                }),
+            }
+        }
+        groups
+    }
+
+    /// `seq`, its head, is being tried: its next waiter becomes the head.
+    fn advance<C>(&mut self, queue: &Queue<C>, seq: usize) {
+        self.left = self.left.saturating_sub(1);
+        self.head = if self.left == 0 {
+            None
+        } else {
+            queue
+                .range((Bound::Excluded(seq), Bound::Unbounded))
+                .find(|(_, w)| w.share.group == self.name)
+                .map(|(&s, _)| s)
+        };
+    }
 }
 
 /// What one [`serve_pass`] decided.
@@ -504,8 +576,8 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
     let holding = |waiter: &Waiter<Blocked>, group: Option<&[u8]>| {
         catch_unwind(AssertUnwindSafe(|| waiter.call.holding(ctx, group))).unwrap_or(0)
     };
-    let mut denials = Denials::default();
-    let pass = serve_pass(queue, holding, |waiter| {
+    let facts = with_waiters(|w| w.facts(&id));
+    let pass = serve_pass(queue, facts, holding, |waiter| {
         if waiter
             .user
             .as_deref()
@@ -513,16 +585,10 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
         {
             return Served::Failed(NO_KEY_PERMISSION.to_owned());
         }
-        let admission = waiter.call.admission();
-        if let Some(lease_end) = denials.answer(admission, &waiter.share) {
-            return Served::Denied { lease_end };
-        }
         // A bug in one retry ends that wait with an error; the queue must
         // survive it.
-        let served = catch_unwind(AssertUnwindSafe(|| waiter.call.retry(ctx)))
-            .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()));
-        denials.record(admission, &waiter.share, &served);
-        served
+        catch_unwind(AssertUnwindSafe(|| waiter.call.retry(ctx)))
+            .unwrap_or_else(|_| Served::Failed(INTERNAL_ERROR.to_owned()))
     });
     logging::debug(ctx, || {
         format!(

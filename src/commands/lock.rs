@@ -283,7 +283,7 @@ impl waiting::Call for WaitingLock {
         Some(waiting::Admission {
             jid: &self.jid,
             limit: self.limit.unwrap_or(1),
-            rate: self.rate,
+            rate: self.rate.map(|r| [r.n, r.per, r.burst]),
         })
     }
 

@@ -10,13 +10,6 @@ use proptest::prelude::*;
 use super::*;
 use crate::engine::{Acquired, Lock, LockRequest, Mode};
 
-struct Never;
-impl Call for Never {
-    fn retry(&self, _: &Context) -> Served {
-        Served::Failed(String::new())
-    }
-}
-
 /// What a waiter asked for.
 #[derive(Debug, Clone)]
 struct Ask {
@@ -37,6 +30,29 @@ impl Ask {
             mode: None,
             ttl: 10,
         }
+    }
+}
+
+/// A waiter's LOCK as the pass sees it: its jid and LIMIT say its kind, so
+/// that the pass answers alike waiters from one denial and stops once every
+/// kind waiting is denied (what `serve_queue` gives it), checked here
+/// against the engine.
+struct Asked {
+    jid: Vec<u8>,
+    limit: u32,
+}
+
+impl Call for Asked {
+    fn retry(&self, _: &Context) -> Served {
+        Served::Failed(String::new())
+    }
+
+    fn admission(&self) -> Option<Admission<'_>> {
+        Some(Admission {
+            jid: &self.jid,
+            limit: self.limit,
+            rate: None,
+        })
     }
 }
 
@@ -76,7 +92,10 @@ impl Sim {
         let seq = self.next;
         let waiter = Waiter {
             client: seq as u32,
-            call: Box::new(Never),
+            call: Box::new(Asked {
+                jid: format!("j{seq}").into_bytes(),
+                limit: self.limit,
+            }),
             share: Share {
                 group: name(ask.group),
                 weight: ask.weight,
@@ -106,6 +125,13 @@ impl Sim {
     /// and the exclusive rule as it is made.
     fn pass(&mut self) -> Result<Pass<u32>, TestCaseError> {
         let queue = std::mem::take(&mut self.queue);
+        // The queue's kinds and group counts, as the waiters' bookkeeping
+        // keeps them.
+        let (mut kinds, mut counts) = (Kinds::default(), GroupCounts::new());
+        for w in queue.values() {
+            kinds.add(w.call.admission(), &w.share);
+            *counts.entry(w.share.group.clone()).or_default() += 1;
+        }
         let (now, limit) = (self.now, self.limit);
         let lock = &self.lock;
         let asks = &self.asks;
@@ -114,6 +140,7 @@ impl Sim {
         let mut broken: Option<String> = None;
         let pass = serve_pass(
             queue,
+            Some((kinds, counts)),
             |_, group| {
                 lock.borrow()
                     .live_holders(now)

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
+use super::denials::Kinds;
 use super::{Call, Queued, Share};
 use crate::ffi::TimerId;
 
@@ -45,6 +46,9 @@ pub(super) struct Waiters<C> {
     /// How many waiters of each group each queue in `queues` holds, kept
     /// with it: WAITERS ... GROUPS reads it without a walk of the queue.
     pub(super) groups: HashMap<KeyId, GroupCounts>,
+    /// The kinds of the waiters of each queue in `queues`, kept with it: a
+    /// serving pass stops once every kind left is denied.
+    pub(super) kinds: HashMap<KeyId, Kinds>,
     /// The key each blocked client waits on (also while its queue is served)
     /// and its number there.
     pub(super) blocked: HashMap<C, (KeyId, usize)>,
@@ -64,6 +68,7 @@ impl<C> Default for Waiters<C> {
         Self {
             queues: HashMap::new(),
             groups: HashMap::new(),
+            kinds: HashMap::new(),
             blocked: HashMap::new(),
             timers: HashMap::new(),
             by_seq: HashMap::new(),
@@ -91,9 +96,14 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
 
     /// The waiters of `key` as a new call sees them (see [`Queued`]).
     pub(super) fn queued(&self, db: i32, key: &[u8]) -> Queued {
-        let Some(queue) = self.queues.get(&(db, key.to_vec())) else {
+        let id = (db, key.to_vec());
+        let Some(queue) = self.queues.get(&id) else {
             return Queued::Nobody;
         };
+        // From the waiters' kinds when they are all known: no walk.
+        if let Some(queued) = self.kinds.get(&id).and_then(Kinds::queued) {
+            return queued;
+        }
         let mut groups: Vec<(Option<Box<[u8]>>, u32)> = Vec::new();
         for w in queue.values() {
             let Some(max) = w.share.group_limit.filter(|_| !w.share.exclusive) else {
@@ -122,8 +132,28 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
             .unwrap_or_default()
     }
 
-    /// Counts `waiter` in (`joins`) or out of the groups of the queue of `id`.
+    /// What a pass over the queue of `id` knows without a walk: its
+    /// waiters' kinds and how many wait in each group (those of the whole
+    /// queue, served or not).
+    pub(super) fn facts(&self, id: &KeyId) -> Option<(Kinds, GroupCounts)> {
+        Some((self.kinds.get(id)?.clone(), self.groups.get(id)?.clone()))
+    }
+
+    /// Counts `waiter` in (`joins`) or out of the groups and kinds of the
+    /// queue of `id`.
     fn count(&mut self, id: &KeyId, waiter: &Waiter<C>, joins: bool) {
+        let admission = waiter.call.admission();
+        if joins {
+            self.kinds
+                .entry(id.clone())
+                .or_default()
+                .add(admission, &waiter.share);
+        } else if let Some(kinds) = self.kinds.get_mut(id) {
+            kinds.remove(admission, &waiter.share);
+            if kinds.is_empty() {
+                self.kinds.remove(id);
+            }
+        }
         if joins {
             let groups = match self.groups.get_mut(id) {
                 Some(groups) => groups,
@@ -263,6 +293,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         let mut taken = Vec::new();
         for id in ids {
             self.groups.remove(&id);
+            self.kinds.remove(&id);
             for waiter in self.queues.remove(&id).unwrap_or_default().into_values() {
                 self.served(&waiter);
                 taken.push((id.clone(), waiter));

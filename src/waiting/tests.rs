@@ -107,6 +107,7 @@ fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
     let mut tried = Vec::new();
     let pass = serve_pass(
         queue_of(&[1, 2, 3, 4, 5]),
+        None,
         |_, _| 0,
         |w| {
             tried.push(w.client);
@@ -140,6 +141,7 @@ fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
 fn a_pass_that_ends_every_wait_arms_no_wake_up() {
     let pass = serve_pass(
         queue_of(&[1, 2]),
+        None,
         |_, _| 0,
         |w| {
             if w.client == 1 {
@@ -150,11 +152,12 @@ fn a_pass_that_ends_every_wait_arms_no_wake_up() {
         },
     );
     assert_eq!(pass.wake_at, Some(9));
-    let pass = serve_pass(queue_of(&[1, 2]), |_, _| 0, |_| Served::Granted(1));
+    let pass = serve_pass(queue_of(&[1, 2]), None, |_, _| 0, |_| Served::Granted(1));
     assert!(pass.still.is_empty());
     assert_eq!(pass.wake_at, None);
     let pass = serve_pass(
         queue_of(&[1]),
+        None,
         |_, _| 0,
         |_| Served::Denied { lease_end: None },
     );
@@ -311,5 +314,128 @@ mod groups_counted {
                 prop_assert_eq!(w.groups.len(), w.queues.len(), "counts only for the keys that have a queue");
             }
         }
+    }
+}
+
+/// A LOCK of LIMIT 1 waiting, as the pass sees its kind.
+struct Alike(Vec<u8>);
+impl Call for Alike {
+    fn retry(&self, _: &Context) -> Served {
+        Served::Failed(String::new())
+    }
+
+    fn admission(&self) -> Option<Admission<'_>> {
+        Some(Admission {
+            jid: &self.0,
+            limit: 1,
+            rate: None,
+        })
+    }
+}
+
+#[test]
+fn a_pass_over_a_long_queue_of_few_kinds_tries_each_kind_once_after_the_grant() {
+    let mut w: Waiters<u32> = Waiters::default();
+    let groups = 4;
+    for c in 1..=1000u32 {
+        let seq = w.next_seq();
+        let group = format!("g{}", c % groups);
+        w.push(
+            key("k"),
+            Waiter {
+                call: Box::new(Alike(format!("j{c}").into_bytes())),
+                share: Share {
+                    group: Some(group.as_bytes().into()),
+                    group_limit: Some(1),
+                    ..Share::default()
+                },
+                seq,
+                ..waiter(c)
+            },
+        );
+    }
+    let facts = w.facts(&key("k"));
+    let queue = w.take_queue(&key("k")).expect("a queue");
+    let mut tried = 0;
+    let pass = serve_pass(
+        queue,
+        facts,
+        |_, _| 0,
+        |_| {
+            tried += 1;
+            // One slot: the first grant fills the key.
+            if tried == 1 {
+                Served::Granted(1)
+            } else {
+                Served::Denied {
+                    lease_end: Some(50),
+                }
+            }
+        },
+    );
+    assert_eq!(
+        tried,
+        1 + groups as usize,
+        "the grant, then one denial per kind"
+    );
+    assert_eq!((pass.ended.len(), pass.still.len()), (1, 999));
+    assert_eq!(pass.wake_at, Some(50));
+}
+
+#[test]
+fn a_newcomer_sees_the_same_queue_from_the_kinds_as_from_a_walk() {
+    let share = |group: Option<&str>, limit: Option<u32>, exclusive: bool| Share {
+        group: group.map(|g| g.as_bytes().into()),
+        group_limit: limit,
+        exclusive,
+        ..Share::default()
+    };
+    let cases: Vec<Vec<Share>> = vec![
+        vec![],
+        vec![
+            share(Some("a"), Some(2), false),
+            share(Some("a"), Some(3), false),
+        ],
+        vec![
+            share(Some("a"), Some(2), false),
+            share(Some("b"), Some(1), false),
+        ],
+        vec![share(Some("a"), Some(2), false), share(None, None, false)],
+        vec![share(Some("a"), Some(2), true)],
+    ];
+    let sorted = |q: Queued| match q {
+        Queued::HeldBack(mut g) => {
+            g.sort();
+            Queued::HeldBack(g)
+        }
+        other => other,
+    };
+    for (i, shares) in cases.into_iter().enumerate() {
+        let mut w: Waiters<u32> = Waiters::default();
+        for (c, share) in shares.into_iter().enumerate() {
+            let c = c as u32 * 2 + 1;
+            for (name, call) in [
+                (
+                    "known",
+                    Box::new(Alike(format!("j{c}").into_bytes())) as Box<dyn Call>,
+                ),
+                ("walked", Box::new(Never)),
+            ] {
+                let client = if name == "known" { c } else { c + 1 };
+                let seq = w.next_seq();
+                let waiter = Waiter {
+                    call,
+                    share: share.clone(),
+                    seq,
+                    ..waiter(client)
+                };
+                w.push(key(name), waiter);
+            }
+        }
+        assert_eq!(
+            sorted(w.queued(0, b"known")),
+            sorted(w.queued(0, b"walked")),
+            "case {i}"
+        );
     }
 }
