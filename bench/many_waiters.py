@@ -4,7 +4,7 @@ blocked on one key of LIMIT 1 (`UNIQUE.LOCK k cN LIMIT 1 TTL 600000 WAIT
 holder queues again: N wait at every release); reported as the server's CPU
 time per release (INFO commandstats' usec of UNIQUE.UNLOCK, which includes
 serving the queue), for each N of MANY_WAITERS_SIZES (default "1 100 1000
-10000"), on the redis-server on the PATH (REDIS_SERVER).
+10000"), on REDIS_SERVER (default: the redis-server on the PATH).
 
     python3 bench/many_waiters.py [module.so]   (default: the release build)
 
@@ -83,6 +83,7 @@ def wait_for_waiters(server, n):
 def main():
     if len(sys.argv) > 1:
         bench.MODULE = os.path.abspath(sys.argv[1])
+    bench.SERVER_BINARY = os.environ.get("REDIS_SERVER", bench.SERVER_BINARY)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, max(SIZES) + 1000)), hard))
     server = bench.Server()

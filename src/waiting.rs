@@ -65,7 +65,7 @@ pub use all::block_all;
 pub use denials::Admission;
 use denials::{Denials, Kinds};
 pub use multi::{AllCall, ServedAll};
-use queues::{GroupCounts, KeyId, Queue, Waiter, Waiters};
+use queues::{GroupCounts, KeyId, Queue, Tally, Waiter, Waiters};
 
 /// The longest delay given to a module timer, about 34.8 years: Redis adds a
 /// timer's delay, in microseconds, to a 64-bit clock, so a delay near
@@ -327,13 +327,13 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 /// here and nowhere else.
 fn serve_pass<C>(
     mut queue: Queue<C>,
-    facts: Option<(Kinds, GroupCounts)>,
+    facts: Option<Tally>,
     mut holding: impl FnMut(&Waiter<C>, Option<&[u8]>) -> usize,
     mut retry: impl FnMut(&Waiter<C>) -> Served,
 ) -> Pass<C> {
     let mut ended = Vec::new();
     let mut wake_at: Option<i64> = None;
-    let (mut kinds, counts) = facts.unzip();
+    let (mut kinds, counts) = facts.map(|t| (t.kinds, t.groups)).unzip();
     // The exclusive waiters still waiting (untried or denied in this pass);
     // not looked for when the queue is known to have none.
     let mut exclusive: BTreeSet<usize> = if kinds.as_ref().is_none_or(Kinds::any_exclusive) {

@@ -184,6 +184,7 @@ impl Kinds {
     }
 
     /// No waiter counted.
+    #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
         self.unknown == 0 && self.known.iter().all(|(_, n)| *n == 0)
     }

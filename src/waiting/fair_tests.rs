@@ -140,7 +140,10 @@ impl Sim {
         let mut broken: Option<String> = None;
         let pass = serve_pass(
             queue,
-            Some((kinds, counts)),
+            Some(Tally {
+                kinds,
+                groups: counts,
+            }),
             |_, group| {
                 lock.borrow()
                     .live_holders(now)

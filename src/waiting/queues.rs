@@ -33,6 +33,15 @@ pub(super) type KeyId = (i32, Vec<u8>);
 /// How many waiters of each group (`None`: without one) a key has.
 pub(super) type GroupCounts = BTreeMap<Option<Box<[u8]>>, usize>;
 
+/// What is counted of one queue as its waiters come and go: how many wait
+/// in each group (WAITERS ... GROUPS reads it without a walk) and their
+/// kinds (a serving pass stops once every kind left is denied).
+#[derive(Default, Clone)]
+pub(super) struct Tally {
+    pub(super) groups: GroupCounts,
+    pub(super) kinds: Kinds,
+}
+
 /// A key's waiters by their number, which grows with every waiter: arrival
 /// order, and one waiter found by its number (a timeout, a disconnect) in
 /// O(log n) however long the queue.
@@ -43,12 +52,8 @@ pub(super) type Queue<C> = BTreeMap<usize, Waiter<C>>;
 /// (a `ffi::Blocked` in Redis).
 pub(super) struct Waiters<C> {
     pub(super) queues: HashMap<KeyId, Queue<C>>,
-    /// How many waiters of each group each queue in `queues` holds, kept
-    /// with it: WAITERS ... GROUPS reads it without a walk of the queue.
-    pub(super) groups: HashMap<KeyId, GroupCounts>,
-    /// The kinds of the waiters of each queue in `queues`, kept with it: a
-    /// serving pass stops once every kind left is denied.
-    pub(super) kinds: HashMap<KeyId, Kinds>,
+    /// What is counted of each queue in `queues`, kept with it.
+    pub(super) tallies: HashMap<KeyId, Tally>,
     /// The key each blocked client waits on (also while its queue is served)
     /// and its number there.
     pub(super) blocked: HashMap<C, (KeyId, usize)>,
@@ -67,8 +72,7 @@ impl<C> Default for Waiters<C> {
     fn default() -> Self {
         Self {
             queues: HashMap::new(),
-            groups: HashMap::new(),
-            kinds: HashMap::new(),
+            tallies: HashMap::new(),
             blocked: HashMap::new(),
             timers: HashMap::new(),
             by_seq: HashMap::new(),
@@ -101,7 +105,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
             return Queued::Nobody;
         };
         // From the waiters' kinds when they are all known: no walk.
-        if let Some(queued) = self.kinds.get(&id).and_then(Kinds::queued) {
+        if let Some(queued) = self.tallies.get(&id).and_then(|t| t.kinds.queued()) {
             return queued;
         }
         let mut groups: Vec<(Option<Box<[u8]>>, u32)> = Vec::new();
@@ -123,61 +127,53 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
 
     /// How many wait on `key`, per group (`None` first, then by name).
     pub(super) fn by_group(&self, db: i32, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
-        if self.groups.is_empty() {
+        if self.tallies.is_empty() {
             return Vec::new();
         }
-        self.groups
+        self.tallies
             .get(&(db, key.to_vec()))
-            .map(|groups| groups.iter().map(|(g, &n)| (g.clone(), n)).collect())
+            .map(|t| t.groups.iter().map(|(g, &n)| (g.clone(), n)).collect())
             .unwrap_or_default()
     }
 
     /// What a pass over the queue of `id` knows without a walk: its
     /// waiters' kinds and how many wait in each group (those of the whole
     /// queue, served or not).
-    pub(super) fn facts(&self, id: &KeyId) -> Option<(Kinds, GroupCounts)> {
-        Some((self.kinds.get(id)?.clone(), self.groups.get(id)?.clone()))
+    pub(super) fn facts(&self, id: &KeyId) -> Option<Tally> {
+        self.tallies.get(id).cloned()
     }
 
     /// Counts `waiter` in (`joins`) or out of the groups and kinds of the
     /// queue of `id`.
     fn count(&mut self, id: &KeyId, waiter: &Waiter<C>, joins: bool) {
         let admission = waiter.call.admission();
+        let group = &waiter.share.group;
         if joins {
-            self.kinds
-                .entry(id.clone())
-                .or_default()
-                .add(admission, &waiter.share);
-        } else if let Some(kinds) = self.kinds.get_mut(id) {
-            kinds.remove(admission, &waiter.share);
-            if kinds.is_empty() {
-                self.kinds.remove(id);
-            }
-        }
-        if joins {
-            let groups = match self.groups.get_mut(id) {
-                Some(groups) => groups,
-                None => self.groups.entry(id.clone()).or_default(),
+            let tally = match self.tallies.get_mut(id) {
+                Some(tally) => tally,
+                None => self.tallies.entry(id.clone()).or_default(),
             };
-            match groups.get_mut(&waiter.share.group) {
+            tally.kinds.add(admission, &waiter.share);
+            match tally.groups.get_mut(group) {
                 Some(n) => *n += 1,
                 None => {
-                    groups.insert(waiter.share.group.clone(), 1);
+                    tally.groups.insert(group.clone(), 1);
                 }
             }
             return;
         }
-        let Some(groups) = self.groups.get_mut(id) else {
+        let Some(tally) = self.tallies.get_mut(id) else {
             return;
         };
-        if let Some(n) = groups.get_mut(&waiter.share.group) {
+        tally.kinds.remove(admission, &waiter.share);
+        if let Some(n) = tally.groups.get_mut(group) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                groups.remove(&waiter.share.group);
+                tally.groups.remove(group);
             }
         }
-        if groups.is_empty() {
-            self.groups.remove(id);
+        if tally.groups.is_empty() {
+            self.tallies.remove(id);
         }
     }
 
@@ -292,8 +288,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
             .collect();
         let mut taken = Vec::new();
         for id in ids {
-            self.groups.remove(&id);
-            self.kinds.remove(&id);
+            self.tallies.remove(&id);
             for waiter in self.queues.remove(&id).unwrap_or_default().into_values() {
                 self.served(&waiter);
                 taken.push((id.clone(), waiter));

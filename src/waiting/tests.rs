@@ -311,7 +311,7 @@ mod groups_counted {
                     }
                     prop_assert_eq!(w.by_group(0, &name(key).1), walked.into_iter().collect::<Vec<_>>());
                 }
-                prop_assert_eq!(w.groups.len(), w.queues.len(), "counts only for the keys that have a queue");
+                prop_assert_eq!(w.tallies.len(), w.queues.len(), "counts only for the keys that have a queue");
             }
         }
     }
