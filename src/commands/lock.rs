@@ -298,9 +298,12 @@ impl waiting::Call for WaitingLock {
             Ok(Some(lock)) => {
                 let now = now_ms();
                 if lock.has_expired(now) {
-                    lock.live_holders(now)
-                        .filter(|h| h.group() == group)
-                        .count()
+                    // From the lock's counts less its ended holders: no walk
+                    // over the live ones of a key of many holders.
+                    lock.live_by_group(now)
+                        .into_iter()
+                        .find(|&(g, _)| g == group)
+                        .map_or(0, |(_, n)| n)
                 } else {
                     lock.group_holding(group)
                 }
