@@ -5,7 +5,7 @@ MODULE := target/release/libredis_unique.so
 # The Node package's build (dist/), made once by the first suite that needs it.
 NODE_DIST := clients/node/dist/.built
 
-.PHONY: run test build bench bench-floor bench-cell bench-scale bench-many loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
+.PHONY: run test build bench bench-floor bench-cell bench-scale bench-many bench-waiters loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -130,6 +130,11 @@ bench-scale: deps build loadgen
 ## BENCH_SERVERS (bench/results/many.json); `make bench` runs it on the first server too
 bench-many: deps build loadgen
 	BENCH_MANY=1 python3 bench/bench.py
+
+## bench-waiters: the server's CPU per release with 1 to 10,000 clients waiting on the key
+## (bench/many_waiters.py; MANY_WAITERS_GROUPS=4: the waiters in 4 groups)
+bench-waiters: build
+	python3 bench/many_waiters.py
 
 ## loadgen: the load generator of the benchmarks (bench/loadgen.rs)
 loadgen:
