@@ -56,6 +56,14 @@ def ue_flaky(self, tag):
     raise ValueError("always fails")
 
 
+@app.task(name="ue_released_then_retried", bind=True, unique={"lock": "until_executed"})
+def ue_released_then_retried(self, tag):
+    """Leaves what a retry that ran and finished first leaves (no hold), then retries in
+    an hour: the lock kept for that retry must not be taken back."""
+    r.execute_command("UNIQUE.UNLOCK", ue_released_then_retried.unique_key([tag], {}), self.request.id)
+    raise self.retry(countdown=3600)
+
+
 # The rate test: every call to one partner API holds a slot of "at most 3 at
 # once and 50 a second", taken inside the task with the limiter API.
 RATED_KEY = "api:partner"

@@ -82,6 +82,16 @@ def test_until_executed_raise_and_custom_key(cel):
     k1.get(timeout=30)
 
 
+def test_a_retry_does_not_take_back_a_lock_released_before_it_was_kept(cel):
+    mod, worker, c, r = cel
+    t = tag()
+    res = mod.ue_released_then_retried.delay(t)
+    # RETRY is stored after the run's lock was kept (or given up) for the retry.
+    wait_for(lambda: res.state == "RETRY", message="the retry")
+    assert c.holders(mod.ue_released_then_retried.unique_key([t], {})) == []
+    res.revoke()  # the retry, an hour away, is not run
+
+
 def test_final_failure_frees_but_a_retry_keeps_the_lock(cel):
     mod, worker, c, r = cel
     t = tag()
