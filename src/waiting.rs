@@ -314,6 +314,13 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 /// - **A denial ends nobody else's turn.** A waiter denied (say by its own
 ///   group's GROUPLIMIT) keeps its place; the pass goes on with the next
 ///   best, so a free slot goes to whoever can take it (work-conserving).
+///   A denial also answers the later waiters of the same kind without a
+///   retry (`denials`); with the queue's `facts` (its kinds and group
+///   counts, kept as waiters come and go), a group whose every kind waiting
+///   was denied is tried no more, and the pass ends once every kind was:
+///   its cost follows the waiters it serves and the kinds waiting, not the
+///   length of the queue. Without them (the unit tests) every waiter is
+///   visited.
 /// - **Shared/exclusive (PostgreSQL's rule).** A waiter is served only if
 ///   it conflicts with no earlier waiter: nobody queued after a waiting
 ///   exclusive request is tried before it is served (a writer blocks the
