@@ -105,7 +105,7 @@ class Server:
             probe.close()
 
     def client(self, **kwargs: object) -> redis.Redis:
-        return redis.Redis(port=self.port, **kwargs)  # type: ignore[arg-type]
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         self.proc.kill()

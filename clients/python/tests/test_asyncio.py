@@ -17,7 +17,7 @@ def run(coro):
 
 def test_client_commands(server, r):
     async def main():
-        conn = aioredis.Redis(port=server.port)
+        conn = aioredis.Redis(host="127.0.0.1", port=server.port)
         c = Client(conn)
         t = await c.lock("a", "j1", ttl=30, owner="w:1", meta={"x": 1}, type="until_executed")
         assert isinstance(t, int)
@@ -41,7 +41,7 @@ def test_client_commands(server, r):
 
 def test_async_lock_renews_past_three_ttls_and_hands_over(server, r):
     async def main():
-        conn = aioredis.Redis(port=server.port)
+        conn = aioredis.Redis(host="127.0.0.1", port=server.port)
         c = Client(conn)
         ttl = 0.3
         order = []
@@ -50,7 +50,7 @@ def test_async_lock_renews_past_three_ttls_and_hands_over(server, r):
                 await Lock(conn, "res", ttl=ttl).acquire()
 
             async def waiter():
-                async with Lock(aioredis.Redis(port=server.port), "res", ttl=ttl, wait=30) as other:
+                async with Lock(aioredis.Redis(host="127.0.0.1", port=server.port), "res", ttl=ttl, wait=30) as other:
                     order.append(("waiter", other.token))
 
             task = asyncio.ensure_future(waiter())
@@ -69,7 +69,7 @@ def test_async_lock_renews_past_three_ttls_and_hands_over(server, r):
 
 def test_async_lock_lost_and_semaphore(server, r):
     async def main():
-        conn = aioredis.Redis(port=server.port)
+        conn = aioredis.Redis(host="127.0.0.1", port=server.port)
         with pytest.raises(LockLost):
             async with Lock(conn, "gone", ttl=0.3) as lock:
                 await conn.delete("gone")
@@ -89,7 +89,7 @@ def test_async_module_not_loaded():
     plain = Server(module=None)
 
     async def main():
-        conn = aioredis.Redis(port=plain.port)
+        conn = aioredis.Redis(host="127.0.0.1", port=plain.port)
         with pytest.raises(ModuleNotLoaded):
             await Client(conn).lock("k", "a")
         await conn.aclose()

@@ -219,7 +219,7 @@ def test_asyncio_rwlock(server, r):
     c = Client(r)
 
     async def main():
-        ar = aioredis.Redis(port=server.port)
+        ar = aioredis.Redis(host="127.0.0.1", port=server.port)
         rw = aio.RWLock(ar, "adoc", ttl=0.3, limit=2)
         async with rw.read() as r1, rw.read() as r2:
             assert sorted(h.mode for h in c.holders("adoc")) == ["shared", "shared"]

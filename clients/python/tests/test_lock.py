@@ -105,7 +105,7 @@ def test_wait_hands_over_in_arrival_order(server, r):
 HOLDER = textwrap.dedent("""
     import sys, time, redis
     from redis_unique import Lock
-    lock = Lock(redis.Redis(port=int(sys.argv[1])), "crash", ttl=1.0, jid="doomed")
+    lock = Lock(redis.Redis(host="127.0.0.1", port=int(sys.argv[1])), "crash", ttl=1.0, jid="doomed")
     lock.acquire()
     print(lock.token, flush=True)
     while True:

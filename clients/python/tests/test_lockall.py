@@ -162,7 +162,7 @@ def test_renewal_that_took_new_holds_gives_them_up(r):
 
 def test_asyncio_client_and_multilock(server, r):
     async def main():
-        conn = aioredis.Redis(port=server.port)
+        conn = aioredis.Redis(host="127.0.0.1", port=server.port)
         c = aio.Client(conn)
         tokens = await c.lock_all(["{a}:x", "{a}:y"], "j", limits=[1, 2], rates=[None, Rate(10, per=1)], ttl=30)
         assert len(tokens) == 2
@@ -220,7 +220,7 @@ def test_a_cut_link_restored_within_the_lease_keeps_every_key_and_one_down_past_
 
     c = Client(r)
     lost = []
-    via = redis.Redis(port=proxy.port)
+    via = redis.Redis(host="127.0.0.1", port=proxy.port)
     with MultiLock(via, ["{c}:a", "{c}:b"], ttl=3, on_lost=lost.append) as hold:
         wait_for(lambda: hold.renewals >= 1, timeout=10, message="a first renewal")
         proxy.cut()

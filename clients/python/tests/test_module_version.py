@@ -72,7 +72,7 @@ def test_the_asyncio_client_checks_too(server, r, built_for):
     built_for(other_minor(loaded(r)))
 
     async def main():
-        conn = aioredis.Redis(port=server.port)
+        conn = aioredis.Redis(host="127.0.0.1", port=server.port)
         try:
             with pytest.raises(ModuleVersionMismatch):
                 await AsyncClient(conn).lock("k", "a", ttl=30)

@@ -69,26 +69,34 @@ def most_in_any_window(times, window):
 
 def test_300_calls_never_exceed_3_at_once_nor_50_a_second(rated_worker):
     mod, client = rated_worker
-    for i in range(300):
-        mod.rated_call.apply_async((i,), queue="rated")
-    wait_for(lambda: client.llen("rated:runs") == 300, interval=0.1,
-             message="300 calls to finish")
-    runs = [json.loads(x) for x in client.lrange("rated:runs", 0, -1)]
-    assert sorted(run["i"] for run in runs) == list(range(300))
-    # At most 3 at once, from the jobs' own start and end times.
-    events = sorted([(run["start"], 1) for run in runs] + [(run["end"], -1) for run in runs])
-    inside = most_inside = 0
-    for _, step in events:
-        inside += step
-        most_inside = max(most_inside, inside)
-    assert most_inside <= 3, most_inside
+    # Every round must keep both limits. That a round also reached them (so that they were
+    # tested) depends on the workers keeping up 50 calls a second, which a loaded machine
+    # may not: up to 3 rounds are run until one does.
+    for round_ in range(3):
+        client.delete("rated:runs")
+        for i in range(300):
+            mod.rated_call.apply_async((i,), queue="rated")
+        wait_for(lambda: client.llen("rated:runs") == 300, interval=0.1,
+                 message="300 calls to finish")
+        runs = [json.loads(x) for x in client.lrange("rated:runs", 0, -1)]
+        assert sorted(run["i"] for run in runs) == list(range(300))
+        # At most 3 at once, from the jobs' own start and end times.
+        events = sorted([(run["start"], 1) for run in runs] + [(run["end"], -1) for run in runs])
+        inside = most_inside = 0
+        for _, step in events:
+            inside += step
+            most_inside = max(most_inside, inside)
+        assert most_inside <= 3, most_inside
+        # At most 50 in any second, on the server's clock: the grants' tokens (unix µs),
+        # exact, where the tasks' own start times would follow their grants by a varying delay.
+        grants = [run["token"] / 1_000_000 for run in runs]
+        most_per_second = most_in_any_window(grants, 1.0)
+        assert most_per_second <= 50
+        elapsed = max(grants) - min(grants)
+        assert elapsed >= 299 / 50 - 0.001, "the rate held the pace: %.3f s" % elapsed
+        print("round %d: 300 calls in %.2f s, at most %d at once, %d in any second (server clock)"
+              % (round_ + 1, elapsed, most_inside, most_per_second))
+        if most_inside == 3 and most_per_second >= 45:
+            break
     assert most_inside == 3, "the limit was reached (so it was tested)"
-    # At most 50 in any second, on the server's clock: the grants' tokens (unix µs), exact,
-    # where the tasks' own start times would follow their grants by a varying delay.
-    grants = [run["token"] / 1_000_000 for run in runs]
-    assert most_in_any_window(grants, 1.0) <= 50
-    assert most_in_any_window(grants, 1.0) >= 45, "the rate was reached (so it was tested)"
-    elapsed = max(grants) - min(grants)
-    assert elapsed >= 299 / 50 - 0.001, "the rate held the pace: %.3f s" % elapsed
-    print("300 calls in %.2f s, at most %d at once, %d in any second (server clock)"
-          % (elapsed, most_inside, most_in_any_window(grants, 1.0)))
+    assert most_per_second >= 45, "the rate was reached (so it was tested)"

@@ -51,7 +51,7 @@ def checked(code):
 def test_readme_fair_sharing_example(index, server, r):
     code = blocks()[index]
     code = code.replace("localhost:6379", "127.0.0.1:%d" % server.port)
-    code = re.sub(r"\bRedis\(\)", "Redis(port=%d)" % server.port, code)
+    code = re.sub(r"\bRedis\(\)", "Redis(host='127.0.0.1', port=%d)" % server.port, code)
     namespace = {"__name__": "readme_example"}
     from redis_unique import GroupWaiters, Holder  # the names a value in a comment uses
 

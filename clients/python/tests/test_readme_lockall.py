@@ -35,7 +35,7 @@ def test_the_section_has_its_examples():
 def test_readme_several_keys_example(index, server, r):
     code = blocks()[index]
     code = code.replace("localhost:6379", "127.0.0.1:%d" % server.port)
-    code = re.sub(r"\bRedis\(\)", "Redis(port=%d)" % server.port, code)
+    code = re.sub(r"\bRedis\(\)", "Redis(host='127.0.0.1', port=%d)" % server.port, code)
     namespace = {"__name__": "readme_example"}
     c = Client(r)
     c.reset_metrics()

@@ -95,7 +95,7 @@ def test_a_renewal_after_the_lease_gives_up_the_new_grant(r):
 def test_a_connection_restored_before_the_lease_ends_keeps_the_lock(r, proxy):
     c = Client(r)
     lost = []
-    via = redis.Redis(port=proxy.port)
+    via = redis.Redis(host="127.0.0.1", port=proxy.port)
     with Lock(via, "renew:blip", ttl=3, on_lost=lost.append) as lock:
         wait_for(lambda: lock.renewals >= 1, timeout=10, message="a first renewal")
         proxy.cut()
@@ -112,7 +112,7 @@ def test_a_connection_restored_before_the_lease_ends_keeps_the_lock(r, proxy):
 def test_a_connection_down_past_the_lease_loses_the_lock_when_the_lease_ends(r, proxy):
     c = Client(r)
     lost = []
-    via = redis.Redis(port=proxy.port)
+    via = redis.Redis(host="127.0.0.1", port=proxy.port)
     ttl = 1.2
     lock = Lock(via, "renew:down", ttl=ttl, on_lost=lost.append)
     lock.acquire()
@@ -138,7 +138,7 @@ def test_asyncio_lock_follows_the_same_rule(server, r, proxy):
 
     async def main():
         lost = []
-        via = aioredis.Redis(port=proxy.port)
+        via = aioredis.Redis(host="127.0.0.1", port=proxy.port)
         # kept through a cut link restored within the lease
         async with aio.Lock(via, "renew:aio", ttl=3, on_lost=lost.append) as lock:
             while lock.renewals < 1:
