@@ -69,24 +69,35 @@ class RateTest < Minitest::Test
     # tests see (the Owners page, the processes' list).
     sidekiqs = Array.new(2) { TestSuite.start_sidekiq(queues: %w[rated], concurrency: 4) }
     api_key = "partner-#{token}"
-    ::Sidekiq::Client.push_bulk("class" => RatedPartnerCallJob, "queue" => "rated",
-                                "args" => Array.new(300) { |i| [api_key, token, i] })
-    wait_until(timeout: 120, message: "300 rated jobs") { conn.call("LLEN", "rated:#{token}") == 300 }
-    runs = conn.call("LRANGE", "rated:#{token}", 0, -1).map { |r| JSON.parse(r) }
-    assert_equal (0...300).to_a, runs.map { |r| r["i"] }.sort, "every job ran once"
-    # At most 3 at once, from the jobs' own start and end times, both inside the hold.
-    edges = runs.flat_map { |r| [[r["start"], 1], [r["end"], -1]] }.sort
-    inside = 0
-    most = edges.map { |_, step| inside += step }.max
-    assert_equal 3, most, "at most 3 at once, and the limit was reached"
-    # At most 50 in any second, on the server's clock: the grants' tokens (unix µs), exact,
-    # where the jobs' own start times would follow their grants by a varying delay.
-    grants = runs.map { |r| r["token"] }
-    refute_includes grants, nil, "every job found its hold"
-    grants = grants.map { |t| t / 1_000_000.0 }
-    assert_operator most_in_any_window(grants, 1.0), :<=, 50
-    assert_operator most_in_any_window(grants, 1.0), :>=, 45, "the rate was reached, so it was tested"
-    assert_operator grants.max - grants.min, :>=, 299 * 0.02 - 0.001, "the rate held the pace"
+    # Every round must keep both limits. That a round also reached them (so that they were
+    # tested) depends on the workers keeping up 50 jobs a second, which a loaded machine
+    # may not: up to 3 rounds are run until one does.
+    most = most_per_second = nil
+    3.times do |round|
+      list = "#{token}-#{round}"
+      ::Sidekiq::Client.push_bulk("class" => RatedPartnerCallJob, "queue" => "rated",
+                                  "args" => Array.new(300) { |i| [api_key, list, i] })
+      wait_until(timeout: 120, message: "300 rated jobs") { conn.call("LLEN", "rated:#{list}") == 300 }
+      runs = conn.call("LRANGE", "rated:#{list}", 0, -1).map { |r| JSON.parse(r) }
+      conn.call("DEL", "rated:#{list}")
+      assert_equal (0...300).to_a, runs.map { |r| r["i"] }.sort, "every job ran once"
+      # At most 3 at once, from the jobs' own start and end times, both inside the hold.
+      edges = runs.flat_map { |r| [[r["start"], 1], [r["end"], -1]] }.sort
+      inside = 0
+      most = edges.map { |_, step| inside += step }.max
+      assert_operator most, :<=, 3, "at most 3 at once"
+      # At most 50 in any second, on the server's clock: the grants' tokens (unix µs), exact,
+      # where the jobs' own start times would follow their grants by a varying delay.
+      grants = runs.map { |r| r["token"] }
+      refute_includes grants, nil, "every job found its hold"
+      grants = grants.map { |t| t / 1_000_000.0 }
+      most_per_second = most_in_any_window(grants, 1.0)
+      assert_operator most_per_second, :<=, 50
+      assert_operator grants.max - grants.min, :>=, 299 * 0.02 - 0.001, "the rate held the pace"
+      break if most == 3 && most_per_second >= 45
+    end
+    assert_equal 3, most, "the limit was reached, so it was tested"
+    assert_operator most_per_second, :>=, 45, "the rate was reached, so it was tested"
   ensure
     (sidekiqs || []).each { |p| TestSuite.stop_sidekiq(p) }
   end
