@@ -512,7 +512,9 @@ impl Group {
                 None => groups.push(Self {
                     name: waiter.share.group.clone(),
                     head: Some(waiter.seq),
-                    left: 1,
+                    // Counted here when nothing was; a group the counts
+                    // missed (never expected) has its waiters looked for.
+                    left: if known { usize::MAX } else { 1 },
                     held: None,
                 }),
             }
