@@ -21,6 +21,7 @@
 
 use std::collections::HashSet;
 
+use super::queues::held_back;
 use super::{Queued, Served, Share};
 
 /// A waiter's call as far as a new hold is decided, besides its [`Share`]:
@@ -198,23 +199,13 @@ impl Kinds {
     /// alone; `None` when some waiter's kind is not known (then the queue is
     /// walked).
     pub(super) fn queued(&self) -> Option<Queued> {
-        if self.unknown > 0 {
-            return None;
-        }
-        let mut groups: Vec<(Option<Box<[u8]>>, u32)> = Vec::new();
-        for (kind, _) in self.known.iter().filter(|(_, n)| *n > 0) {
-            let Some(max) = kind.group_limit.filter(|_| !kind.exclusive) else {
-                return Some(Queued::Waiters);
-            };
-            match groups.iter_mut().find(|(g, _)| *g == kind.group) {
-                Some((_, m)) => *m = (*m).max(max),
-                None => groups.push((kind.group.clone(), max)),
-            }
-        }
-        Some(if groups.is_empty() {
-            Queued::Nobody
-        } else {
-            Queued::HeldBack(groups)
+        (self.unknown == 0).then(|| {
+            held_back(
+                self.known
+                    .iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(k, _)| (&k.group, k.group_limit, k.exclusive)),
+            )
         })
     }
 }

@@ -108,21 +108,11 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         if let Some(queued) = self.tallies.get(&id).and_then(|t| t.kinds.queued()) {
             return queued;
         }
-        let mut groups: Vec<(Option<Box<[u8]>>, u32)> = Vec::new();
-        for w in queue.values() {
-            let Some(max) = w.share.group_limit.filter(|_| !w.share.exclusive) else {
-                return Queued::Waiters;
-            };
-            match groups.iter_mut().find(|(g, _)| *g == w.share.group) {
-                Some((_, m)) => *m = (*m).max(max),
-                None => groups.push((w.share.group.clone(), max)),
-            }
-        }
-        if groups.is_empty() {
-            Queued::Nobody
-        } else {
-            Queued::HeldBack(groups)
-        }
+        held_back(
+            queue
+                .values()
+                .map(|w| (&w.share.group, w.share.group_limit, w.share.exclusive)),
+        )
     }
 
     /// How many wait on `key`, per group (`None` first, then by name).
@@ -304,5 +294,30 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
 
     pub(super) fn keys(&self) -> Vec<KeyId> {
         self.queues.keys().cloned().collect()
+    }
+}
+
+/// The waiters of a key as a new call sees them ([`Queued`]), from each
+/// one's group, GROUPLIMIT and whether it is exclusive: held back only when
+/// every one gave GROUPLIMIT and none is exclusive, each group then with the
+/// largest GROUPLIMIT its waiters gave. The one rule for a walk of the queue
+/// and for its counted kinds.
+pub(super) fn held_back<'a>(
+    waiters: impl Iterator<Item = (&'a Option<Box<[u8]>>, Option<u32>, bool)>,
+) -> Queued {
+    let mut groups: Vec<(Option<Box<[u8]>>, u32)> = Vec::new();
+    for (group, group_limit, exclusive) in waiters {
+        let Some(max) = group_limit.filter(|_| !exclusive) else {
+            return Queued::Waiters;
+        };
+        match groups.iter_mut().find(|(g, _)| g == group) {
+            Some((_, m)) => *m = (*m).max(max),
+            None => groups.push((group.clone(), max)),
+        }
+    }
+    if groups.is_empty() {
+        Queued::Nobody
+    } else {
+        Queued::HeldBack(groups)
     }
 }
