@@ -227,7 +227,7 @@ impl Drop for JidString {
 /// one number. Written from the end of the buffer backwards, eight digits a
 /// step, so that nothing is copied: the text is what was written.
 struct Numbers {
-    buf: [u8; MAX_NUMBERS * 21],
+    buf: [u8; HEADROOM + MAX_NUMBERS * 21],
     start: usize,
     /// Where each number's text starts and ends in `buf`, in `values`' order.
     fields: [(usize, usize); MAX_NUMBERS],
@@ -237,13 +237,17 @@ struct Numbers {
 /// state's four.
 const MAX_NUMBERS: usize = 7;
 
+/// Room before the text for the unkept bytes of [`Numbers::put_eight`]'s
+/// last store.
+const HEADROOM: usize = 8;
+
 impl Numbers {
     // Inlined: built in its caller's frame, not copied out of its own.
     #[inline(always)]
     fn of(values: &[i64]) -> Self {
         let mut out = Self {
-            buf: [0; MAX_NUMBERS * 21],
-            start: MAX_NUMBERS * 21,
+            buf: [0; HEADROOM + MAX_NUMBERS * 21],
+            start: HEADROOM + MAX_NUMBERS * 21,
             fields: [(0, 0); MAX_NUMBERS],
         };
         let values = values.get(..MAX_NUMBERS).unwrap_or(values);
@@ -269,28 +273,35 @@ impl Numbers {
         }
     }
 
-    /// `digits` before what is written.
-    fn put_bytes(&mut self, digits: &[u8]) {
-        if let Some(start) = self.start.checked_sub(digits.len())
-            && let Some(to) = self.buf.get_mut(start..start + digits.len())
+    /// The last `keep` of `digits` before what is written. All eight bytes
+    /// are stored (one store, not a copy of a length known at run time):
+    /// those before the kept ones fall where nothing is written yet, and
+    /// `HEADROOM` leaves them room before the first number.
+    #[inline(always)]
+    fn put_eight(&mut self, digits: [u8; 8], keep: usize) {
+        if let Some(at) = self.start.checked_sub(8)
+            && let Some(to) = self.buf.get_mut(at..at + 8)
         {
-            to.copy_from_slice(digits);
-            self.start = start;
+            to.copy_from_slice(&digits);
+            self.start = at + 8 - keep.min(8);
         }
     }
 
+    // Inlined: called for every number of every effect.
+    #[inline(always)]
     fn put_decimal(&mut self, value: i64) {
         let mut n = value.unsigned_abs();
         // Eight digits a step, from the last; the first step's leading zeros
         // trimmed (a number has at least one digit).
         while n >= 100_000_000 {
-            self.put_bytes(&eight_digits((n % 100_000_000) as u32));
+            let low = n % 100_000_000;
             n /= 100_000_000;
+            self.put_eight(eight_digits(low), 8);
         }
-        let first = eight_digits(n as u32);
+        let first = eight_digits(n);
         let zeros = u64::from_le_bytes(first) ^ u64::from_le_bytes([b'0'; 8]);
         let leading = (zeros.trailing_zeros() / 8).min(7) as usize;
-        self.put_bytes(first.get(leading..).unwrap_or_default());
+        self.put_eight(first, 8 - leading);
         if value < 0 {
             self.put(b'-');
         }
@@ -315,9 +326,10 @@ impl Numbers {
 /// two pairs (16-bit lanes), each pair in two digits (8-bit lanes), with
 /// multiplications that divide exactly in that range (by 100: `* 10_486 >>
 /// 20` below 10^4; by 10: `* 103 >> 10` below 100). Little-endian lanes, so
-/// the first digit is the first byte.
-fn eight_digits(x: u32) -> [u8; 8] {
-    let x = u64::from(x % 100_000_000);
+/// the first digit is the first byte. Above that range it gives 99999999 (a
+/// compare, where a remainder would redo the division its callers did).
+fn eight_digits(x: u64) -> [u8; 8] {
+    let x = x.min(99_999_999);
     let halves = (x / 10_000) | ((x % 10_000) << 32);
     let hundreds = ((halves * 10_486) >> 20) & 0x0000_007F_0000_007F;
     let pairs = ((halves - 100 * hundreds) << 16) | hundreds;
@@ -407,7 +419,11 @@ mod tests {
             .step_by(997)
             .chain([9_999_999, 99_999_999, 10_000, 9_999])
         {
-            assert_eq!(super::eight_digits(x), *format!("{x:08}").as_bytes(), "{x}");
+            assert_eq!(
+                super::eight_digits(u64::from(x)),
+                *format!("{x:08}").as_bytes(),
+                "{x}"
+            );
         }
     }
 
@@ -443,5 +459,9 @@ mod tests {
             [&b"1"[..], b"20", b"300"]
         );
         assert_eq!(three.field(3), b"");
+        // The most numbers, each of the most digits: the buffer's whole room.
+        let seven = [i64::MIN; 7];
+        let text = seven.map(|v| v.to_string()).join(" ");
+        assert_eq!(Numbers::of(&seven).bytes(), text.as_bytes());
     }
 }
