@@ -83,16 +83,19 @@ impl From<LockError> for ArgError {
     }
 }
 
-impl fmt::Display for ArgError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl ArgError {
+    /// Writes the reply text for a call of `command` (lowercase): the texts
+    /// that name the command, as Redis's own do, name that one.
+    fn write(&self, f: &mut impl fmt::Write, command: &str) -> fmt::Result {
         match self {
             Self::Syntax => f.write_str("ERR syntax error"),
             Self::NumberForOption => f.write_str(
                 "ERR syntax error: a number where an option name belongs (TTL ms? WAIT ms? LIMIT n?)",
             ),
             Self::NotAnInteger => f.write_str("ERR value is not an integer or out of range"),
-            Self::InvalidWait => f.write_str(
-                "ERR invalid wait time in 'unique.lock' command (WAIT takes a positive number of ms)",
+            Self::InvalidWait => write!(
+                f,
+                "ERR invalid wait time in '{command}' command (WAIT takes a positive number of ms)"
             ),
             Self::RateWithoutPer => f.write_str(
                 "ERR syntax error: RATE n needs PER ms, and PER and BURST need RATE (RATE n PER ms [BURST b])",
@@ -106,10 +109,25 @@ impl fmt::Display for ArgError {
             ),
             // Redis's text for SET's bad EX/PX, naming the command.
             Self::Invalid(LockError::InvalidExpire) => {
-                f.write_str("ERR invalid expire time in 'unique.lock' command")
+                write!(f, "ERR invalid expire time in '{command}' command")
             }
-            Self::Invalid(e) => e.fmt(f),
+            Self::Invalid(e) => write!(f, "{e}"),
         }
+    }
+
+    /// The reply for this error in a call of `command` (lowercase).
+    pub fn in_command(&self, command: &str) -> RedisError {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = self.write(&mut text, command);
+        RedisError::String(text)
+    }
+}
+
+/// The reply text in UNIQUE.LOCK, where most of these errors arise.
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write(f, "unique.lock")
     }
 }
 
@@ -118,15 +136,6 @@ impl fmt::Display for ArgError {
 impl From<ArgError> for RedisError {
     fn from(e: ArgError) -> Self {
         RedisError::String(e.to_string())
-    }
-}
-
-impl ArgError {
-    /// The reply for this error in a call of `command` (lowercase): the
-    /// texts that name the command, as Redis's own do, name this one.
-    pub fn in_command(&self, command: &str) -> RedisError {
-        let text = self.to_string();
-        RedisError::String(text.replace("'unique.lock'", &format!("'{command}'")))
     }
 }
 
@@ -550,6 +559,23 @@ mod tests {
         assert_eq!(
             RedisError::from(LockError::InvalidExpire).to_string(),
             "ERR invalid expire time in 'unique.lock' command"
+        );
+        // In another command, the texts that name one name that one.
+        assert_eq!(
+            ArgError::from(LockError::InvalidExpire)
+                .in_command("unique.lockall")
+                .to_string(),
+            "ERR invalid expire time in 'unique.lockall' command"
+        );
+        assert!(
+            ArgError::InvalidWait
+                .in_command("unique.lockall")
+                .to_string()
+                .starts_with("ERR invalid wait time in 'unique.lockall' command")
+        );
+        assert_eq!(
+            ArgError::Syntax.in_command("unique.lockall").to_string(),
+            "ERR syntax error"
         );
     }
 

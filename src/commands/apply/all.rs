@@ -109,9 +109,10 @@ fn release_all(ctx: &Context, now: i64, jid: &[u8], keys: &[RedisString]) -> Red
     finish_all(ctx, now, opened)
 }
 
-/// Settles every key given (those the effect changed), sends the APPLY on once (this replica's AOF and
-/// replicas), closes the keys, then announces each key's event. A replayed
-/// effect serves nobody: grants are the primary's.
+/// Settles every key given (those the effect changed), sends the APPLY on
+/// once (this replica's AOF and replicas), closes the keys, then announces
+/// each key's event. A replayed effect serves nobody: grants are the
+/// primary's.
 fn finish_all(
     ctx: &Context,
     now: i64,
