@@ -208,7 +208,11 @@ pub fn decide_new_key<'a, 'q>(
         change: Change::PruneOnly,
     };
     // Others are waiting for a slot: a newcomer queues behind them.
-    if queued.into().blocks(&Lock::default()) {
+    let blocked = match queued.into() {
+        Ahead::Nobody => false,
+        ahead => ahead.blocks(&Lock::default()),
+    };
+    if blocked {
         return (denied(None, false), None);
     }
     match Lock::first(req, now, || out.next_token(now)) {
