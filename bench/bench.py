@@ -49,7 +49,9 @@ REQUESTS = int(os.environ.get("BENCH_REQUESTS", "200000"))
 CLIENTS = 50
 POPULATED = 200_000
 
-# The same information on both sides (see bench/README.md).
+# The same information on both sides: the Lua design's JSON holds the lock's type,
+# limit, TTL and time, which the module keeps natively (TYPE, LIMIT, the lease and its
+# acquired_at), so the module's META carries only the rest.
 LUA_JSON = ('{"worker":"SyncUserJob","queue":"default","limit":1,"timeout":0,"ttl":60,'
             '"type":"until_executed","lock_args":[12345],"time":1700000000.123,"at":null}')
 MODULE_META = '{"worker":"SyncUserJob","queue":"default","lock_args":[12345],"at":null}'
