@@ -125,7 +125,9 @@ test("a rate per tenant beside the global limit: at most 10 grants a second of e
 test("a running job's slots of every limit are renewed together, and an UNLOCK of one is the loss of all", async () => {
   const lost = [];
   const limit = new GroupLimit({
-    redis: client, lease: 600,
+    // Renewed every third of the lease: 1200 ms is kept through a stall of the loaded
+    // machine of 800 ms, where one of 600 ms ended after 400 ms.
+    redis: client, lease: 1200,
     limits: { tenant: { group: (job) => job.data.tenant, concurrency: 2 }, global: { concurrency: 5 } },
     onLockLost: (error, job) => lost.push([error, job.id]),
   });
@@ -137,7 +139,7 @@ test("a running job's slots of every limit are renewed together, and an UNLOCK o
     // Kept: the same holds (tokens) with their leases moved on, well past the first lease.
     await waitFor(async () => {
       const now = await leaseEnds();
-      return now.every((h, i) => h && h.token === first[i].token && h.expiresAt >= first[i].expiresAt + 1200);
+      return now.every((h, i) => h && h.token === first[i].token && h.expiresAt >= first[i].expiresAt + 2 * 1200);
     }, { timeout: 30_000, message: "renewals of both keys" });
     // Lost: one key's hold removed; the next renewal refuses every key, and the job hears of it.
     await client.unlock(keys[0], String(j.id));

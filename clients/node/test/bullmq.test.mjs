@@ -71,25 +71,37 @@ test("300 jobs of one group, concurrency 3 and 50 a second, on 3 worker processe
     startWorker(name, { CONCURRENCY: 4, LIMIT: 3, RATE_MAX: 50, RATE_MS: 1000, WAIT_MS: 5000 });
   }
   await workersReady(3);
-  // 20 to 60 ms each: 3 slots would allow 75 a second, so both limits bind in turn.
-  const jobs = Array.from({ length: 300 }, (_, i) => ({ name: "call", data: { group: "acme", ms: 20 + (i % 5) * 10 } }));
-  await queue.addBulk(jobs);
-  await waitFor(async () => (await queue.getJobCounts("completed")).completed === 300, {
-    timeout: 120_000, interval: 100, message: "300 completed jobs",
-  });
-  const seen = (await redis.lrange("seen:acme", 0, -1)).map(Number);
-  assert.equal(Math.max(...seen), 3, "at most 3 at once, and the limit was reached");
-  // At most 50 in any second, on the server's clock: the grants' tokens (unix µs), exact,
-  // where the jobs' own start times would follow their grants by a varying delay.
-  const grants = (await redis.lrange("grants:acme", 0, -1)).map(Number);
-  assert.equal(grants.length, 300, "every job ran once");
-  assert.ok(grants.every(Number.isFinite), "every job found its hold");
-  const ms = grants.map((t) => t / 1000);
-  assert.ok(mostInAnyWindow(ms, 1000) <= 50, `${mostInAnyWindow(ms, 1000)} grants in a second`);
-  assert.ok(mostInAnyWindow(ms, 1000) >= 45, "the rate was reached, so it was tested");
-  const elapsed = Math.max(...ms) - Math.min(...ms);
-  assert.ok(elapsed >= 299 * 20 - 1, `the rate held the pace: ${elapsed} ms`);
-  console.log(`# 300 jobs in ${elapsed} ms, at most ${Math.max(...seen)} at once, ${mostInAnyWindow(ms, 1000)} grants in any second`);
+  // Every round must keep both limits. That a round also reached them (so that they were
+  // tested) depends on the workers keeping up 50 jobs a second, which a loaded machine may
+  // not: up to 3 rounds are run until one does.
+  let most = 0;
+  let highest = 0;
+  for (let round = 0; round < 3; round++) {
+    await redis.del("seen:acme", "grants:acme");
+    // 20 to 60 ms each: 3 slots would allow 75 a second, so both limits bind in turn.
+    const jobs = Array.from({ length: 300 }, (_, i) => ({ name: "call", data: { group: "acme", ms: 20 + (i % 5) * 10 } }));
+    await queue.addBulk(jobs);
+    await waitFor(async () => (await queue.getJobCounts("completed")).completed === 300 * (round + 1), {
+      timeout: 120_000, interval: 100, message: "300 completed jobs",
+    });
+    const seen = (await redis.lrange("seen:acme", 0, -1)).map(Number);
+    highest = Math.max(...seen);
+    assert.ok(highest <= 3, `${highest} at once`);
+    // At most 50 in any second, on the server's clock: the grants' tokens (unix µs), exact,
+    // where the jobs' own start times would follow their grants by a varying delay.
+    const grants = (await redis.lrange("grants:acme", 0, -1)).map(Number);
+    assert.equal(grants.length, 300, "every job ran once");
+    assert.ok(grants.every(Number.isFinite), "every job found its hold");
+    const ms = grants.map((t) => t / 1000);
+    most = mostInAnyWindow(ms, 1000);
+    assert.ok(most <= 50, `${most} grants in a second`);
+    const elapsed = Math.max(...ms) - Math.min(...ms);
+    assert.ok(elapsed >= 299 * 20 - 1, `the rate held the pace: ${elapsed} ms`);
+    console.log(`# round ${round + 1}: 300 jobs in ${elapsed} ms, at most ${highest} at once, ${most} grants in any second`);
+    if (highest === 3 && most >= 45) break;
+  }
+  assert.equal(highest, 3, "the limit was reached, so it was tested");
+  assert.ok(most >= 45, "the rate was reached, so it was tested");
   for (const c of children.splice(0)) c.kill("SIGTERM");
   await queue.obliterate({ force: true });
   await queue.close();
@@ -111,6 +123,11 @@ test("kill -9 of a worker mid-job: its group slot frees and BullMQ's stalled che
   await waitFor(async () => (await client.lockedBy(key)).includes(String(job.id))
     && (await redis.lrange("started", 0, -1)).includes(String(job.id)), { message: "the job running" });
   assert.equal((await client.holders(key))[0].owner, doomedName);
+  // The run again must be short, and its data is read when a worker takes the job: changed
+  // before the kill, as the doomed worker's run has read its 60 s already. Changed after it,
+  // a survivor's stalled check could hand the job out first, on a loaded machine, and the
+  // run again would take the 60 s.
+  await job.updateData({ group: "solo", ms: 10 });
   doomed.kill("SIGKILL");
   // A survivor: its reaper sees the dead worker gone from BullMQ's list and frees its slot
   // long before the 60 s lease; BullMQ's stalled check gives the job back.
@@ -118,7 +135,6 @@ test("kill -9 of a worker mid-job: its group slot frees and BullMQ's stalled che
   await workersReady(2);
   await waitFor(async () => (await client.lockedBy(key)).length === 0 || (await redis.llen("started")) >= 2,
     { message: "the dead worker's slot freed" });
-  await job.updateData({ group: "solo", ms: 10 });
   const done = await job.waitUntilFinished(events, 30_000);
   assert.equal(typeof done, "number");
   assert.notEqual(done, doomed.pid, "finished by the survivor");
@@ -286,7 +302,9 @@ test("the dead-worker reaper leaves a live worker's slots alone, and frees them 
   // Gone from BullMQ's list while its job still holds (a worker cut off): its slot is freed.
   await worker.close(true);
   await waitFor(async () => (await queue.getWorkers()).length === 0, { message: "the worker gone from the list" });
-  assert.equal(await reaper.reap(), 1);
+  // At least its holder: REAP also counts ended leases other tests left on this server.
+  const reaped = await reaper.reap();
+  assert.ok(reaped >= 1, `reaped ${reaped}`);
   assert.deepEqual(await client.lockedBy(key), []);
   finish();
   await limit.client.close();

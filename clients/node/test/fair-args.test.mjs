@@ -214,13 +214,14 @@ describe("RWLock", () => {
 const job = (id, data) => ({ id, queueName: "q", data, name: "work", moveToDelayed: async () => {} });
 
 describe("GroupLimit", () => {
-  // The WAIT sent is the wait left once a wait connection is in hand: under load a millisecond
-  // or two may pass after the job asks, so any WAIT of 901 to 1000 reads as the 1000 asked for.
+  // The WAIT sent is the wait left once a wait connection is in hand: a loaded machine may
+  // run this process late for a while after the job asks, so any WAIT of 501 to 1000 reads
+  // as the 1000 asked for (a wrong unit or a wait counted twice would be far out of it).
   const grouped = (t) => locks(t).map((argv) => {
     const i = argv.indexOf("WAIT");
     if (i < 0) return argv;
     const wait = Number(argv[i + 1]);
-    assert.ok(wait > 900 && wait <= 1000, `WAIT ${wait}`);
+    assert.ok(wait > 500 && wait <= 1000, `WAIT ${wait}`);
     return [...argv.slice(0, i + 1), "1000", ...argv.slice(i + 2)];
   });
   test("without total: one key per group, LIMIT concurrency, as before", async () => {

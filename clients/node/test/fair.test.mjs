@@ -155,7 +155,9 @@ for (const [name, connect] of Object.entries(flavours)) {
 
     test("RWLock: renewals keep the mode and group", async () => {
       const k = key("rw3");
-      const w = new RWLock(client, k, { lockTimeout: 300, group: "tenant" });
+      // Renewed every third of the lease: 1200 ms is kept through a stall of the loaded
+      // machine of 800 ms, where one of 300 ms ended after 200 ms.
+      const w = new RWLock(client, k, { lockTimeout: 1200, group: "tenant" });
       await w.acquireWrite();
       const first = (await client.holders(k))[0];
       await waitFor(async () => w.renewals >= 2, { message: "two renewals" });

@@ -87,7 +87,9 @@ test("an AbortSignal ends a wait at once, and the server forgets the waiter", as
 
 test("a lost lease is detected and reported to onLockLost", async () => {
   const lost = [];
-  const m = new Mutex(client, "m:lost", { lockTimeout: 600, onLockLost: (e) => lost.push(e) });
+  // A lease of 3 s: the UNLOCK comes while it is held however late the loaded machine runs it
+  // (a lease that ended first would be taken again by a late renewal, and given up after).
+  const m = new Mutex(client, "m:lost", { lockTimeout: 3000, onLockLost: (e) => lost.push(e) });
   await m.acquire();
   // another client removes it (an operator, a REAP): the next renewal finds it gone
   await redis.call("UNIQUE.UNLOCK", "m:lost", m.identifier);

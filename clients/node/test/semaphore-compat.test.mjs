@@ -88,7 +88,8 @@ test("retryInterval and unknown options are refused, saying what to do", () => {
 });
 
 test("refreshInterval: 0 turns renewals off: the lease then ends by itself", async () => {
-  const m = new Mutex(redis, "compat:norefresh", { lockTimeout: 300, refreshInterval: 0 });
+  // 1.5 s: still held when the next line reads it, however late the loaded machine runs it.
+  const m = new Mutex(redis, "compat:norefresh", { lockTimeout: 1500, refreshInterval: 0 });
   await m.acquire();
   assert.ok((await m.client.holders("compat:norefresh"))[0].expiresAt > 0, "held with a lease");
   await waitFor(async () => (await lockedBy("compat:norefresh")).length === 0, { message: "the lease to end" });
@@ -96,7 +97,9 @@ test("refreshInterval: 0 turns renewals off: the lease then ends by itself", asy
 });
 
 test("stopRefresh() stops the renewals of a held lock", async () => {
-  const m = new Mutex(redis, "compat:stop", { lockTimeout: 300 });
+  // Renewed every 500 ms: kept through a stall of the loaded machine of a second, where a
+  // lease of 300 ms ended after 200 ms (and no renewal would ever come to be seen).
+  const m = new Mutex(redis, "compat:stop", { lockTimeout: 1500 });
   await m.acquire();
   // renewed while refreshing...
   const first = (await m.client.holders("compat:stop"))[0].expiresAt;
@@ -122,12 +125,13 @@ test("acquiredExternally takes over a hold by its identifier, with its fencing t
   const scheduler = new Mutex(redis, "compat:ext", { identifier: "job-42", lockTimeout: 60_000 });
   await scheduler.acquire();
   scheduler.stopRefresh();
-  const handler = new Mutex(redis, "compat:ext", { identifier: "job-42", acquiredExternally: true, lockTimeout: 300 });
+  // 1.5 s, renewed every 500 ms: kept through a stall of the loaded machine of a second.
+  const handler = new Mutex(redis, "compat:ext", { identifier: "job-42", acquiredExternally: true, lockTimeout: 1500 });
   await handler.acquire();
   assert.equal(handler.token, scheduler.token, "the same hold");
-  // the handler renews it now, with its own 300 ms lease
+  // the handler renews it now, with its own 1.5 s lease
   const [taken] = await handler.client.holders("compat:ext");
-  assert.ok(taken.ttl <= 300, "the handler's lease replaced the scheduler's");
+  assert.ok(taken.ttl <= 1500, "the handler's lease replaced the scheduler's");
   await waitFor(async () => (await handler.client.holders("compat:ext"))[0]?.expiresAt > taken.expiresAt, { message: "a renewal by the handler" });
   assert.deepEqual(await lockedBy("compat:ext"), ["job-42"]);
   await handler.release();
@@ -151,7 +155,8 @@ test("acquiredExternally takes over a hold by its identifier, with its fencing t
 test("onLockLost is called with this set to the lock object", async () => {
   let self, error;
   const m = new Mutex(redis, "compat:lost", {
-    lockTimeout: 600,
+    // 3 s: the UNLOCK comes while it is held however late the loaded machine runs it.
+    lockTimeout: 3000,
     onLockLost(e) { self = this; error = e; },
   });
   await m.acquire();

@@ -136,9 +136,10 @@ def limited_unique(self, tag, fail=False):
     return body(self, tag, fail)
 
 
-# A short lease, renewed every third of a second: the loss of one limit's key is told soon.
+# A short lease, renewed every second: the loss of one limit's key is told soon, and the lease
+# is kept through a stall of the loaded machine of up to 2 s.
 @app.task(name="limited_lost", bind=True,
-          unique={"lock": "while_executing", "run_ttl": 1, "on_conflict": "raise"},
+          unique={"lock": "while_executing", "run_ttl": 3, "on_conflict": "raise"},
           lock_limits={"{limited}:lost": 1})
 def limited_lost(self, tag, fail=False):
     return body(self, tag, fail)

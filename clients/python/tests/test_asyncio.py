@@ -43,7 +43,9 @@ def test_async_lock_renews_past_three_ttls_and_hands_over(server, r):
     async def main():
         conn = aioredis.Redis(host="127.0.0.1", port=server.port)
         c = Client(conn)
-        ttl = 0.3
+        # Renewed every third of the lease: a lease of 1.5 s is kept through a stall of the
+        # loaded machine of up to a second, where one of 300 ms ended after 200 ms.
+        ttl = 1.5
         order = []
         async with Lock(conn, "res", ttl=ttl) as lock:
             with pytest.raises(LockNotAcquired):

@@ -115,8 +115,11 @@ def test_seconds_become_milliseconds_rounded_up(r):
     # From the value to the microsecond, as in every client: 0.3 s is a 300 ms lease
     # (not the 301 of a bare ceil on floats), 0.0004 s is 1 ms (not 0).
     c = Client(r)
-    c.lock("round", "a", ttl=0.3)
-    (h,) = c.holders("round")
+    # LOCK and HOLDERS in one transaction: the 300 ms lease cannot end between them however
+    # late the second call would come on a loaded machine.
+    token, holders = c.pipeline(transaction=True).lock("round", "a", ttl=0.3).holders("round").execute()
+    (h,) = holders
+    assert h.token == token
     c.unlock("round", "a")
     assert h.expires_at_ms - h.acquired_at_ms == 300
     from redis_unique._protocol import seconds_to_ms

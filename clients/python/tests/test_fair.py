@@ -203,7 +203,9 @@ def test_a_write_downgrades_and_a_sole_read_upgrades_never_waiting(r, server, wa
 
 def test_rwlock_holds_are_renewed_and_keep_their_mode(r):
     c = Client(r)
-    rw = RWLock(r, "doc", ttl=0.3, limit=2)
+    # Renewed every third of the lease: 1.2 s is kept through a stall of the loaded machine
+    # of 800 ms, where one of 300 ms ended after 200 ms.
+    rw = RWLock(r, "doc", ttl=1.2, limit=2)
     with rw.read() as hold:
         wait_for(lambda: hold.renewals >= 3, message="three renewals")
         (h,) = c.holders("doc")
@@ -220,7 +222,8 @@ def test_asyncio_rwlock(server, r):
 
     async def main():
         ar = aioredis.Redis(host="127.0.0.1", port=server.port)
-        rw = aio.RWLock(ar, "adoc", ttl=0.3, limit=2)
+        # Long enough to be kept through a stall of the loaded machine (renewed every 400 ms).
+        rw = aio.RWLock(ar, "adoc", ttl=1.2, limit=2)
         async with rw.read() as r1, rw.read() as r2:
             assert sorted(h.mode for h in c.holders("adoc")) == ["shared", "shared"]
             with pytest.raises(LockNotAcquired):

@@ -36,7 +36,9 @@ def test_body_exception_propagates_and_releases(r):
 
 def test_lock_renews_itself_past_three_ttls(r):
     c = Client(r)
-    ttl = 0.3
+    # Renewed every third of the lease: 1.2 s is kept through a stall of the loaded machine
+    # of 800 ms, where one of 300 ms ended after 200 ms.
+    ttl = 1.2
     with Lock(r, "long", ttl=ttl) as lock:
         start = server_ms(r)
         # Bounded polling: well past three leases of server time while held.
@@ -102,10 +104,12 @@ def test_wait_hands_over_in_arrival_order(server, r):
     assert order == ["w1", "w2", "w3"]
 
 
+# A lease of 2 s renewed every third of it: the holder keeps it through a stall of the
+# loaded machine until it is killed, and the waiter is served at most 2 s after the kill.
 HOLDER = textwrap.dedent("""
     import sys, time, redis
     from redis_unique import Lock
-    lock = Lock(redis.Redis(host="127.0.0.1", port=int(sys.argv[1])), "crash", ttl=1.0, jid="doomed")
+    lock = Lock(redis.Redis(host="127.0.0.1", port=int(sys.argv[1])), "crash", ttl=2.0, jid="doomed")
     lock.acquire()
     print(lock.token, flush=True)
     while True:

@@ -36,16 +36,22 @@ def test_a_grant_spends_the_rate_and_a_renewal_does_not(r):
 
 
 def test_a_semaphore_with_a_rate_waits_for_the_rate(r):
-    key = "rate:" + uuid.uuid4().hex
-    spaced = []
-    for _ in range(3):
-        with Semaphore(r, key, 3, ttl=10, wait=5, rate=Rate(5, per=1.0)) as s:
-            spaced.append(s.token)
-    # Tokens read as the server's unix µs: one grant per 200 ms.
-    gaps = [(b - a) / 1000 for a, b in zip(spaced, spaced[1:])]
-    # At most one period more: a timer the loaded machine ran late, not a grant that waited
-    # for a second period.
-    assert all(195 <= g < 400 for g in gaps), gaps
+    # Every round must keep the rate. That a round also got each grant within a period of the
+    # one before (served when the rate allows, not a period later) depends on this process
+    # asking again in time, which a loaded machine may not: up to 3 rounds, each on its own key.
+    for round_ in range(3):
+        key = "rate:" + uuid.uuid4().hex
+        spaced = []
+        for _ in range(3):
+            with Semaphore(r, key, 3, ttl=10, wait=5, rate=Rate(5, per=1.0)) as s:
+                spaced.append(s.token)
+        # Tokens read as the server's unix µs: one grant per 200 ms.
+        gaps = [(b - a) / 1000 for a, b in zip(spaced, spaced[1:])]
+        assert all(g >= 195 for g in gaps), gaps
+        # At most one period more: a timer run late, not a grant that waited a second period.
+        if all(g < 400 for g in gaps):
+            break
+    assert all(g < 400 for g in gaps), gaps
 
 
 @pytest.fixture()
