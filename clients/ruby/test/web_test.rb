@@ -360,7 +360,10 @@ class WebTest < Minitest::Test
     assert_equal ["jl"], client.locked_by(key(":live"))
     assert_equal ["jq"], client.locked_by(key(":queued"))
     follow_redirect!
-    assert_includes last_response.body, "#{esc("The owner's locks were freed.")} (3 holder(s))"
+    freed = last_response.body[/#{Regexp.escape(esc("The owner's locks were freed."))} \((\d+) holder\(s\)\)/, 1]
+    # At least its three holders: REAP also counts the ended leases of other tests that it
+    # meets in the shared database.
+    assert_operator freed.to_i, :>=, 3, last_response.body[/id="redis-unique-notice">[^<]*/]
   ensure
     conn.call("ZREM", RedisUnique::Web::OWNERS_KEY, dead) if dead
   end
