@@ -113,6 +113,18 @@ class UntilExecutedDiesJob
   end
 end
 
+# until_executed whose retry waits 10 minutes: the test moves it out of the retry set itself
+# (enqueue_now), so that no scheduler runs it again while the test looks at it there.
+class UntilExecutedRetryLaterJob
+  include TestJobs::JOB
+  sidekiq_options lock: :until_executed, retry: 3
+  sidekiq_retry_in { |_count, _ex| 600 }
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end
+
 # lock_args_method, unique_across_queues, lock_limit, lock_prefix.
 class LockArgsJob
   include TestJobs::JOB
