@@ -183,11 +183,12 @@ end
 
 require_relative "v9_jobs"
 
-# Jobs whose lease (lock_ttl: 1 s) is shorter than the job: the middleware renews it while
-# they run (held until RPUSH release:<token>).
+# Jobs whose lease (lock_ttl: 3 s) is shorter than the job: the middleware renews it while
+# they run (held until RPUSH release:<token>), every second: the lease is kept through a
+# stall of the loaded machine of up to 2 s.
 class RenewedWhileExecutingJob
   include TestJobs::JOB
-  sidekiq_options lock: :while_executing, lock_ttl: 1, queue: "renew", retry: 0
+  sidekiq_options lock: :while_executing, lock_ttl: 3, queue: "renew", retry: 0
 
   def perform(token, opts = {})
     TestJobs.run(self, token, opts)
@@ -196,18 +197,18 @@ end
 
 class RenewedUntilExecutedJob
   include TestJobs::JOB
-  sidekiq_options lock: :until_executed, lock_ttl: 1, queue: "renew", retry: 0
+  sidekiq_options lock: :until_executed, lock_ttl: 3, queue: "renew", retry: 0
 
   def perform(token, opts = {})
     TestJobs.run(self, token, opts)
   end
 end
 
-# lock_limits with a lease shorter than the job (lock_ttl: 1 s): both keys renewed as one
-# while it runs (held until RPUSH release:<token>); the keys are the token's.
+# lock_limits with a lease shorter than the job (lock_ttl: 3 s, renewed every second): both
+# keys renewed as one while it runs (held until RPUSH release:<token>); the keys are the token's.
 class RenewedLimitsJob
   include TestJobs::JOB
-  sidekiq_options lock: :while_executing, lock_ttl: 1, queue: "renew-limits", retry: 0,
+  sidekiq_options lock: :while_executing, lock_ttl: 3, queue: "renew-limits", retry: 0,
                   lock_limits: ->(args) { { "{#{args[0]}}:account" => 1, "{#{args[0]}}:all" => 5 } }
 
   def perform(token, opts = {})
