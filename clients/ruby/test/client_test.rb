@@ -58,12 +58,18 @@ class ClientTest < Minitest::Test
   end
 
   def test_ttl_ms_and_pxat
+    before = Time.now
     client.lock(key, "a", ttl_ms: 1500)
-    ttl = client.holders(key).first.ttl
-    assert_operator ttl, :<=, 1.5
-    assert_operator ttl, :>, 0.5
-    client.lock("#{key}:2", "a", pxat: Time.now + 100)
-    assert_in_delta 100, client.holders("#{key}:2").first.ttl, 5
+    after = Time.now
+    h = client.holders(key).first
+    assert_operator h.ttl, :<=, 1.5
+    # The lease's end, which a slow read after the lock cannot move (the time left would
+    # shrink). The server's clock and this process's are the same machine's, to the ms.
+    assert_operator h.expires_at.to_f, :>=, before.to_f + 1.5 - 0.002
+    assert_operator h.expires_at.to_f, :<=, after.to_f + 1.5 + 0.002
+    at = Time.now + 100
+    client.lock("#{key}:2", "a", pxat: at)
+    assert_in_delta at.to_f, client.holders("#{key}:2").first.expires_at.to_f, 0.002, "PXAT: that end, to the ms"
     assert_raises(RedisUnique::InvalidOption) { client.lock(key, "z", ttl: 1, ttl_ms: 1000) }
     assert_raises(RedisUnique::InvalidOption) { client.lock(key, "z", ttl: 1, pxat: Time.now + 5) }
   end

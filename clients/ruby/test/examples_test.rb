@@ -18,7 +18,10 @@ class ExamplesTest < Minitest::Test
   # 000/001: one sync per user; a second sync of a busy user is rescheduled.
   def test_000_lock_around_an_id
     conn.call("DEL", "examples:sync")
-    a = SyncUserEventsJob.perform_async(1, 1.0)
+    # A first sync of 4 s: the second one (c) must start while it runs, and so must the copy
+    # rescheduled 2 s later if this test misses it in the schedule (a copy meeting the first
+    # sync is rescheduled again, and seen then); a slow machine can take a second for either.
+    a = SyncUserEventsJob.perform_async(1, 4.0)
     wait_until(message: "user 1 started") { list("examples:sync").any? { |e| e[2] == a } }
     b = SyncUserEventsJob.perform_async(2, 0.2)
     c = SyncUserEventsJob.perform_async(1, 0.2)

@@ -181,9 +181,10 @@ class LockLimitsTest < Minitest::Test
   def test_sidekiq_a_job_longer_than_its_lock_ttl_keeps_every_key
     before = renewal_lost
     renewed_job do |sidekiq, keys, held, jid|
-      wait_until(timeout: 30, message: "three leases of renewals on both keys") do
+      # past the first lease's end: held only because the renewals moved both keys' leases
+      wait_until(timeout: 30, message: "renewals past the first lease on both keys") do
         now = keys.map { |k| client.holders(k).first }
-        now.all? && now.zip(held).all? { |n, h| n.token == h.token && n.expires_at > h.expires_at + 2 }
+        now.all? && now.zip(held).all? { |n, h| n.token == h.token && n.expires_at > h.expires_at + 3 }
       end
       release
       wait_events("done")
@@ -216,19 +217,49 @@ class LockLimitsTest < Minitest::Test
 
   def test_syncs_never_exceed_their_account_nor_the_whole_with_real_workers
     queue = "syncs-#{token}"
-    accounts = Array.new(ACCOUNTS) { |i| "a#{i}-#{token}" }
+    # 2 processes of 10 threads: more than the 10 in all and the 16 the accounts would allow.
+    sidekiqs = Array.new(2) { TestSuite.start_sidekiq(queues: [queue], concurrency: 10) }
+    # Every round must keep every limit. That a round also reached them (so that they were
+    # tested) depends on the workers keeping up 50 grants a second and on the sampler seeing
+    # every grant of 50 ms, which a loaded machine may not: up to 3 rounds are run until one
+    # does.
+    round = nil
+    3.times do |n|
+      round = sync_round(queue, "#{token}-r#{n}")
+      puts "\nlock_limits (Sidekiq #{Sidekiq::VERSION}) round #{n + 1}: #{round[:samples]} samples; most per " \
+           "account #{round[:most_per_account]}, most in all #{round[:most_in_all]}; #{round[:seen]} of " \
+           "#{round[:total]} grants seen, most in any second #{round[:most_per_second]}"
+      break if round[:most_per_account] == PER_ACCOUNT && round[:most_in_all] == IN_ALL &&
+               round[:seen] == round[:total] && round[:most_per_second] >= 45
+    end
+    assert_equal PER_ACCOUNT, round[:most_per_account], "an account's limit was reached, so it was tested"
+    assert_equal IN_ALL, round[:most_in_all], "the limit in all was reached, so it was tested"
+    assert_equal round[:total], round[:seen], "every grant was seen, so the rate was checked on them all"
+    assert_operator round[:most_per_second], :>=, 45, "the rate was reached, so it was tested"
+  ensure
+    (sidekiqs || []).each { |p| TestSuite.stop_sidekiq(p) }
+  end
+
+  # One round of ACCOUNTS * SYNCS syncs of accounts of their own (named after `suffix`): the
+  # keys of every account and the key in all, sampled together while they run, never over
+  # their limits nor holding one key without the others; the rate checked on the grants that
+  # the samples saw. Returns how close the round came to each limit and how many grants it saw.
+  def sync_round(queue, suffix)
+    accounts = Array.new(ACCOUNTS) { |i| "a#{i}-#{suffix}" }
     keys = accounts.map { |a| "{partner}:account:#{a}" } + ["{partner}:all"]
     conn.call("DEL", *keys)
     # First syncs of 50 ms (the rate binds: 10 at once could start 200 a second), then of
-    # 400 ms (10 at once bind: 25 a second). 2 processes of 10 threads: more than the 10 in all and the 16 the accounts would allow
-    sidekiqs = Array.new(2) { TestSuite.start_sidekiq(queues: [queue], concurrency: 10) }
+    # 400 ms (10 at once bind: 25 a second).
     total = ACCOUNTS * SYNCS
+    # The list of syncs done keeps the earlier rounds' and tests': the sampler reads only
+    # what came after them, so that its pace (and the grants it sees) stays the same.
+    read = conn.call("LLEN", "examples:syncs:done")
     ::Sidekiq::Client.push_bulk("class" => SyncAccountJob, "queue" => queue,
                                 "args" => Array.new(total) { |i| [accounts[i % ACCOUNTS], i, i < total / 2 ? 0.05 : 0.4] })
     samples = []
     grants = {} # jid => token of its grant on the key in all (unix µs, the server's clock)
     done = []
-    wait_until(timeout: 120, interval: 0, message: "#{total} syncs done (#{done.size} so far)") do
+    wait_until(timeout: 120, interval: 0, message: "#{total} syncs done") do
       # one MULTI: every key at the same instant; the key in all WITHMETA, for its grants' tokens
       sample = Sidekiq.redis do |c|
         c.multi do |tx|
@@ -239,8 +270,9 @@ class LockLimitsTest < Minitest::Test
       holders = sample.pop.map { |h| RedisUnique::Client.holder(h) }
       holders.each { |h| grants[h.jid] = h.token }
       samples << (sample << holders.map(&:jid))
-      done = conn.call("LRANGE", "examples:syncs:done", 0, -1).map { |e| JSON.parse(e) }
-                 .select { |account, _| account.end_with?(token) }
+      fresh = conn.call("LRANGE", "examples:syncs:done", read, -1)
+      read += fresh.size
+      done.concat(fresh.map { |e| JSON.parse(e) }.select { |account, _| account.end_with?(suffix) })
       done.size >= total
     end
     most_per_account = 0
@@ -253,22 +285,18 @@ class LockLimitsTest < Minitest::Test
       most_per_account = [most_per_account, *per_account.map(&:size)].max
       most_in_all = [most_in_all, all.size].max
     end
-    puts "\nlock_limits (Sidekiq #{Sidekiq::VERSION}): #{samples.size} samples; most per account " \
-         "#{most_per_account}, most in all #{most_in_all}"
-    assert_equal PER_ACCOUNT, most_per_account, "an account's limit was reached, so it was tested"
-    assert_equal IN_ALL, most_in_all, "the limit in all was reached, so it was tested"
     assert_equal total, done.size, "each sync once"
     assert_equal (0...total).to_a, done.map { |_, batch, _| batch }.sort, "every sync ran: no deadlock, none lost"
     wait_until(message: "every key freed") { keys.all? { |k| client.locked_by(k).empty? } }
-    # At most 50 grants in any second, on the server's clock (every hold lasts 50 ms or
-    # more, so the samples saw every grant).
-    assert_equal done.map(&:last).sort, grants.keys.sort, "every grant was seen"
-    most = most_in_any_window(grants.values.map { |t| t / 1_000_000.0 }, 1.0)
-    puts "most grants in any second: #{most}"
-    assert_operator most, :<=, 50
-    assert_operator most, :>=, 45, "the rate was reached, so it was tested"
-  ensure
-    (sidekiqs || []).each { |p| TestSuite.stop_sidekiq(p) }
+    jids = done.map(&:last)
+    assert_empty grants.keys - jids, "every grant seen on the key in all is one of this round's syncs"
+    # At most 50 grants in any second, on the server's clock: checked on the grants seen (a
+    # sampler held back longer than a 50 ms hold misses one; the caller then counts the
+    # round as not having checked them all).
+    most_per_second = most_in_any_window(grants.values.map { |t| t / 1_000_000.0 }, 1.0)
+    assert_operator most_per_second, :<=, 50
+    { samples: samples.size, most_per_account: most_per_account, most_in_all: most_in_all,
+      total: total, seen: (jids & grants.keys).size, most_per_second: most_per_second }
   end
 
   def most_in_any_window(times, window)

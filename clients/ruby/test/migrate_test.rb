@@ -26,6 +26,7 @@ class MigrateTest < Minitest::Test
     job_digest = RedisUnique::Sidekiq.digest_for({ "class" => "UntilExecutedDefaultJob", "queue" => "default",
                                                    "args" => [token, {}], "lock_prefix" => @prefix })
     v9_lock(job_digest, "jid-a", type: "until_executed", klass: "UntilExecutedDefaultJob", args: [token, {}])
+    locking = Time.now
     v9_lock("#{@prefix}:d2", "jid-b", type: "until_expired", pttl: 60_000)
     v9_lock("#{@prefix}:d3", "jid-c", type: "while_executing", limit: 2)
     v9_lock("#{@prefix}:d3", "jid-d", type: "while_executing", limit: 2)
@@ -38,6 +39,7 @@ class MigrateTest < Minitest::Test
     assert_equal [], client.locked_by("#{@prefix}:d2")
 
     stats = RedisUnique::Migrate.from_v9(TestSuite.raw_connection, prefix: @prefix, count: 2)
+    migrated = Time.now
     assert_equal({ "keys" => 4, "holders" => 5, "skipped" => 0, "dry_run" => false }, stats)
 
     a = client.holders(job_digest).first
@@ -48,7 +50,10 @@ class MigrateTest < Minitest::Test
                    "lock_args" => [token, {}], "at" => nil }, a.meta)
     b = client.holders("#{@prefix}:d2").first
     assert_equal "until_expired", b.type
-    assert_in_delta 60, b.ttl, 2, "the remaining lease becomes PXAT"
+    # The remaining lease becomes PXAT: it ends no sooner than v9's did, and no later than a
+    # lease of 60 s from the migration. Ends, not the time left, which a slow run shrinks.
+    assert_operator b.expires_at.to_f, :>=, locking.to_f + 60 - 0.002, "the remaining lease becomes PXAT"
+    assert_operator b.expires_at.to_f, :<=, migrated.to_f + 60 + 0.002, "the remaining lease becomes PXAT"
     assert_equal %w[jid-c jid-d], client.locked_by("#{@prefix}:d3")
     assert_equal ["jid-e"], client.locked_by("#{@prefix}:d4:RUN")
     assert_equal [], conn.call("KEYS", "#{@prefix}:*:LOCKED")

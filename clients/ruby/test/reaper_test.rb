@@ -63,19 +63,27 @@ class ReaperTest < Minitest::Test
     @own_client ||= RedisUnique::Client.new(TestSuite.raw_connection(own_url))
   end
 
-  def reaper(identity, dead_after: 30)
-    RedisUnique::Sidekiq::Reaper.new(TestSuite.raw_connection(own_url), identity: identity, interval: 1, dead_after: dead_after)
+  def reaper(identity, dead_after: 30, interval: 1)
+    RedisUnique::Sidekiq::Reaper.new(TestSuite.raw_connection(own_url), identity: identity, interval: interval,
+                                                                         dead_after: dead_after)
   end
 
   def test_one_leader_at_a_time_and_takeover
-    a = reaper("host:1:#{token}")
-    b = reaper("host:2:#{token}")
+    # Intervals of 20 s, a lease of 60: a slow step of this test cannot let the lease lapse
+    # and hand the lead over before the test does.
+    a = reaper("host:1:#{token}", interval: 20)
+    b = reaper("host:2:#{token}", interval: 20)
     own_conn.call("DEL", RedisUnique::Sidekiq::LEADER_KEY)
     assert a.leader?
     refute b.leader?, "the other stands by"
+    renewing = Time.now
     assert a.leader?, "the leader renews its lease"
+    renewed = Time.now
     holder = own_client.holders(RedisUnique::Sidekiq::LEADER_KEY).first
-    assert_in_delta 3, holder.ttl, 0.5
+    assert_equal a.identity, holder.jid
+    # a lease of 3 intervals from the renewal (its end: the time left shrinks with a slow read)
+    assert_operator holder.expires_at.to_f, :>=, renewing.to_f + 60 - 0.002
+    assert_operator holder.expires_at.to_f, :<=, renewed.to_f + 60 + 0.002
     own_client.unlock(RedisUnique::Sidekiq::LEADER_KEY, a.identity)
     assert b.leader?, "takes over when the leader goes"
   ensure

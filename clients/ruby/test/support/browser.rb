@@ -21,31 +21,26 @@ module RedisUnique
                         --disable-background-networking --disable-component-update --disable-sync
                         --disable-dev-shm-usage --window-size=1100,800].freeze
 
-    # WEBrick serving the app on a free port of 127.0.0.1.
+    # WEBrick serving the app on 127.0.0.1, on the port that WEBrick binds itself (Port 0:
+    # the kernel picks a free one, which no other process can take between a probe and the
+    # bind), read back from the server once it listens.
     class Server
       attr_reader :port
 
-      # Another process can take the free port before WEBrick binds it: then a new one, up to
-      # 5 tries.
       def initialize(app)
-        1.upto(5) do |attempt|
-          @port = Harness.free_port
-          @started = false
-          @thread = Thread.new do
-            Thread.current.report_on_exception = false # the join below raises it
-            WEBRICK_HANDLER.run(app, Host: "127.0.0.1", Port: @port, Logger: WEBrick::Log.new(File::NULL),
-                                            AccessLog: [], StartCallback: -> { @started = true }) do |server|
-              @server = server
-            end
+        @started = false
+        @thread = Thread.new do
+          Thread.current.report_on_exception = false # the join below raises it
+          WEBRICK_HANDLER.run(app, Host: "127.0.0.1", Port: 0, Logger: WEBrick::Log.new(File::NULL),
+                                   AccessLog: [], StartCallback: -> { @started = true }) do |server|
+            @server = server
           end
-          Harness.wait_until(timeout: 15, message: "WEBrick on #{@port}") do
-            @thread.join if !@thread.alive? # raises what stopped it
-            @started
-          end
-          return
-        rescue Errno::EADDRINUSE
-          raise if attempt == 5
         end
+        Harness.wait_until(timeout: 15, message: "WEBrick started") do
+          @thread.join if !@thread.alive? # raises what stopped it
+          @started
+        end
+        @port = @server.config[:Port]
       end
 
       def url(path = "/")
@@ -60,30 +55,69 @@ module RedisUnique
 
     module_function
 
+    # A headless Chromium session through a chromedriver of its own; the session's #quit
+    # stops that chromedriver too.
     def driver
       options = Selenium::WebDriver::Chrome::Options.new(args: CHROMIUM_FLAGS + ["--user-data-dir=#{Dir.mktmpdir("redis-unique-chromium")}"])
       options.binary = ENV["CHROMIUM"] || "/usr/bin/chromium"
-      service = Selenium::WebDriver::Chrome::Service.new(path: ENV["CHROMEDRIVER"] || "/usr/bin/chromedriver",
-                                                       port: service_port)
-      Selenium::WebDriver.for(:chrome, options: options, service: service)
+      chromedriver = ChromeDriver.new
+      session = Selenium::WebDriver.for(:chrome, url: chromedriver.url, options: options)
+      session.define_singleton_method(:quit) do
+        super()
+      ensure
+        chromedriver.stop
+      end
+      session
+    rescue StandardError
+      chromedriver&.stop
+      raise
     end
 
-    # A free port for chromedriver whose neighbour below is free too: Selenium binds
-    # port - 1 as a start-up lock and gives up after 45 s when anything holds it.
-    def service_port
-      100.times do
-        below = TCPServer.new("127.0.0.1", 0)
-        port = below.addr[1] + 1
-        begin
-          TCPServer.new("127.0.0.1", port).close
-          return port
-        rescue Errno::EADDRINUSE, Errno::EACCES
-          next
-        ensure
-          below.close
+    # chromedriver listening on the port it bound itself (--port=0), read back from the line
+    # it prints once it listens. Selenium's own service would probe a free port and start
+    # chromedriver on it, and another process (CI runs suites side by side, each binding
+    # ports) can take that port in between: chromedriver then exits, or Selenium talks to
+    # whatever answers there.
+    class ChromeDriver
+      attr_reader :port, :log_path
+
+      def initialize(path: ENV["CHROMEDRIVER"] || "/usr/bin/chromedriver")
+        @log_path = File.join(Dir.mktmpdir("redis-unique-chromedriver"), "chromedriver.log")
+        @pid = Process.spawn(path, "--port=0", out: @log_path, err: %i[child out], pgroup: true)
+        at_exit { stop }
+        @port = Harness.wait_until(timeout: Harness::PATIENCE, message: "chromedriver's port (its log: #{@log_path})") do
+          if Process.waitpid(@pid, Process::WNOHANG)
+            @pid = nil
+            raise "chromedriver exited:\n#{log}"
+          end
+
+          log[/started successfully on port (\d+)/, 1]&.to_i
         end
+      rescue StandardError
+        stop
+        raise
       end
-      raise "no two free ports in a row on 127.0.0.1"
+
+      def url
+        "http://127.0.0.1:#{@port}"
+      end
+
+      def log
+        File.exist?(@log_path) ? File.read(@log_path) : ""
+      end
+
+      # Ends chromedriver's process group (started as its own): a Chromium it left behind
+      # goes with it.
+      def stop
+        return unless @pid
+
+        Process.kill("TERM", -@pid)
+        Process.wait(@pid)
+      rescue Errno::ESRCH, Errno::ECHILD
+        nil
+      ensure
+        @pid = nil
+      end
     end
   end
 end
