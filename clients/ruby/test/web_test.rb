@@ -388,7 +388,9 @@ class WebTest < Minitest::Test
     svg = body[%r{<svg.*?</svg>}m]
     points = svg[%r{data-series="acquired"[^>]*points="([^"]+)"}, 1].split.map { |p| p.split(",").map(&:to_f) }
     assert_operator points.size, :>=, 2
-    assert_operator points.last[1], :<, points.first[1], "this minute's 2 acquisitions sit above the empty start"
+    # The acquisitions fall in this minute, or in the one before when the minute turned
+    # between the locks and the page: one of the last two points sits above the empty start.
+    assert_operator points.last(2).map(&:last).min, :<, points.first[1], "the 2 acquisitions sit above the empty start"
     refute_match %r{(src|href)="https?://}, svg, "nothing from another host"
     assert k
   end

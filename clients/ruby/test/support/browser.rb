@@ -78,24 +78,43 @@ module RedisUnique
     # chromedriver on it, and another process (CI runs suites side by side, each binding
     # ports) can take that port in between: chromedriver then exits, or Selenium talks to
     # whatever answers there.
+    #
+    # Even with --port=0 one race is left: chromedriver binds 127.0.0.1 on a port the kernel
+    # picks, then ::1 on the same port, and exits ("IPv6 port not available") when another
+    # socket already holds that one. A fresh start draws another port, so that exit, and only
+    # that one, is retried.
     class ChromeDriver
+      ATTEMPTS = 5
+
       attr_reader :port, :log_path
 
       def initialize(path: ENV["CHROMEDRIVER"] || "/usr/bin/chromedriver")
+        at_exit { stop }
+        ATTEMPTS.times do |attempt|
+          @port = start(path)
+          return if @port
+          raise "chromedriver exited:\n#{log}" if attempt == ATTEMPTS - 1
+        end
+      rescue StandardError
+        stop
+        raise
+      end
+
+      # The port chromedriver listens on, or nil when it exited because the port it drew was
+      # taken on the other address family.
+      def start(path)
         @log_path = File.join(Dir.mktmpdir("redis-unique-chromedriver"), "chromedriver.log")
         @pid = Process.spawn(path, "--port=0", out: @log_path, err: %i[child out], pgroup: true)
-        at_exit { stop }
-        @port = Harness.wait_until(timeout: Harness::PATIENCE, message: "chromedriver's port (its log: #{@log_path})") do
+        Harness.wait_until(timeout: Harness::PATIENCE, message: "chromedriver's port (its log: #{@log_path})") do
           if Process.waitpid(@pid, Process::WNOHANG)
             @pid = nil
+            break nil if log.match?(/IPv[46] port not available/)
+
             raise "chromedriver exited:\n#{log}"
           end
 
           log[/started successfully on port (\d+)/, 1]&.to_i
         end
-      rescue StandardError
-        stop
-        raise
       end
 
       def url
