@@ -43,6 +43,7 @@
 //! server), so the holders are listed in grant order by sorting them: only
 //! what lists every holder anyway (saving, LOCKEDBY without COUNT) pays it.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 
@@ -76,6 +77,11 @@ pub(super) struct Indexed {
     free: Vec<u32>,
     by_jid: HashTable<u32>,
     hasher: RandomState,
+    /// The slot of the jid last found: one command looks its jid up several
+    /// times (to check it, to decide, to change it, to replicate it), and a
+    /// hash of it costs more than all the rest of a lookup. Checked against
+    /// the slot's jid before use, so a stale one only misses.
+    last_found: Cell<u32>,
     leases: Vec<u32>,
     /// Holders without a lease: while there is one the key never expires.
     no_lease: usize,
@@ -141,6 +147,7 @@ impl Indexed {
             free: Vec::new(),
             by_jid: HashTable::new(),
             hasher: RandomState::new(),
+            last_found: Cell::new(NIL),
             links: Vec::new(),
             head: NIL,
             tail: NIL,
@@ -206,15 +213,14 @@ impl Indexed {
     }
 
     fn find_slot(&self, jid: &[u8]) -> Option<u32> {
-        let slots = &self.slots;
-        self.by_jid
-            .find(self.hash(jid), |&s| {
-                slots
-                    .get(s as usize)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|h| h.jid() == jid)
-            })
-            .copied()
+        let holds = |s: u32| self.holder_at(s).is_some_and(|h| h.jid() == jid);
+        let last = self.last_found.get();
+        if holds(last) {
+            return Some(last);
+        }
+        let slot = *self.by_jid.find(self.hash(jid), |&s| holds(s))?;
+        self.last_found.set(slot);
+        Some(slot)
     }
 
     pub(super) fn find(&self, jid: &[u8]) -> Option<&Holder> {
