@@ -193,7 +193,15 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid):
-    """User + system CPU time of process `pid` so far."""
+    """CPU time of process `pid`'s main thread so far (the one that runs
+    commands), in nanoseconds from the scheduler where the kernel keeps them:
+    the user + system times of /proc/PID/stat count clock ticks, 10 ms each,
+    a tenth of a 100,000-request run's time."""
+    try:
+        with open("/proc/%d/schedstat" % pid) as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
