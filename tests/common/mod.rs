@@ -14,12 +14,13 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub mod cli;
@@ -174,14 +175,22 @@ impl Server {
             // another process that took the port meanwhile.
             if let Ok(mut con) = self.try_connect()
                 && redis::cmd("PING").query::<String>(&mut con).is_ok()
-                && let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut con)
             {
-                let pid = format!("process_id:{}", self.child.id());
-                return info.lines().any(|l| l.trim() == pid);
+                return self.is_ours(&mut con);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         false
+    }
+
+    /// Whether the server that answers on `con` is this one's process: a
+    /// port probed free can be bound by another test's server first.
+    fn is_ours(&self, con: &mut Connection) -> bool {
+        let pid = format!("process_id:{}", self.child.id());
+        redis::cmd("INFO")
+            .arg("server")
+            .query::<String>(con)
+            .is_ok_and(|info| info.lines().any(|l| l.trim() == pid))
     }
 
     pub fn url(&self) -> String {
@@ -267,15 +276,20 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         // Under valgrind, a clean shutdown: the leak report is written at exit.
+        // Only to this server, still running: a start that failed because
+        // another test's server took the port must not shut that one down.
         if valgrind_logs().is_some()
-            && let Ok(Ok(None)) = self.try_connect().map(|mut con| {
-                let _ = redis::cmd("SHUTDOWN")
-                    .arg("NOSAVE")
-                    .query::<Value>(&mut con);
-                self.child.try_wait()
-            })
+            && let Ok(None) = self.child.try_wait()
+            && let Ok(mut con) = self.try_connect()
+            && self.is_ours(&mut con)
         {
-            let _ = self.child.wait();
+            let _ = redis::cmd("SHUTDOWN")
+                .arg("NOSAVE")
+                .query::<Value>(&mut con);
+            let shutdown = Instant::now();
+            while matches!(self.child.try_wait(), Ok(None)) && shutdown.elapsed() < patient() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -283,11 +297,25 @@ impl Drop for Server {
     }
 }
 
+/// A port free now and never handed out before in this process: the kernel
+/// can give a probe the port it gave another probe a moment ago, while the
+/// first test's server (slow to start under valgrind) has not bound it yet,
+/// and two tests would then start their servers on one port.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    for _ in 0..1_000 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if given.insert(port) {
+            return port;
+        }
+    }
+    panic!("no free port that this process has not handed out before");
 }
 
 /// A free port whose cluster bus port (port + 10000) is free as well.
