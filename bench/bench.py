@@ -256,18 +256,20 @@ def anything(r):
 
 def compare(server, contenders, pipeline, **kw):
     """Alternates the contenders, ROUNDS times, the order reversed every other
-    round; the median run of each. A contender is (args, prepare, check):
-    `prepare(server, n)` builds the keyspace it starts from after a FLUSHALL,
-    `check(replies)` that each request did what is measured."""
+    round; the median run of each. A contender is (args, prepare, check) and
+    maybe a dict of its own `load` arguments: `prepare(server, n)` builds the
+    keyspace it starts from after a FLUSHALL, `check(replies)` that each
+    request did what is measured."""
     runs = {name: [] for name in contenders}
     n = requests_for(pipeline)
     for round_ in range(ROUNDS):
         order = list(contenders.items())
-        for name, (args, prepare, check) in (order if round_ % 2 == 0 else order[::-1]):
+        for name, (args, prepare, check, *own) in (order if round_ % 2 == 0 else order[::-1]):
             server.flush()
             if prepare:
                 prepare(server, n)
-            r = load(server, args, pipeline, n, **kw)
+            # A contender's own `load` arguments, if it has any, over the shared ones.
+            r = load(server, args, pipeline, n, **{**kw, **(own[0] if own else {})})
             if not check(r["replies"]):
                 raise SystemExit("%s did not do what is measured: %s" % (name, r["replies"]))
             runs[name].append({k: r[k] for k in ("rps", "p50_ms", "p99_ms", "cpu_us")})
@@ -442,43 +444,63 @@ def many_holders(server, sizes=HOLDER_SIZES):
     (pipeline 16): renewals of the N holders in scrambled order, a grant of a
     fresh jid alternating with its release (the key stays at N: a pair is two
     requests) and denials of fresh jids at LIMIT N. Every reply is checked:
-    a renewal renews, a grant grants, a release releases, a denial denies."""
+    a renewal renews, a grant grants, a release releases, a denial denies.
+    Beside each N > 1 the same command runs on a one-holder key in the same
+    rounds, so that the ratio between them is not one of two moments of a
+    shared machine."""
     acquire, refresh = (lua_shas_named(server, name) for name in ("semaphore_acquire",
                                                                    "semaphore_refresh"))
     now, ttl, big = int(time.time() * 1000), 600_000, 1 << 40
-    out = {}
-    for n in sizes:
-        def module_key(server, _, n=n):
-            fill(server, ["UNIQUE.LOCK", "many", "job:{}", "LIMIT", 0, "TTL", ttl], n)
 
-        def sorted_set(server, _, n=n):
+    def module_key(n):
+        def prepare(server, _):
+            fill(server, ["UNIQUE.LOCK", "many", "job:{}", "LIMIT", 0, "TTL", ttl], n)
+        return prepare
+
+    def sorted_set(n):
+        def prepare(server, _):
             lua_shas_named(server, "semaphore_acquire")
             lua_shas_named(server, "semaphore_refresh")
             fill(server, ["EVALSHA", acquire, 1, "sem", big, "job:{}", ttl, now], n)
+        return prepare
 
-        ones = lambda r: r["int"] == sum(r.values())
-        out[n] = {
-            "renewal": compare(server, {
-                "UNIQUE.LOCK": (["UNIQUE.LOCK", "many", "job:{}", "LIMIT", 0, "TTL", ttl],
-                                module_key, lambda r: r["null"] == 0 and r["error"] == 0),
-                "sorted set": (["EVALSHA", refresh, 1, "sem", big, "job:{}", ttl, now],
-                               sorted_set, ones),
-            }, 16, cycle=n),
-            "grant+release": compare(server, {
-                "UNIQUE.LOCK/UNLOCK": (["UNIQUE.LOCK", "many", "g:{}", "LIMIT", 0, "TTL", ttl, "--and",
-                                        "UNIQUE.UNLOCK", "many", "g:{}"], module_key,
-                                       lambda r: r["null"] == 0 and r["zero"] == 0),
-                "sorted set": (["EVALSHA", acquire, 1, "sem", big, "g:{}", ttl, now, "--and",
-                                "ZREM", "sem", "g:{}"], sorted_set, lambda r: r["zero"] == 0),
-            }, 16),
-            "denial": compare(server, {
-                "UNIQUE.LOCK": (["UNIQUE.LOCK", "many", "new:{}", "LIMIT", n, "TTL", ttl], module_key,
-                                lambda r: r["null"] == sum(r.values())),
-                "sorted set": (["EVALSHA", acquire, 1, "sem", n, "new:{}", ttl, now], sorted_set,
-                               lambda r: r["zero"] == sum(r.values())),
-            }, 16),
-        }
+    ones = lambda r: r["int"] == sum(r.values())
+    # A renewal cycles through the key's holders: `cycle` N, 1 on the one-holder key.
+    commands = {
+        "renewal": lambda n: {
+            "UNIQUE.LOCK": (["UNIQUE.LOCK", "many", "job:{}", "LIMIT", 0, "TTL", ttl],
+                            module_key(n), lambda r: r["null"] == 0 and r["error"] == 0,
+                            {"cycle": n}),
+            "sorted set": (["EVALSHA", refresh, 1, "sem", big, "job:{}", ttl, now],
+                           sorted_set(n), ones, {"cycle": n}),
+        },
+        "grant+release": lambda n: {
+            "UNIQUE.LOCK/UNLOCK": (["UNIQUE.LOCK", "many", "g:{}", "LIMIT", 0, "TTL", ttl, "--and",
+                                    "UNIQUE.UNLOCK", "many", "g:{}"], module_key(n),
+                                   lambda r: r["null"] == 0 and r["zero"] == 0),
+            "sorted set": (["EVALSHA", acquire, 1, "sem", big, "g:{}", ttl, now, "--and",
+                            "ZREM", "sem", "g:{}"], sorted_set(n), lambda r: r["zero"] == 0),
+        },
+        "denial": lambda n: {
+            "UNIQUE.LOCK": (["UNIQUE.LOCK", "many", "new:{}", "LIMIT", n, "TTL", ttl], module_key(n),
+                            lambda r: r["null"] == sum(r.values())),
+            "sorted set": (["EVALSHA", acquire, 1, "sem", n, "new:{}", ttl, now], sorted_set(n),
+                           lambda r: r["zero"] == sum(r.values())),
+        },
+    }
+    out = {}
+    for n in sizes:
+        out[n] = {}
+        for op, contenders_of in commands.items():
+            contenders = contenders_of(n)
+            if n != 1:
+                # The module's contender (the first) again, on a one-holder key.
+                contenders[ONE_HOLDER] = next(iter(contenders_of(1).values()))
+            out[n][op] = compare(server, contenders, 16)
     return out
+
+
+ONE_HOLDER = "one holder"
 
 
 def print_many_holders(many):
@@ -488,11 +510,11 @@ def print_many_holders(many):
     print("%-8s %-14s %11s %6s %11s %6s %6s %6s %6s %6s" % (
         "holders", "command", "module", "µs", "sorted set", "µs", "x1", "x1 µs", "zset", "zs µs"))
     rows = []
-    first = many[min(many)]
     for n, ops in sorted(many.items()):
         for op, res in ops.items():
-            (_, m), (_, z) = list(res.items())
-            (_, m1), _ = list(first[op].items())
+            (_, m), (_, z) = list(res.items())[:2]
+            # The one-holder key measured in the same rounds (itself at N = 1).
+            m1 = res.get(ONE_HOLDER, m)
             row = {"holders": n, "command": op, "module": m, "sorted_set": z,
                    "vs_one_holder": ratio(m["rps"], m1["rps"]), "vs_sorted_set": ratio(m["rps"], z["rps"]),
                    "vs_one_holder_cpu": ratio(m1["cpu_us"], m["cpu_us"]),
