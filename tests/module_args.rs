@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{module_path, temp_dir};
+use common::{free_port, module_path, temp_dir};
 
 fn config(con: &mut common::Connection, name: &str) -> String {
     let pair: Vec<String> = redis::cmd("CONFIG")
@@ -54,13 +54,6 @@ fn exit_status(child: &mut Child) -> Option<ExitStatus> {
     let _ = child.kill();
     let _ = child.wait();
     None
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// Starts redis-server with the module and `module_args`; returns its exit

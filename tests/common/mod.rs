@@ -301,7 +301,7 @@ impl Drop for Server {
 /// can give a probe the port it gave another probe a moment ago, while the
 /// first test's server (slow to start under valgrind) has not bound it yet,
 /// and two tests would then start their servers on one port.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let mut given = GIVEN
         .lock()
