@@ -87,10 +87,7 @@ impl Drop for Started {
 
 fn start(config: &str) -> Started {
     let dir = temp_dir("install-doc");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
+    let port = common::free_port();
     let conf = dir.join("redis.conf");
     let full = format!(
         "{config}\nport {port}\nbind 127.0.0.1\ndir {}\nsave \"\"\nenable-module-command local\n",
