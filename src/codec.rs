@@ -38,12 +38,13 @@ use crate::engine::{
 pub const APPLY_COMMAND: &CStr = c"unique.apply";
 
 /// What `unique.apply key now <op> ...` does after removing the holders whose
-/// lease ended at `now`: the one list of its operations, written by the
+/// lease ended at `now` (GRANT's `now` is its holder's acquired_at): the one list of its operations, written by the
 /// replication side (`ffi::replicate_*`) and read by the replica's side
 /// (`commands/apply.rs`).
 ///
 /// ```text
 /// unique.apply key now LEASE jid "token acquired_at expires_at[ n per burst tat]" [type [owner [meta [group [mode]]]]]
+/// unique.apply key GRANT jid "token acquired_at expires_at[ n per burst tat]" [type [owner [meta [group [mode]]]]]
 /// unique.apply key now HOLD jid token acquired_at expires_at [type [owner [meta [group [mode]]]]]
 /// unique.apply key now RELEASE jid
 /// unique.apply key now REAP owner
@@ -65,6 +66,13 @@ pub enum ApplyOp {
     /// feeds and frees every argument of an effect as a string object, which
     /// costs more than the digits: one argument instead of three (or seven).
     Lease,
+    /// [`Self::Lease`] at the holder's own acquired_at: `GRANT jid lease
+    /// ...` comes where `now` would, and stands for `<acquired_at> LEASE
+    /// jid lease ...`. A new grant is acquired at its command's `now`, so
+    /// its effect need not carry that time apart: one string object fewer
+    /// for Redis to make, feed and free per grant, and 20 bytes fewer in
+    /// the AOF. A renewal (acquired earlier) goes as [`Self::Lease`].
+    Grant,
     /// Removes one holder, by jid.
     Release,
     /// Removes every holder of one owner.
@@ -91,9 +99,10 @@ pub enum ApplyOp {
 }
 
 impl ApplyOp {
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Hold,
         Self::Lease,
+        Self::Grant,
         Self::Release,
         Self::ReapOwner,
         Self::PruneOnly,
@@ -108,6 +117,7 @@ impl ApplyOp {
         match self {
             Self::Hold => c"HOLD",
             Self::Lease => c"LEASE",
+            Self::Grant => c"GRANT",
             Self::Release => c"RELEASE",
             Self::ReapOwner => c"REAP",
             Self::PruneOnly => c"PRUNE",

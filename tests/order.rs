@@ -79,8 +79,9 @@ fn events(pubsub: &mut PubSub<'_>, n: usize) -> Vec<String> {
 }
 
 /// Every effect the server wrote to its AOF, in order: each `UNIQUE.APPLY`
-/// as its arguments after the command name, and each `DEL` (a change that
-/// left the key empty) as `[key, "", "DEL"]`.
+/// as its arguments after the command name (a GRANT with the `now` it
+/// stands for, its holder's acquired_at, where the others have theirs), and
+/// each `DEL` (a change that left the key empty) as `[key, "", "DEL"]`.
 fn applied(dir: &Path) -> Vec<Vec<String>> {
     common::aof_commands(dir)
         .into_iter()
@@ -90,6 +91,13 @@ fn applied(dir: &Path) -> Vec<Vec<String>> {
                 .collect::<Vec<String>>()
         })
         .filter_map(|c| match c.as_slice() {
+            [name, key, op, jid, lease, rest @ ..]
+                if name.eq_ignore_ascii_case("UNIQUE.APPLY") && op == "GRANT" =>
+            {
+                let acquired_at = lease.split(' ').nth(1).unwrap_or_default();
+                let given = [key, acquired_at, op, jid, lease].map(str::to_string);
+                Some(given.into_iter().chain(rest.iter().cloned()).collect())
+            }
             [name, ..] if name.eq_ignore_ascii_case("UNIQUE.APPLY") => {
                 Some(c.into_iter().skip(1).collect())
             }
@@ -123,17 +131,18 @@ fn effect(op: &str, arg: &str) -> (String, String, String) {
     ("k".to_string(), op.to_string(), arg.to_string())
 }
 
-/// The `now` of the last `UNIQUE.APPLY k now LEASE jid ...` for `jid`.
+/// The `now` of the last `UNIQUE.APPLY k now LEASE jid ...` (or `k GRANT
+/// jid ...`) for `jid`.
 fn hold_time(server: &Server, jid: &str) -> i64 {
     applied(&server.dir)
         .iter()
         .rev()
         .find(|a| {
-            a.get(2).map(String::as_str) == Some("LEASE")
+            matches!(a.get(2).map(String::as_str), Some("LEASE" | "GRANT"))
                 && a.get(3).map(String::as_str) == Some(jid)
         })
         .and_then(|a| a.get(1)?.parse().ok())
-        .unwrap_or_else(|| panic!("no LEASE of {jid}"))
+        .unwrap_or_else(|| panic!("no grant or renewal of {jid}"))
 }
 
 /// `jid`'s end of lease on `k`.
@@ -161,7 +170,7 @@ fn unlock_announces_and_replicates_the_release_before_the_grant() {
     assert_eq!(
         effects_after(&server, before, 2),
         // a was the only holder: its release is the key's deletion.
-        [effect("DEL", ""), effect("LEASE", "b")]
+        [effect("DEL", ""), effect("GRANT", "b")]
     );
 }
 
@@ -185,7 +194,7 @@ fn reap_owner_announces_and_replicates_the_removal_before_the_grant() {
     assert_eq!(events(&mut pubsub, 2), ["unique.reap", "unique.lock"]);
     assert_eq!(
         effects_after(&server, before, 2),
-        [effect("DEL", ""), effect("LEASE", "b")]
+        [effect("DEL", ""), effect("GRANT", "b")]
     );
 }
 
@@ -221,7 +230,7 @@ fn reap_of_expired_holders_announces_and_replicates_the_prune_before_the_grant()
     assert_eq!(events(&mut pubsub, 2), ["unique.expire", "unique.lock"]);
     assert_eq!(
         effects_after(&server, before, 2),
-        [effect("PRUNE", ""), effect("LEASE", "b")]
+        [effect("PRUNE", ""), effect("GRANT", "b")]
     );
 }
 
@@ -240,7 +249,7 @@ fn the_background_reaper_announces_and_replicates_the_prune_before_the_grant() {
     assert_eq!(events(&mut pubsub, 2), ["unique.expire", "unique.lock"]);
     assert_eq!(
         effects_after(&server, before, 2),
-        [effect("PRUNE", ""), effect("LEASE", "b")]
+        [effect("PRUNE", ""), effect("GRANT", "b")]
     );
 }
 
@@ -262,7 +271,7 @@ fn a_lease_running_out_is_announced_and_replicated_before_the_grant() {
     assert_eq!(events(&mut pubsub, 2), ["unique.expire", "unique.lock"]);
     // One effect: the grant, at a time that removes a's lease first, on a
     // replica and on replay.
-    assert_eq!(effects_after(&server, before, 1), [effect("LEASE", "b")]);
+    assert_eq!(effects_after(&server, before, 1), [effect("GRANT", "b")]);
     assert!(hold_time(&server, "b") >= lease_end);
     assert_eq!(applied(&server.dir).len(), before + 1, "nothing else");
 }

@@ -404,9 +404,9 @@ fn resp(args: &[&[u8]]) -> Vec<u8> {
 }
 
 /// A grant that spends the rate goes to the replicas and the AOF as one
-/// effect (LEASE, the key's rate state after the lease's numbers in their
-/// argument); the effects older versions wrote for it (HOLD, then RATE; and
-/// RATEHOLD) still load to the same value.
+/// effect (GRANT, the key's rate state after the lease's numbers in their
+/// argument); the effects older versions wrote for it (HOLD, then RATE;
+/// RATEHOLD; LEASE with `now` apart) still load to the same value.
 #[test]
 fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
     let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
@@ -437,23 +437,25 @@ fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
     };
     // The jid, then the lease's three numbers and the rate's four in one
     // argument (a plain holder: nothing after).
-    let [_, key, now, op, jid, numbers] = effect.as_slice() else {
-        panic!("LEASE: {effect:?}");
+    let [_, key, op, jid, numbers_text] = effect.as_slice() else {
+        panic!("GRANT: {effect:?}");
     };
     assert_eq!(
         (key.as_slice(), op.as_slice(), jid.as_slice()),
-        (&b"new"[..], &b"LEASE"[..], &b"a"[..])
+        (&b"new"[..], &b"GRANT"[..], &b"a"[..])
     );
-    let numbers: Vec<&[u8]> = numbers.split(|&b| b == b' ').collect();
+    let numbers: Vec<&[u8]> = numbers_text.split(|&b| b == b' ').collect();
     let [lease @ .., _, _, _, _] = numbers.as_slice() else {
-        panic!("LEASE: {effect:?}");
+        panic!("GRANT: {effect:?}");
     };
+    // A new grant's `now`: its acquired_at.
+    let now = lease[1];
     let rate = numbers.get(3..).unwrap_or_default().to_vec();
     assert_eq!(lease.len(), 3, "{effect:?}");
     assert_eq!(rate[..3], [&b"3"[..], b"600000", b"1"], "{effect:?}");
 
     // The same grant as older primaries wrote it, appended to the AOF: on
-    // "old" HOLD then RATE, on "mid" RATEHOLD.
+    // "old" HOLD then RATE, on "mid" RATEHOLD, on "leased" LEASE with `now`.
     server.kill();
     let mut holder: Vec<&[u8]> = vec![jid];
     holder.extend(lease);
@@ -464,6 +466,7 @@ fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
     let rate_text = rate.join(&b' ');
     let mut mid: Vec<&[u8]> = vec![b"unique.apply", b"mid", now, b"RATEHOLD", &rate_text];
     mid.extend(&holder);
+    let leased: Vec<&[u8]> = vec![b"unique.apply", b"leased", now, b"LEASE", jid, numbers_text];
     let aof = common::aof_increments(&server.dir)
         .pop()
         .expect("an AOF increment");
@@ -471,18 +474,21 @@ fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
     bytes.extend(resp(&old_hold));
     bytes.extend(resp(&old_rate));
     bytes.extend(resp(&mid));
+    bytes.extend(resp(&leased));
     std::fs::write(&aof, bytes).expect("the AOF written");
     server.start_again();
 
     let con = &mut server.con();
     assert_eq!(holders(con, "old"), ["a"]);
     assert_eq!(holders(con, "mid"), ["a"]);
+    assert_eq!(holders(con, "leased"), ["a"]);
     assert!(rate_of(con, "new").is_some());
     let dump = |con: &mut Connection, key: &str| -> Vec<u8> {
         redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
     };
     assert_eq!(dump(con, "old"), dump(con, "new"), "the same value");
     assert_eq!(dump(con, "mid"), dump(con, "new"), "the same value");
+    assert_eq!(dump(con, "leased"), dump(con, "new"), "the same value");
     // allowed_at is the time of the call while a grant is allowed (two calls, two
     // milliseconds maybe): the rest is the state itself.
     let state = |con: &mut Connection, key: &str| {
@@ -492,4 +498,5 @@ fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
     };
     assert_eq!(state(con, "old"), state(con, "new"));
     assert_eq!(state(con, "mid"), state(con, "new"));
+    assert_eq!(state(con, "leased"), state(con, "new"));
 }

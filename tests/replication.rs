@@ -264,3 +264,72 @@ fn a_replica_writes_the_effects_to_its_own_aof() {
             })
     });
 }
+
+/// A new grant's effect is `UNIQUE.APPLY key GRANT jid lease`: its `now` is
+/// its acquired_at, in the lease already. A renewal's is `UNIQUE.APPLY key
+/// now LEASE jid lease`, with the renewal's own `now` (what a replica prunes
+/// at). Both leave the replica with the primary's data.
+#[test]
+fn a_grant_goes_without_its_time_and_a_renewal_with_it() {
+    let primary = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let replica = primary.start_replica(&[]);
+    let (p, r) = (&mut primary.con(), &mut replica.con());
+    token(call!(p, "UNIQUE.LOCK", "k", "j", "TTL", 600_000));
+    let holder = common::with_meta(p, "k");
+    let acquired_at = common::int(common::field(&holder[0], "acquired_at"));
+    // The renewal in a later millisecond than the grant, so that its time
+    // differs from the holder's acquired_at.
+    wait_for("a later millisecond", || {
+        let (s, us): (i64, i64) = redis::cmd("TIME").query(p).expect("TIME");
+        s * 1000 + us / 1000 > acquired_at
+    });
+    token(call!(p, "UNIQUE.LOCK", "k", "j", "TTL", 700_000));
+    let effects: Vec<Vec<String>> = common::aof_commands(&primary.dir)
+        .into_iter()
+        .filter(|c| {
+            c.first()
+                .is_some_and(|n| n.eq_ignore_ascii_case(b"unique.apply"))
+        })
+        .map(|c| {
+            c.iter()
+                .skip(1)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .collect();
+    let [grant, renewal] = effects.as_slice() else {
+        panic!("a grant and a renewal: {effects:?}");
+    };
+    let [key, op, jid, lease] = grant.as_slice() else {
+        panic!("GRANT: {grant:?}");
+    };
+    assert_eq!(
+        (key.as_str(), op.as_str(), jid.as_str()),
+        ("k", "GRANT", "j")
+    );
+    assert_eq!(
+        lease.split(' ').nth(1),
+        Some(acquired_at.to_string().as_str())
+    );
+    let [key, now, op, jid, lease] = renewal.as_slice() else {
+        panic!("LEASE: {renewal:?}");
+    };
+    assert_eq!(
+        (key.as_str(), op.as_str(), jid.as_str()),
+        ("k", "LEASE", "j")
+    );
+    assert!(
+        now.parse::<i64>().expect("now") > acquired_at,
+        "{renewal:?}"
+    );
+    assert_eq!(
+        lease.split(' ').nth(1),
+        Some(acquired_at.to_string().as_str())
+    );
+    wait_digests_equal(p, r);
+    assert_eq!(
+        common::with_meta(r, "k"),
+        common::with_meta(p, "k"),
+        "the same holder"
+    );
+}

@@ -278,6 +278,7 @@ fn hostile_input_never_crashes_or_hangs_the_server() {
         "RESET",
         "HOLD",
         "LEASE",
+        "GRANT",
         "RELEASE",
         "PRUNE",
         "0",

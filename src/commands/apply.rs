@@ -5,7 +5,8 @@
 //! shared with the side that writes them). Every form first removes the holders whose lease ended at `now` (the
 //! primary's clock at the time of the command, or 0 to remove none), then:
 //! LEASE (and the older HOLD) puts the holder exactly as given (a new grant
-//! or a renewal, with absolute times and its token), in the fields of the
+//! or a renewal, with absolute times and its token; GRANT, in the place of
+//! `now`, is LEASE at the holder's own acquired_at), in the fields of the
 //! encoding, read and checked by the same code (`codec::write_holder`,
 //! `codec::read_holder`: expires_at -1, owner "" and meta "" stand for
 //! none), RELEASE removes one holder, REAP every holder of that owner, PRUNE
@@ -38,14 +39,23 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             "ERR UNIQUE.APPLY is internal: it only replays effects from a primary or the AOF",
         ));
     }
-    let [_, key_name, now, op, rest @ ..] = args.as_slice() else {
+    let [_, key_name, now_or_grant, rest @ ..] = args.as_slice() else {
         return Err(RedisError::WrongArity);
     };
-    let now = parse_int(now)?;
-    if let Some(op @ (ApplyOp::HoldAll | ApplyOp::ReleaseAll)) = ApplyOp::parse(op) {
-        return all::run(ctx, now, op, rest);
-    }
-    let effect = Effect::parse(op, rest)?;
+    let (now, effect) = if ApplyOp::parse(now_or_grant) == Some(ApplyOp::Grant) {
+        // A new grant: `now` is the holder's acquired_at.
+        let (holder, rate) = parse_leased(rest)?;
+        (holder.acquired_at, Effect::Hold(holder, rate))
+    } else {
+        let now = parse_int(now_or_grant)?;
+        let [op, rest @ ..] = rest else {
+            return Err(RedisError::WrongArity);
+        };
+        if let Some(op @ (ApplyOp::HoldAll | ApplyOp::ReleaseAll)) = ApplyOp::parse(op) {
+            return all::run(ctx, now, op, rest);
+        }
+        (now, Effect::parse(op, rest)?)
+    };
     let mut key =
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
     let lock = match (key.lock_mut()?, &effect) {

@@ -281,8 +281,9 @@ pub enum Change<'a> {
 /// How an effect reaches the replicas and the AOF.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replicate<'a> {
-    /// `UNIQUE.APPLY key now LEASE <the holder of jid>`, with the key's rate
-    /// state in the lease's numbers when `rate` (the grant spent it).
+    /// `UNIQUE.APPLY key GRANT <the holder of jid>` (or `key now LEASE ...`
+    /// for a renewal), with the key's rate state in the lease's numbers when
+    /// `rate` (the grant spent it).
     Hold { jid: &'a [u8], rate: bool },
     /// `UNIQUE.APPLY key now <op> [arg]`.
     Effect(ApplyOp, Option<&'a [u8]>),

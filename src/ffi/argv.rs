@@ -152,7 +152,7 @@ unsafe impl Sync for Shared {}
 static SHARED: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
 
 /// The words of [`word`], in its order.
-const WORDS: [&str; 18] = [
+const WORDS: [&str; 19] = [
     "",
     "HOLD",
     "RELEASE",
@@ -171,6 +171,7 @@ const WORDS: [&str; 18] = [
     "exclusive",
     "RATEHOLD",
     "LEASE",
+    "GRANT",
 ];
 
 /// The index in [`WORDS`] of `bytes`: the operation names, the known lock
@@ -196,6 +197,7 @@ fn word(bytes: &[u8]) -> Option<usize> {
         b"exclusive" => 15,
         b"RATEHOLD" => 16,
         b"LEASE" => 17,
+        b"GRANT" => 18,
         _ => return None,
     })
 }

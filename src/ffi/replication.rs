@@ -59,8 +59,10 @@ fn emit_aof_apply(
     }
 }
 
-/// Replicates `UNIQUE.APPLY key now LEASE jid "token acquired_at
-/// expires_at" ...`: `holder` exactly as it is, with the client's own key
+/// Replicates `UNIQUE.APPLY key GRANT jid "token acquired_at expires_at"
+/// ...` for a holder acquired at `now` (a new grant), `UNIQUE.APPLY key now
+/// LEASE jid ...` for one acquired before (a renewal): `holder` exactly as
+/// it is, with the client's own key
 /// string, in the fields and the order of `codec::write_holder` (jid, then
 /// the lease's three numbers in one argument, then type, owner, meta, group,
 /// mode), less the trailing fields that have their default value (the
@@ -73,9 +75,10 @@ fn emit_aof_apply(
 /// object, and that costs more than anything else an effect does; so a
 /// grant goes as few of them as it can: the key, the operation's word and
 /// the jid are retained (`s`: the client's key and jid, `jid` being the
-/// bytes the command read in place; a word made once), `now` and the lease
-/// are made from text written here (`b`; Redis would write a long long one
-/// division per digit), and the fields left at their default are not sent.
+/// bytes the command read in place; a word made once), the lease (and a
+/// renewal's `now`) are made from text written here (`b`; Redis would write
+/// a long long one division per digit), and the fields left at their
+/// default are not sent.
 pub fn replicate_hold(
     ctx: &Context,
     key: &RedisString,
@@ -90,7 +93,7 @@ pub fn replicate_hold(
         Some(string) => JidString::Client(string),
         None => JidString::made(h.jid()),
     };
-    let (Some(jid), Some(op)) = (jid.get(), shared(ApplyOp::Lease.word().to_bytes())) else {
+    let Some(jid) = jid.get() else {
         return;
     };
     let (group, mode): (&[u8], &[u8]) = if h.has_fair() {
@@ -135,30 +138,47 @@ pub fn replicate_hold(
         ]),
     };
     let lease = lease_text.bytes();
-    // A new grant's acquired_at is `now`: its text is in the lease already.
-    let now_made = (h.acquired_at != now).then(|| Numbers::of(&[now]));
-    let now_text = match &now_made {
-        Some(made) => made.bytes(),
-        None => lease_text.field(1),
+    // A new grant's acquired_at is `now`: GRANT says so, and `now` is not
+    // sent. A renewal sends `now` apart, before LEASE.
+    let now_text = (h.acquired_at != now).then(|| Numbers::of(&[now]));
+    let op_word = match now_text {
+        None => ApplyOp::Grant,
+        Some(_) => ApplyOp::Lease,
+    };
+    let Some(op) = shared(op_word.word().to_bytes()) else {
+        return;
     };
     // One call per length: RM_Replicate is variadic, its format says how
-    // many arguments follow: `now`, the op, the jid and the lease, then the
-    // holder's `tail_len` optional fields.
+    // many arguments follow: (`now`,) the op, the jid and the lease, then
+    // the holder's `tail_len` optional fields.
     macro_rules! replicate {
         ($replicate:expr, $tail_format:literal $(, $field:expr)*) => {
-            $replicate(
-                ctx.get_raw(),
-                APPLY_COMMAND.as_ptr(),
-                concat!("sbssb", $tail_format, "\0").as_ptr().cast::<c_char>(),
-                key.inner,
-                now_text.as_ptr().cast::<c_char>(),
-                now_text.len(),
-                op,
-                jid,
-                lease.as_ptr().cast::<c_char>(),
-                lease.len()
-                $(, $field.as_ptr().cast::<c_char>(), $field.len())*
-            )
+            match &now_text {
+                None => $replicate(
+                    ctx.get_raw(),
+                    APPLY_COMMAND.as_ptr(),
+                    concat!("sssb", $tail_format, "\0").as_ptr().cast::<c_char>(),
+                    key.inner,
+                    op,
+                    jid,
+                    lease.as_ptr().cast::<c_char>(),
+                    lease.len()
+                    $(, $field.as_ptr().cast::<c_char>(), $field.len())*
+                ),
+                Some(now) => $replicate(
+                    ctx.get_raw(),
+                    APPLY_COMMAND.as_ptr(),
+                    concat!("sbssb", $tail_format, "\0").as_ptr().cast::<c_char>(),
+                    key.inner,
+                    now.bytes().as_ptr().cast::<c_char>(),
+                    now.bytes().len(),
+                    op,
+                    jid,
+                    lease.as_ptr().cast::<c_char>(),
+                    lease.len()
+                    $(, $field.as_ptr().cast::<c_char>(), $field.len())*
+                ),
+            }
         };
     }
     // SAFETY: `ctx` is the context of the running command; every argument
@@ -229,8 +249,6 @@ impl Drop for JidString {
 struct Numbers {
     buf: [u8; HEADROOM + MAX_NUMBERS * 21],
     start: usize,
-    /// Where each number's text starts and ends in `buf`, in `values`' order.
-    fields: [(usize, usize); MAX_NUMBERS],
 }
 
 /// The most numbers one [`Numbers`] writes: a lease's three and a rate
@@ -248,18 +266,13 @@ impl Numbers {
         let mut out = Self {
             buf: [0; HEADROOM + MAX_NUMBERS * 21],
             start: HEADROOM + MAX_NUMBERS * 21,
-            fields: [(0, 0); MAX_NUMBERS],
         };
         let values = values.get(..MAX_NUMBERS).unwrap_or(values);
-        for (i, &value) in values.iter().enumerate().rev() {
+        for &value in values.iter().rev() {
             if out.start < out.buf.len() {
                 out.put(b' ');
             }
-            let end = out.start;
             out.put_decimal(value);
-            if let Some(field) = out.fields.get_mut(i) {
-                *field = (out.start, end);
-            }
         }
         out
     }
@@ -309,14 +322,6 @@ impl Numbers {
 
     fn bytes(&self) -> &[u8] {
         self.buf.get(self.start..).unwrap_or_default()
-    }
-
-    /// The text of the `i`th number alone.
-    fn field(&self, i: usize) -> &[u8] {
-        self.fields
-            .get(i)
-            .and_then(|&(start, end)| self.buf.get(start..end))
-            .unwrap_or_default()
     }
 }
 
@@ -451,14 +456,7 @@ mod tests {
         let four = [i64::MIN, i64::MAX, 0, -1];
         let text = four.map(|v| v.to_string()).join(" ");
         assert_eq!(Numbers::of(&four).bytes(), text.as_bytes());
-        assert_eq!(Numbers::of(&four).field(1), i64::MAX.to_string().as_bytes());
-        let three = Numbers::of(&[1, 20, 300]);
-        assert_eq!(three.bytes(), b"1 20 300");
-        assert_eq!(
-            [three.field(0), three.field(1), three.field(2)],
-            [&b"1"[..], b"20", b"300"]
-        );
-        assert_eq!(three.field(3), b"");
+        assert_eq!(Numbers::of(&[1, 20, 300]).bytes(), b"1 20 300");
         // The most numbers, each of the most digits: the buffer's whole room.
         let seven = [i64::MIN; 7];
         let text = seven.map(|v| v.to_string()).join(" ");
