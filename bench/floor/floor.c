@@ -6,7 +6,8 @@
  *   FLOOR.LOCK key jid ttl   open the key; on an empty key (or one whose
  *                            holder's lease has ended, or the same jid) store
  *                            a one-holder value of a module type: the jid, its
- *                            absolute expiry and a fencing token; set the key's
+ *                            absolute expiry and a fencing token (above every
+ *                            earlier one, by the clock as the module's); set the key's
  *                            expiry; replicate the effect with the absolute
  *                            expiry and the token (FLOOR.APPLY, through
  *                            RM_Replicate's format); reply the token, or a null
@@ -109,7 +110,12 @@ static int lock_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         RedisModule_ModuleTypeSetValue(key, HoldType, h);
     }
     h->expires_at = now + ttl;
-    h->token = ++last_token;
+    /* A fencing token above every one issued before, across restarts that
+     * lost the keys of earlier tokens and failovers that lost their last
+     * grants: at least the clock in microseconds, as the spec asks (a
+     * counter restored from the loaded values alone would not be). */
+    last_token = last_token + 1 > now * 1000 ? last_token + 1 : now * 1000;
+    h->token = last_token;
     RedisModule_SetAbsExpire(key, h->expires_at);
     RedisModule_CloseKey(key);
     RedisModule_Replicate(ctx, "FLOOR.APPLY", "sbll", argv[1], jid, len, h->expires_at, h->token);
