@@ -622,4 +622,20 @@ mod tests {
             );
         }
     }
+
+    proptest::proptest! {
+        /// Any text, and any number with any sign and leading zeros, reads
+        /// as the standard library reads it.
+        #[test]
+        fn integers_read_as_the_standard_library_reads_them(
+            text in "[-+0-9a]{0,24}",
+            n in proptest::prelude::any::<i64>(),
+            sign in "[-+]?",
+            zeros in "0{0,6}",
+        ) {
+            proptest::prop_assert_eq!(parse_int(text.as_bytes()).ok(), text.parse::<i64>().ok());
+            let padded = format!("{sign}{zeros}{}", n.unsigned_abs());
+            proptest::prop_assert_eq!(parse_int(padded.as_bytes()).ok(), padded.parse::<i64>().ok());
+        }
+    }
 }
