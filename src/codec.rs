@@ -38,9 +38,9 @@ use crate::engine::{
 pub const APPLY_COMMAND: &CStr = c"unique.apply";
 
 /// What `unique.apply key now <op> ...` does after removing the holders whose
-/// lease ended at `now` (GRANT's `now` is its holder's acquired_at): the one list of its operations, written by the
-/// replication side (`ffi::replicate_*`) and read by the replica's side
-/// (`commands/apply.rs`).
+/// lease ended at `now` (GRANT's `now` is its holder's acquired_at): the one
+/// list of its operations, written by the replication side
+/// (`ffi::replicate_*`) and read by the replica's side (`commands/apply.rs`).
 ///
 /// ```text
 /// unique.apply key now LEASE jid "token acquired_at expires_at[ n per burst tat]" [type [owner [meta [group [mode]]]]]
