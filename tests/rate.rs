@@ -425,13 +425,7 @@ fn a_rated_grant_is_one_effect_and_the_older_forms_still_load() {
         "BURST",
         1
     ));
-    let applied: Vec<Vec<Vec<u8>>> = common::aof_commands(&server.dir)
-        .into_iter()
-        .filter(|c| {
-            c.first()
-                .is_some_and(|n| n.eq_ignore_ascii_case(b"unique.apply"))
-        })
-        .collect();
+    let applied = common::aof_effects(&server.dir);
     let [effect] = applied.as_slice() else {
         panic!("one effect: {applied:?}");
     };

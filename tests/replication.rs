@@ -284,12 +284,8 @@ fn a_grant_goes_without_its_time_and_a_renewal_with_it() {
         s * 1000 + us / 1000 > acquired_at
     });
     token(call!(p, "UNIQUE.LOCK", "k", "j", "TTL", 700_000));
-    let effects: Vec<Vec<String>> = common::aof_commands(&primary.dir)
+    let effects: Vec<Vec<String>> = common::aof_effects(&primary.dir)
         .into_iter()
-        .filter(|c| {
-            c.first()
-                .is_some_and(|n| n.eq_ignore_ascii_case(b"unique.apply"))
-        })
         .map(|c| {
             c.iter()
                 .skip(1)

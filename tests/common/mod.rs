@@ -543,6 +543,18 @@ pub fn aof_commands(dir: &Path) -> Vec<Vec<Vec<u8>>> {
         .collect()
 }
 
+/// The `UNIQUE.APPLY` commands of a server's AOF increments (its effects,
+/// less the `DEL`s), in order, each as its arguments, the name first.
+pub fn aof_effects(dir: &Path) -> Vec<Vec<Vec<u8>>> {
+    aof_commands(dir)
+        .into_iter()
+        .filter(|c| {
+            c.first()
+                .is_some_and(|n| n.eq_ignore_ascii_case(b"unique.apply"))
+        })
+        .collect()
+}
+
 /// The commands of an AOF in RESP (`*n`, then `$len` and the bytes, each line
 /// ending in CRLF); stops at anything else, such as a half-written tail.
 pub fn resp_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
