@@ -7,7 +7,7 @@ use std::ops::Deref;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::decisions::{Ahead, Attempt, InRedis, count_denial, decide_lock, decide_new_key};
-use super::{ArgError, Freed, finish, parse_int, tracked};
+use super::{ArgError, Freed, finish, is_keyword, parse_int, tracked};
 use crate::config;
 use crate::datatype::LockKey;
 use crate::engine::{
@@ -57,7 +57,7 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
 ) -> Result<LockOptions<'_>, ArgError> {
     // The most common call, `key jid TTL ms`, without the walk below.
     if let [name, value] = args
-        && name.eq_ignore_ascii_case(b"TTL")
+        && is_keyword(name, b"TTL")
     {
         return Ok(LockOptions {
             expiry: Some(Expiry::Ttl(parse_int(value)?)),
@@ -81,7 +81,7 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
             return Err(unknown(name));
         };
         let value: &[u8] = value;
-        let is = |option: &str| name.eq_ignore_ascii_case(option.as_bytes());
+        let is = |option: &str| is_keyword(name, option.as_bytes());
         if is("LIMIT") && opts.limit.is_none() {
             let n = parse_int(value)?;
             if !(0..=MAX_LIMIT).contains(&n) {

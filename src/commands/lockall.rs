@@ -16,7 +16,7 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, 
 use super::decisions::all::{AllAttempt, Refusal, decide_all};
 use super::decisions::{InRedis, count_denial};
 use super::lock::parse_options;
-use super::{ArgError, events, parse_int, settle};
+use super::{ArgError, events, is_keyword, parse_int, settle};
 use crate::codec::ApplyOp;
 use crate::config;
 use crate::datatype::LockKey;
@@ -102,7 +102,7 @@ pub fn parse<A: Deref<Target = [u8]>>(
     let mut others: Vec<&[u8]> = Vec::new();
     let mut at = 0;
     while let Some(name) = options.get(at) {
-        let is = |option: &str| name.eq_ignore_ascii_case(option.as_bytes());
+        let is = |option: &str| is_keyword(name, option.as_bytes());
         if is("LIMIT") {
             if limits.is_some() {
                 return Err(ArgError::Syntax.into());
@@ -176,10 +176,7 @@ fn parse_rate<A: Deref<Target = [u8]>>(
     args: &[A],
     numkeys: usize,
 ) -> Result<(usize, RateLimit, usize), RedisError> {
-    let word = |at: usize, w: &str| {
-        args.get(at)
-            .is_some_and(|a| a.eq_ignore_ascii_case(w.as_bytes()))
-    };
+    let word = |at: usize, w: &str| args.get(at).is_some_and(|a| is_keyword(a, w.as_bytes()));
     let (Some(i), Some(n), true, Some(per)) =
         (args.first(), args.get(1), word(2, "PER"), args.get(3))
     else {
@@ -213,7 +210,7 @@ fn parse_share<A: Deref<Target = [u8]>>(
     args: &[A],
     shares: &mut [KeyShare],
 ) -> Result<usize, RedisError> {
-    let is = |o: &str| option.eq_ignore_ascii_case(o.as_bytes());
+    let is = |o: &str| is_keyword(option, o.as_bytes());
     let name = if is("GROUP") {
         "GROUP"
     } else if is("GROUPLIMIT") {
@@ -243,9 +240,7 @@ fn parse_share<A: Deref<Target = [u8]>>(
             }
             validate_group(value).map_err(ArgError::from)?;
             share.group = Some(value.into());
-            let weighted = args
-                .get(2)
-                .is_some_and(|w| w.eq_ignore_ascii_case(b"WEIGHT"));
+            let weighted = args.get(2).is_some_and(|w| is_keyword(w, b"WEIGHT"));
             if !weighted {
                 return Ok(2);
             }

@@ -5,7 +5,7 @@ use std::ops::Deref;
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::reply::Stream;
-use super::{ArgError, parse_int};
+use super::{ArgError, is_keyword, parse_int};
 use crate::codec::NO_EXPIRY;
 use crate::datatype::LockKey;
 use crate::engine::Holder;
@@ -29,7 +29,7 @@ fn parse_options<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Options, ArgErro
     let (mut cursor, mut count) = (None, None);
     let mut rest = args.iter();
     while let Some(name) = rest.next() {
-        let is = |option: &str| name.eq_ignore_ascii_case(option.as_bytes());
+        let is = |option: &str| is_keyword(name, option.as_bytes());
         if is("WITHMETA") && !opts.with_meta {
             opts.with_meta = true;
             continue;

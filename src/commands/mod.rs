@@ -145,6 +145,16 @@ impl From<LockError> for RedisError {
     }
 }
 
+/// Whether `arg` is `keyword` (ASCII letters only) in any case. Setting bit
+/// 5 maps the two cases of a letter, and nothing else, to its lower case, so
+/// one OR a byte decides what `eq_ignore_ascii_case` decides with a range
+/// check a byte (the option names of a LOCK are read on every call).
+#[inline(always)]
+pub fn is_keyword(arg: &[u8], keyword: &[u8]) -> bool {
+    debug_assert!(keyword.iter().all(u8::is_ascii_alphabetic));
+    arg.len() == keyword.len() && arg.iter().zip(keyword).all(|(a, k)| a | 0x20 == k | 0x20)
+}
+
 /// An integer argument: an optional sign and decimal digits, in range (what
 /// `str::parse::<i64>` accepts), read on the bytes.
 pub fn parse_int(arg: &[u8]) -> Result<i64, ArgError> {
@@ -636,6 +646,34 @@ mod tests {
             proptest::prop_assert_eq!(parse_int(text.as_bytes()).ok(), text.parse::<i64>().ok());
             let padded = format!("{sign}{zeros}{}", n.unsigned_abs());
             proptest::prop_assert_eq!(parse_int(padded.as_bytes()).ok(), padded.parse::<i64>().ok());
+        }
+
+        /// Any bytes, against a keyword of letters, in any case, read as
+        /// `eq_ignore_ascii_case` reads them.
+        #[test]
+        fn keywords_read_as_eq_ignore_ascii_case(
+            arg in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..6),
+            keyword in "[A-Za-z]{1,5}",
+            flips in proptest::collection::vec(proptest::prelude::any::<bool>(), 5),
+        ) {
+            let keyword = keyword.as_bytes();
+            proptest::prop_assert_eq!(is_keyword(&arg, keyword), arg.eq_ignore_ascii_case(keyword));
+            let spelled: Vec<u8> = keyword.iter().zip(&flips)
+                .map(|(k, &flip)| if flip { k ^ 0x20 } else { *k })
+                .collect();
+            proptest::prop_assert!(is_keyword(&spelled, keyword));
+            // Every byte that folds onto a letter's bit pattern but is not
+            // that letter (`@`, `[`, `` ` ``, `{`...) is refused.
+            for (i, k) in keyword.iter().enumerate() {
+                for b in 0..=u8::MAX {
+                    let mut other = keyword.to_vec();
+                    other[i] = b;
+                    proptest::prop_assert_eq!(
+                        is_keyword(&other, keyword),
+                        b.eq_ignore_ascii_case(k)
+                    );
+                }
+            }
         }
     }
 }

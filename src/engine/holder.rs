@@ -807,15 +807,20 @@ impl Holders {
 
     /// Sets the rate kept beside the holders (`None`: no rate).
     pub(super) fn set_rate(&mut self, rate: Option<Rate>) {
-        *self = match (std::mem::take(self), rate) {
-            (Self::Rated(mut r), Some(rate)) => {
-                r.rate = rate;
-                Self::Rated(r)
+        match (&mut *self, rate) {
+            // The common case, a rated lock spending again, in place.
+            (Self::Rated(r), Some(rate)) => r.rate = rate,
+            (Self::Rated(_), None) => {
+                if let Self::Rated(r) = std::mem::take(self) {
+                    *self = r.holders;
+                }
             }
-            (Self::Rated(r), None) => r.holders,
-            (holders, Some(rate)) => Self::Rated(Box::new(Rated { rate, holders })),
-            (holders, None) => holders,
-        };
+            (_, Some(rate)) => {
+                let holders = std::mem::take(self);
+                *self = Self::Rated(Box::new(Rated { rate, holders }));
+            }
+            (_, None) => {}
+        }
     }
 }
 

@@ -117,7 +117,11 @@ impl Rate {
     /// The first unix ms at which nothing is spent any more: from then the
     /// state is the same as none at all.
     pub fn idle_at(&self) -> i64 {
-        clamp(div_ceil(i128::from(self.tat), i128::from(self.limit.n)))
+        // In i64: a quotient of a TAT by `n` (at least 1) always fits, and
+        // i128's division is a library call on every grant with a rate.
+        let n = self.limit.n.max(1);
+        let ceil = self.tat / n + i64::from(self.tat % n > 0);
+        ceil.max(0)
     }
 
     pub fn is_idle(&self, now: i64) -> bool {
@@ -280,6 +284,22 @@ mod tests {
             let got = grants(l, &arrivals).len() as i64;
             prop_assert!(got >= windows * n, "{} < {} under {:?}", got, windows * n, l);
             prop_assert!(got <= windows * n + burst, "{} > {} under {:?}", got, windows * n + burst, l);
+        }
+
+        /// The idle instant is the TAT's time rounded up to a whole ms, the
+        /// first at which the state is as if never spent.
+        #[test]
+        fn the_idle_instant_is_the_tat_rounded_up(
+            n in 1i64..=MAX_RATE,
+            tat in prop_oneof![0i64..1_000_000, any::<i64>()],
+        ) {
+            let rate = Rate { limit: limit(n, 1000, 0), tat };
+            let at = rate.idle_at();
+            prop_assert_eq!(at, clamp(div_ceil(i128::from(tat), i128::from(n))));
+            if tat >= 0 {
+                prop_assert!(rate.is_idle(at));
+                prop_assert!(at == 0 || !rate.is_idle(at - 1));
+            }
         }
 
         /// A denial's instant is exact: denied just before, allowed at it.
