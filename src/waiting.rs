@@ -175,6 +175,7 @@ fn with_waiters<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
 
 /// Whether no client waits on any key: the common case, on every LOCK and
 /// UNLOCK, decided before any lookup by key.
+#[inline]
 pub fn nobody_waits() -> bool {
     WAITING.iter().all(|n| n.load(Ordering::Relaxed) == 0)
 }

@@ -217,7 +217,8 @@ impl Freed {
     /// Serves the waiters of `name` (selected database) if a slot may have
     /// freed.
     pub fn serve_waiters(self, ctx: &Context, name: &RedisString) {
-        if self.0 {
+        // Asked first, before the name is read: nobody waits on most servers.
+        if self.0 && !waiting::nobody_waits() {
             waiting::slot_freed(ctx, name);
         }
     }

@@ -519,10 +519,11 @@ impl Holders {
     }
 
     pub(super) fn len(&self) -> usize {
-        match (self.slice(), self.indexed()) {
-            (Some(s), _) => s.len(),
-            (_, Some(i)) => i.len(),
-            _ => 0,
+        match self.plain() {
+            Self::None | Self::Rated(_) => 0,
+            Self::One(_) => 1,
+            Self::Many(v) => v.len(),
+            Self::Indexed(i) => i.len(),
         }
     }
 
@@ -613,7 +614,16 @@ impl Holders {
     }
 
     /// Back to a smaller layout once few holders are left.
+    #[inline]
     fn shrink(&mut self) {
+        // None and one holder are as small as it gets (most keys), decided
+        // here without the call.
+        if !matches!(self, Self::None | Self::One(_)) {
+            self.shrink_layout();
+        }
+    }
+
+    fn shrink_layout(&mut self) {
         match self {
             Self::Many(v) if v.len() < 2 => *self = Self::from_vec(std::mem::take(v)),
             Self::Indexed(i) if i.len() < SHRINK_AT => {
@@ -646,6 +656,12 @@ impl Holders {
     /// Removes the holders whose lease ended at `now`, showing each to
     /// `removed`; indexed, only those are visited, the earliest first.
     pub(super) fn prune(&mut self, now: i64, mut removed: impl FnMut(&Holder)) -> usize {
+        // One live holder, the most common key: nothing to take apart.
+        if let Self::One(h) = self
+            && h.is_live(now)
+        {
+            return 0;
+        }
         let count = match self.plain_mut() {
             Self::Indexed(i) => {
                 let mut count = 0;
@@ -756,6 +772,9 @@ impl Holders {
     /// The key's expiry from its holders: the latest lease, `None` when a
     /// holder has no lease; `Some(None)` when there is no holder.
     pub(super) fn latest_lease(&self) -> Option<Option<i64>> {
+        if let Self::One(h) = self.plain() {
+            return h.expires_at().map(Some);
+        }
         match self.indexed() {
             Some(i) if i.has_unleased() => None,
             Some(i) => Some(i.latest_lease()),
