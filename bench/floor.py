@@ -6,7 +6,9 @@ against SET NX PX / DEL, per server, in two figures:
 - throughput: bench/loadgen.rs, 50 clients, pipeline 16, grants on fresh keys
   and releases of held keys, the contenders alternated round by round
   (medians of FLOOR_ROUNDS, default 3; the machine is shared: the load is
-  printed with the figures);
+  printed with the figures); then one client without pipelining (labels
+  ending in " p1"), where the round trip sets the pace and a command's cost
+  shows only as its share of it;
 - instructions per request: the server under valgrind --tool=callgrind,
   FLOOR_CG_REQUESTS (default 20,000) requests at pipeline 16, counted from a
   zeroed counter (callgrind_control -z) to a dump (-d): everything the server
@@ -107,6 +109,9 @@ def throughput(floor_so):
         out = {}
         for contenders in (LOCKS, UNLOCKS):
             out.update(bench.compare(server, contenders, 16))
+        for contenders in (LOCKS, UNLOCKS):
+            for label, r in bench.compare(server, contenders, 1, clients=1).items():
+                out[label + " p1"] = r
         return out
     finally:
         server.stop()
@@ -204,17 +209,22 @@ def report(name, res):
     ins, tp = res.get("instructions", {}), res.get("throughput", {})
     print("\n== %s (%s; load average %s -> %s)" % (name, res["binary"], res["load_before"],
                                                    res["load_after"]))
-    print("%-14s %10s %8s %12s %8s" % ("", "req/s", "/floor", "instr/req", "/floor"))
+    print("%-14s %10s %8s %12s %8s %14s %8s %8s" % (
+        "", "req/s", "/floor", "instr/req", "/floor", "1 client p1", "/floor", "/ref"))
     for mine, floor, ref in (("UNIQUE.LOCK", "floor.lock", "SET NX PX"),
                              ("UNIQUE.UNLOCK", "floor.unlock", "DEL")):
         for label in (mine, floor, ref):
             rps = tp.get(label, {}).get("rps")
             ir = ins.get(label)
-            print("%-14s %10s %8s %12s %8s" % (
+            p1 = tp.get(label + " p1", {}).get("rps")
+            print("%-14s %10s %8s %12s %8s %14s %8s %8s" % (
                 label, "%.0f" % rps if rps else "-",
                 "%.2fx" % (rps / tp[floor]["rps"]) if rps and tp.get(floor) else "-",
                 ir if ir else "-",
-                "%.2fx" % (ir / ins[floor]) if ir and ins.get(floor) else "-"))
+                "%.2fx" % (ir / ins[floor]) if ir and ins.get(floor) else "-",
+                "%.0f" % p1 if p1 else "-",
+                "%.2fx" % (p1 / tp[floor + " p1"]["rps"]) if p1 and tp.get(floor + " p1") else "-",
+                "%.2fx" % (p1 / tp[ref + " p1"]["rps"]) if p1 and tp.get(ref + " p1") else "-"))
 
 
 if __name__ == "__main__":
