@@ -580,10 +580,15 @@ impl Holders {
 
     /// Adds a holder of a jid not held yet, as the newest grant.
     pub(super) fn push(&mut self, holder: Holder) {
-        if let Self::None = self {
+        match self {
             // A key's first holder: nothing to take apart.
-            *self = Self::One(holder);
-            return;
+            Self::None => {
+                self.fill_empty(Self::One(holder));
+                return;
+            }
+            // The holders beside a rate, in place.
+            Self::Rated(r) => return r.holders.push(holder),
+            _ => {}
         }
         *self = match std::mem::take(self) {
             Self::None => Self::One(holder),
@@ -611,6 +616,15 @@ impl Holders {
                 Self::Rated(r)
             }
         };
+    }
+
+    /// Puts `new` in place of no holders (the caller knows there are
+    /// none). `None` owns nothing, so it is forgotten, not dropped: the drop
+    /// is a call the compiler does not elide, on every first grant of a key.
+    fn fill_empty(&mut self, new: Self) {
+        let old = std::mem::replace(self, new);
+        debug_assert!(matches!(old, Self::None));
+        std::mem::forget(old);
     }
 
     /// Back to a smaller layout once few holders are left.
@@ -835,8 +849,13 @@ impl Holders {
                 }
             }
             (_, Some(rate)) => {
-                let holders = std::mem::take(self);
-                *self = Self::Rated(Box::new(Rated { rate, holders }));
+                // Allocated first, then swapped: nothing is left to drop.
+                let mut rated = Box::new(Rated {
+                    rate,
+                    holders: Self::None,
+                });
+                std::mem::swap(&mut rated.holders, self);
+                self.fill_empty(Self::Rated(rated));
             }
             (_, None) => {}
         }
