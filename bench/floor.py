@@ -15,7 +15,10 @@ against SET NX PX / DEL, per server, in two figures:
   executes for them, event loop included, the module's background reaper
   off (see `instructions`). The steady figure on a shared
   machine. The dumps stay in target/floor/callgrind/<server>/ for
-  callgrind_annotate.
+  callgrind_annotate. With FLOOR_CACHE=1, also each request's misses of
+  the L1 instruction cache as callgrind simulates it (read only those from
+  such a run: simulating the caches slows the server down again, so its
+  timers fall thicker on each request and add to every count).
 
 The floor is compiled per server against that server's redismodule.h (Debian's
 Redis 7.0.15 installs none: the 7.2.6 source's header, using only the 7.0
@@ -40,6 +43,10 @@ OUT = os.path.join(ROOT, "target", "floor")
 CACHE = os.path.expanduser("~/.cache/redis-unique-servers")
 ROUNDS = int(os.environ.get("FLOOR_ROUNDS", "3"))
 CG_REQUESTS = int(os.environ.get("FLOOR_CG_REQUESTS", "20000"))
+# FLOOR_CACHE=1: callgrind also simulates the caches (the host's sizes; here a
+# 32 KB L1 instruction cache) and the report gives each request's misses of
+# the L1 instruction cache: code that does not fit in it is fetched again.
+CACHE_SIM = os.environ.get("FLOOR_CACHE") == "1"
 SERVERS = os.environ.get("FLOOR_SERVERS", "redis-7.0.15 redis-8.0.6 valkey-9.1.2").split()
 
 
@@ -117,12 +124,20 @@ def throughput(floor_so):
         server.stop()
 
 
-def ir_total(path):
+def totals(path):
+    """Every event's total in a callgrind dump (Ir first)."""
+    events = ["Ir"]
     with open(path) as f:
         for line in f:
+            if line.startswith("events:"):
+                events = line.split()[1:]
             if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
+                return dict(zip(events, map(int, line.split()[1:])))
     raise SystemExit("no total in %s" % path)
+
+
+def ir_total(path):
+    return totals(path)["Ir"]
 
 
 def instructions(name, floor_so, groups=(LOCKS, UNLOCKS), out_dir=OUT):
@@ -134,6 +149,7 @@ def instructions(name, floor_so, groups=(LOCKS, UNLOCKS), out_dir=OUT):
         os.remove(old)
     server = Server(modules=[floor_so], wrapper=[
         "valgrind", "--tool=callgrind", "--dump-instr=no",
+        *(["--cache-sim=yes"] if CACHE_SIM else []),
         "--callgrind-out-file=%s/callgrind.out" % dumps])
     try:
         # The background reaper ticks on the clock (100 keys every 100 ms),
@@ -166,7 +182,10 @@ def instructions(name, floor_so, groups=(LOCKS, UNLOCKS), out_dir=OUT):
                 time.sleep(0.2)  # let callgrind finish writing it
                 keep = os.path.join(dumps, label.replace(" ", "_").replace(".", "_") + ".out")
                 os.rename(path, keep)
-                out[label] = round(ir_total(keep) / CG_REQUESTS)
+                counted = totals(keep)
+                out[label] = round(counted["Ir"] / CG_REQUESTS)
+                if "I1mr" in counted:
+                    out[label + " I1 misses"] = round(counted["I1mr"] / CG_REQUESTS, 1)
         return out
     finally:
         server.stop()
@@ -209,22 +228,25 @@ def report(name, res):
     ins, tp = res.get("instructions", {}), res.get("throughput", {})
     print("\n== %s (%s; load average %s -> %s)" % (name, res["binary"], res["load_before"],
                                                    res["load_after"]))
-    print("%-14s %10s %8s %12s %8s %14s %8s %8s" % (
-        "", "req/s", "/floor", "instr/req", "/floor", "1 client p1", "/floor", "/ref"))
+    print("%-14s %10s %8s %12s %8s %14s %8s %8s %10s" % (
+        "", "req/s", "/floor", "instr/req", "/floor", "1 client p1", "/floor", "/ref",
+        "I1 misses"))
     for mine, floor, ref in (("UNIQUE.LOCK", "floor.lock", "SET NX PX"),
                              ("UNIQUE.UNLOCK", "floor.unlock", "DEL")):
         for label in (mine, floor, ref):
             rps = tp.get(label, {}).get("rps")
             ir = ins.get(label)
             p1 = tp.get(label + " p1", {}).get("rps")
-            print("%-14s %10s %8s %12s %8s %14s %8s %8s" % (
+            i1 = ins.get(label + " I1 misses")
+            print("%-14s %10s %8s %12s %8s %14s %8s %8s %10s" % (
                 label, "%.0f" % rps if rps else "-",
                 "%.2fx" % (rps / tp[floor]["rps"]) if rps and tp.get(floor) else "-",
                 ir if ir else "-",
                 "%.2fx" % (ir / ins[floor]) if ir and ins.get(floor) else "-",
                 "%.0f" % p1 if p1 else "-",
                 "%.2fx" % (p1 / tp[floor + " p1"]["rps"]) if p1 and tp.get(floor + " p1") else "-",
-                "%.2fx" % (p1 / tp[ref + " p1"]["rps"]) if p1 and tp.get(ref + " p1") else "-"))
+                "%.2fx" % (p1 / tp[ref + " p1"]["rps"]) if p1 and tp.get(ref + " p1") else "-",
+                i1 if i1 is not None else "-"))
 
 
 if __name__ == "__main__":
