@@ -3,7 +3,7 @@
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use super::reply::Stream;
-use super::{ArgError, parse_int};
+use super::{ArgError, is_keyword, parse_int};
 use crate::config;
 use crate::ffi::now_ms;
 use crate::metrics::{self, Counters, Report};
@@ -19,7 +19,7 @@ enum Format {
 
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let [_, reset] = args.as_slice()
-        && reset.eq_ignore_ascii_case(b"RESET")
+        && is_keyword(reset, b"RESET")
     {
         metrics::reset();
         return Ok(RedisValue::SimpleStringStatic("OK"));
@@ -41,7 +41,7 @@ fn parse_options(options: &[RedisString]) -> Result<(Option<usize>, Format), Arg
     let mut rest = options.iter();
     while let Some(name) = rest.next() {
         let value: &[u8] = rest.next().ok_or(ArgError::Syntax)?;
-        if name.eq_ignore_ascii_case(b"MINUTES") && minutes.is_none() {
+        if is_keyword(name, b"MINUTES") && minutes.is_none() {
             let n = parse_int(value)?;
             let kept = config::metrics_minutes();
             let n = usize::try_from(n)
@@ -49,7 +49,7 @@ fn parse_options(options: &[RedisString]) -> Result<(Option<usize>, Format), Arg
                 .filter(|n| (1..=kept).contains(n))
                 .ok_or(ArgError::Minutes(kept))?;
             minutes = Some(n);
-        } else if name.eq_ignore_ascii_case(b"FORMAT") && format.is_none() {
+        } else if is_keyword(name, b"FORMAT") && format.is_none() {
             format = Some(match value.to_ascii_lowercase().as_slice() {
                 b"resp" => Format::Resp,
                 b"json" => Format::Json,

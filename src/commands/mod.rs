@@ -145,10 +145,11 @@ impl From<LockError> for RedisError {
     }
 }
 
-/// Whether `arg` is `keyword` (ASCII letters only) in any case. Setting bit
-/// 5 maps the two cases of a letter, and nothing else, to its lower case, so
-/// one OR a byte decides what `eq_ignore_ascii_case` decides with a range
-/// check a byte (the option names of a LOCK are read on every call).
+/// Whether `arg` is `keyword` (ASCII letters only) in any case: how every
+/// command matches its option names. Setting bit 5 maps the two cases of a
+/// letter, and nothing else, to its lower case, so one OR a byte decides
+/// what `eq_ignore_ascii_case` decides with a range check a byte (the option
+/// names of a LOCK are read on every call).
 #[inline(always)]
 pub fn is_keyword(arg: &[u8], keyword: &[u8]) -> bool {
     debug_assert!(keyword.iter().all(u8::is_ascii_alphabetic));

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::decisions::InRedis;
-use super::{ArgError, Change, finish, parse_int, prune_expired, tracked};
+use super::{ArgError, Change, finish, is_keyword, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::engine::validate_owner;
 use crate::ffi::{AclUser, NoCaller, now_ms};
@@ -118,7 +118,7 @@ fn parse_options(options: &[RedisString]) -> Result<(usize, Option<&[u8]>), ArgE
     let mut rest = options.iter();
     while let Some(name) = rest.next() {
         let value: &[u8] = rest.next().ok_or(ArgError::Syntax)?;
-        if name.eq_ignore_ascii_case(b"COUNT") && count.is_none() {
+        if is_keyword(name, b"COUNT") && count.is_none() {
             let n = parse_int(value)?;
             count = Some(
                 usize::try_from(n)
@@ -126,7 +126,7 @@ fn parse_options(options: &[RedisString]) -> Result<(usize, Option<&[u8]>), ArgE
                     .filter(|&n| n >= 1)
                     .ok_or(ArgError::NotAnInteger)?,
             );
-        } else if name.eq_ignore_ascii_case(b"OWNER") && owner.is_none() {
+        } else if is_keyword(name, b"OWNER") && owner.is_none() {
             validate_owner(value)?;
             owner = Some(value);
         } else {

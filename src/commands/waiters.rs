@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::ArgError;
 use super::reply::Stream;
+use super::{ArgError, is_keyword};
 use crate::datatype::LockKey;
 use crate::ffi::now_ms;
 use crate::waiting;
@@ -23,7 +23,7 @@ super::command!(with_args run);
 pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (key, groups) = match args.as_slice() {
         [_, key] => (key, false),
-        [_, key, option] if option.eq_ignore_ascii_case(b"GROUPS") => (key, true),
+        [_, key, option] if is_keyword(option, b"GROUPS") => (key, true),
         [_, _, _] => return Err(ArgError::Syntax.into()),
         _ => return Err(RedisError::WrongArity),
     };
