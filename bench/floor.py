@@ -136,10 +136,6 @@ def totals(path):
     raise SystemExit("no total in %s" % path)
 
 
-def ir_total(path):
-    return totals(path)["Ir"]
-
-
 def instructions(name, floor_so, groups=(LOCKS, UNLOCKS), out_dir=OUT):
     """Instructions per request of each contender of `groups` (dicts of
     label: (args, prepare, check)), on a server with `floor_so` loaded too."""

@@ -28,23 +28,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+from floor import totals  # noqa: E402
 
 OUT = os.path.join(bench.ROOT, "target", "many-callgrind")
 R = int(os.environ.get("MANY_CG_REQUESTS", "20000"))
 SIZES = [int(n) for n in os.environ.get("MANY_CG_SIZES", "1 1000 100000").split()]
 TTL = 600_000
 COMMANDS = os.environ.get("MANY_CG_COMMANDS", "renewal grant+release denial grant+reap").split()
-
-
-def totals(path):
-    events = []
-    with open(path) as f:
-        for line in f:
-            if line.startswith("events:"):
-                events = line.split()[1:]
-            if line.startswith(("summary:", "totals:")):
-                return dict(zip(events, map(int, line.split()[1:])))
-    raise SystemExit("no total in %s" % path)
 
 
 def main():
