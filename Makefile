@@ -127,7 +127,8 @@ bench-scale: deps build loadgen
 
 ## bench-many: one key of 1 to 100,000 holders (renewal, grant+release, denial at LIMIT)
 ## against redis-semaphore's sorted set in Lua, on the redis-server on the PATH and on each of
-## BENCH_SERVERS (bench/results/many.json); `make bench` runs it on the first server too
+## BENCH_SERVERS (bench/results/many.json); `make bench` runs it on the first server too.
+## MANY_SIZES="1000 100000" MANY_COMMANDS="renewal denial": only those (each beside a one-holder key)
 bench-many: deps build loadgen
 	BENCH_MANY=1 python3 bench/bench.py
 
