@@ -413,8 +413,14 @@ pub fn lock_freed(holders: usize) {
     holders_changed(holders, 0);
 }
 
+/// The number of holders of a lock went from `before` to `after`.
 pub fn holders_changed(before: usize, after: usize) {
-    HOLDERS.fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+    // Most calls change nothing (a renewal, a denial, a lock freed empty):
+    // those skip the atomic add, a locked read-modify-write that also
+    // orders every store before it.
+    if before != after {
+        HOLDERS.fetch_add(after as i64 - before as i64, Ordering::Relaxed);
+    }
 }
 
 /// The report with the current gauges.
