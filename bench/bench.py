@@ -436,8 +436,7 @@ def memory(server):
 
 # MANY_SIZES / MANY_COMMANDS narrow `make bench-many` to some sizes or commands.
 HOLDER_SIZES = tuple(int(n) for n in os.environ.get("MANY_SIZES", "1 100 1000 10000 100000").split())
-MANY_COMMAND_NAMES = ("renewal", "grant+release", "denial")
-MANY_COMMANDS = os.environ.get("MANY_COMMANDS", " ".join(MANY_COMMAND_NAMES)).split()
+MANY_COMMANDS = os.environ.get("MANY_COMMANDS", "").split()  # none named: every one
 
 
 def many_holders(server, sizes=HOLDER_SIZES):
@@ -451,10 +450,6 @@ def many_holders(server, sizes=HOLDER_SIZES):
     Beside each N > 1 the same command runs on a one-holder key in the same
     rounds, so that the ratio between them is not one of two moments of a
     shared machine."""
-    unknown = [op for op in MANY_COMMANDS if op not in MANY_COMMAND_NAMES]
-    if unknown:
-        raise SystemExit("MANY_COMMANDS: unknown %s (the commands: %s)" % (
-            " ".join(unknown), " ".join(MANY_COMMAND_NAMES)))
     acquire, refresh = (lua_shas_named(server, name) for name in ("semaphore_acquire",
                                                                    "semaphore_refresh"))
     now, ttl, big = int(time.time() * 1000), 600_000, 1 << 40
@@ -495,10 +490,14 @@ def many_holders(server, sizes=HOLDER_SIZES):
                            lambda r: r["zero"] == sum(r.values())),
         },
     }
+    unknown = [op for op in MANY_COMMANDS if op not in commands]
+    if unknown:
+        raise SystemExit("MANY_COMMANDS: unknown %s (the commands: %s)" % (
+            " ".join(unknown), " ".join(commands)))
     out = {}
     for n in sizes:
         out[n] = {}
-        for op in MANY_COMMANDS:
+        for op in MANY_COMMANDS or commands:
             contenders = commands[op](n)
             if n != 1:
                 # The module's contender (the first) again, on a one-holder key.

@@ -19,8 +19,7 @@ import os
 import statistics
 import sys
 
-if "MANY_SIZES" not in os.environ:
-    os.environ["MANY_SIZES"] = "100000"
+os.environ.setdefault("MANY_SIZES", "100000")
 os.environ.setdefault("BENCH_ROUNDS", "3")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
