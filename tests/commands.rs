@@ -241,6 +241,58 @@ fn the_key_expires_with_its_latest_lease_or_not_at_all() {
     wait_for("Redis to expire the key", || !exists(con, "gone"));
 }
 
+/// A command's `now` is the time Redis takes as it starts a command and
+/// keeps for all it runs (Redis 7.2 and later, Valkey): the commands of a
+/// MULTI/EXEC see the instant EXEC began, however long it runs, as SET PX in
+/// it does. Redis 7.0 does not share that time with modules: there each
+/// command reads the clock.
+#[test]
+fn a_transaction_sees_one_instant_where_the_server_shares_its_command_time() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("UNIQUE.LOCK")
+        .arg(&["{t}first", "a", "TTL", "60000"])
+        .cmd("DEBUG")
+        .arg(&["SLEEP", "0.01"])
+        .cmd("UNIQUE.LOCK")
+        .arg(&["{t}second", "b", "TTL", "60000"])
+        .cmd("SET")
+        .arg(&["{t}set", "v", "PX", "60000"])
+        .query(con)
+        .expect("MULTI/EXEC");
+    assert_eq!(replies.len(), 4);
+    let at = |con: &mut redis::Connection, key: &str| -> i64 {
+        redis::cmd("PEXPIRETIME")
+            .arg(key)
+            .query(con)
+            .expect("PEXPIRETIME")
+    };
+    let (first, second, set) = (at(con, "{t}first"), at(con, "{t}second"), at(con, "{t}set"));
+    let info = common::text(con, &["INFO", "server"]);
+    let version: Vec<u32> = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .expect("redis_version")
+        .trim()
+        .split('.')
+        .map(|n| n.parse().expect("a version number"))
+        .collect();
+    if version >= vec![7, 2] {
+        assert_eq!(
+            (first, second),
+            (set, set),
+            "one instant for the transaction"
+        );
+    } else {
+        assert!(
+            second >= first + 10,
+            "the clock read per command: {first} {second}"
+        );
+    }
+}
+
 #[test]
 fn a_crashed_jobs_lock_frees_itself_when_the_lease_ends() {
     let server = Server::start();

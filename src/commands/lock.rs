@@ -14,7 +14,7 @@ use crate::engine::{
     DEFAULT_TYPE, Expiry, Holder, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, RateLimit,
     meta_text, validate_group, validate_jid, validate_meta_json, validate_owner, validate_type,
 };
-use crate::ffi::now_ms;
+use crate::ffi::{command_now_ms, now_ms};
 use crate::metrics::{self, Event};
 use crate::waiting::{self, Queued, Served, Share};
 
@@ -161,7 +161,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     let wait = opts
         .wait
         .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
-    let (attempt, freed) = attempt(ctx, key_name, jid, &opts, Queue::Behind)?;
+    let (attempt, freed) = attempt(ctx, key_name, jid, &opts, Queue::Behind, command_now_ms())?;
     // The waiters a pruned lease made room for come first, then this call.
     freed.serve_waiters(ctx, key_name);
     match attempt {
@@ -189,7 +189,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
                     Ok(RedisValue::NoReply)
                 }
                 _ => {
-                    count_denial(&mut InRedis, now_ms(), lock_type, rate_limited);
+                    count_denial(&mut InRedis, command_now_ms(), lock_type, rate_limited);
                     Ok(RedisValue::Null)
                 }
             }
@@ -259,7 +259,7 @@ impl waiting::Call for WaitingLock {
         // A retry runs inside the serving loop of its key: what its prune
         // freed goes to the waiters after it in the same pass, not to a new
         // loop.
-        match attempt(ctx, &key_name, &self.jid, &opts, Queue::Served) {
+        match attempt(ctx, &key_name, &self.jid, &opts, Queue::Served, now_ms()) {
             Ok((Attempt::Granted(token), _)) => {
                 let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
                 metrics::record(now_ms(), Some(lock_type), Event::Waited);
@@ -332,8 +332,8 @@ fn attempt(
     jid: &[u8],
     opts: &LockOptions<'_>,
     queue: Queue,
+    now: i64,
 ) -> Result<(Attempt, Freed), RedisError> {
-    let now = now_ms();
     let req = LockRequest {
         jid,
         limit: opts.limit.unwrap_or(1),

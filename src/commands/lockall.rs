@@ -24,7 +24,7 @@ use crate::engine::{
     DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, Rate,
     RateLimit, validate_group, validate_jid, validate_meta_json,
 };
-use crate::ffi::{self, now_ms};
+use crate::ffi::{self, command_now_ms, now_ms};
 use crate::metrics::{self, Event};
 use crate::waiting::{self, ServedAll};
 
@@ -297,7 +297,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let wait = call
         .wait
         .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
-    let (attempt, freed) = attempt(ctx, &call, false)?;
+    let (attempt, freed) = attempt(ctx, &call, false, command_now_ms())?;
     // The waiters pruned leases made room for come first, then this call.
     for key in freed {
         waiting::slot_freed(ctx, &call.keys[key]);
@@ -333,7 +333,12 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     Ok(RedisValue::NoReply)
                 }
                 _ => {
-                    count_denial(&mut InRedis, now_ms(), &lock_type, refusal.rate_limited);
+                    count_denial(
+                        &mut InRedis,
+                        command_now_ms(),
+                        &lock_type,
+                        refusal.rate_limited,
+                    );
                     Ok(RedisValue::Null)
                 }
             }
@@ -348,7 +353,7 @@ impl waiting::AllCall for Waiting {
     fn retry(&self, ctx: &Context) -> ServedAll {
         // A retry runs inside the serving loop: what its prune freed goes to
         // the waiters after it, not to a new loop.
-        match attempt(ctx, &self.0, true) {
+        match attempt(ctx, &self.0, true, now_ms()) {
             Ok((AllAttempt::Granted(grants), _)) => {
                 let lock_type = self.0.lock_type.as_deref().unwrap_or(DEFAULT_TYPE);
                 let now = now_ms();
@@ -381,8 +386,8 @@ fn attempt(
     ctx: &Context,
     call: &LockAll,
     served: bool,
+    now: i64,
 ) -> Result<(AllAttempt, Vec<usize>), RedisError> {
-    let now = now_ms();
     let expires_at = call
         .expiry
         .map(|e| e.resolve(now))

@@ -9,7 +9,7 @@ use super::{ArgError, is_keyword, parse_int};
 use crate::codec::NO_EXPIRY;
 use crate::datatype::LockKey;
 use crate::engine::Holder;
-use crate::ffi::now_ms;
+use crate::ffi::command_now_ms;
 
 super::command!(in_place run_in_place);
 
@@ -76,7 +76,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
         Some(key) => key.lock()?,
         None => None,
     };
-    let now = now_ms();
+    let now = command_now_ms();
     let reply = Stream::new(ctx);
     let one = |holder: &Holder| {
         if opts.with_meta {

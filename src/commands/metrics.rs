@@ -5,7 +5,7 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 use super::reply::Stream;
 use super::{ArgError, is_keyword, parse_int};
 use crate::config;
-use crate::ffi::now_ms;
+use crate::ffi::command_now_ms;
 use crate::metrics::{self, Counters, Report};
 
 super::command!(with_args run);
@@ -25,7 +25,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::SimpleStringStatic("OK"));
     }
     let (minutes, format) = parse_options(args.get(1..).unwrap_or_default())?;
-    let report = metrics::report(now_ms(), minutes);
+    let report = metrics::report(command_now_ms(), minutes);
     match format {
         Format::Json => Ok(RedisValue::BulkString(report.to_json())),
         Format::Prometheus => Ok(RedisValue::BulkString(report.to_prometheus())),

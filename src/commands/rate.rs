@@ -4,7 +4,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::reply::Stream;
 use crate::datatype::LockKey;
-use crate::ffi::now_ms;
+use crate::ffi::command_now_ms;
 
 super::command!(with_args run);
 
@@ -29,7 +29,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let Some(rate) = rate else {
         return Ok(RedisValue::Null);
     };
-    let now = now_ms();
+    let now = command_now_ms();
     let reply = Stream::new(ctx);
     reply.map(6);
     reply.bulk(b"limit");

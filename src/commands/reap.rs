@@ -19,7 +19,7 @@ use super::decisions::InRedis;
 use super::{ArgError, Change, finish, is_keyword, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::engine::validate_owner;
-use crate::ffi::{AclUser, NoCaller, now_ms};
+use crate::ffi::{AclUser, NoCaller, command_now_ms};
 use crate::logging;
 use crate::metrics::{self, Event};
 
@@ -56,7 +56,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             "ERR UNIQUE.REAP needs a server that tells modules their caller's ACL user (Redis 7.0.3+)",
         ),
     })?;
-    let now = now_ms();
+    let now = command_now_ms();
 
     let mut cursor = cursor.to_string();
     let (mut removed, mut denied) = (0, 0);

@@ -7,7 +7,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use super::decisions::InRedis;
 use super::{Change, finish, prune_expired, tracked};
 use crate::datatype::LockKey;
-use crate::ffi::now_ms;
+use crate::ffi::command_now_ms;
 use crate::metrics::{self, Event};
 
 super::command!(in_place run_in_place);
@@ -21,7 +21,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     let [_, _, jid] = args else {
         return Err(RedisError::WrongArity);
     };
-    let now = now_ms();
+    let now = command_now_ms();
     let mut key =
         LockKey::open(ctx, key_name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
     let Some(lock) = key.lock_mut()? else {

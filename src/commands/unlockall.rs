@@ -10,7 +10,7 @@ use super::decisions::InRedis;
 use super::lockall::{parse_keys, told_key_positions};
 use super::{events, prune_expired, settle, tracked};
 use crate::datatype::LockKey;
-use crate::ffi::{self, now_ms};
+use crate::ffi::{self, command_now_ms};
 use crate::metrics::{self, Event};
 use crate::waiting;
 
@@ -25,7 +25,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let [jid] = rest else {
         return Err(RedisError::Str("ERR syntax error"));
     };
-    let now = now_ms();
+    let now = command_now_ms();
     // The client's own key strings: numkeys is args[1].
     let names = args.get(2..2 + keys.len()).unwrap_or_default();
     let mut opened = Vec::with_capacity(names.len());

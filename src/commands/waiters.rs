@@ -7,7 +7,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use super::reply::Stream;
 use super::{ArgError, is_keyword};
 use crate::datatype::LockKey;
-use crate::ffi::now_ms;
+use crate::ffi::command_now_ms;
 use crate::waiting;
 
 super::command!(with_args run);
@@ -41,7 +41,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     for (group, n) in waiting::waiting_by_group(ctx, key) {
         rows.entry(group).or_default().0 = n;
     }
-    let now = now_ms();
+    let now = command_now_ms();
     for (group, n) in lock.into_iter().flat_map(|l| l.live_by_group(now)) {
         rows.entry(group.map(Into::into)).or_default().1 = n;
     }

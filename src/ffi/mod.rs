@@ -51,6 +51,22 @@ pub fn now_ms() -> i64 {
     unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }
 }
 
+/// The time of the command being run, unix ms: the clock Redis reads as a
+/// command starts and keeps for all it does (as it expires its own keys by),
+/// so a command sees one instant, and so does a MULTI or a script around it,
+/// without reading the clock again. Only a command may ask: elsewhere (a
+/// timer, a waiter served later) that time is the last command's. Servers
+/// before Redis 7.2 do not share it: there, the clock.
+pub fn command_now_ms() -> i64 {
+    // SAFETY: CachedMicroseconds takes no arguments and only reads the
+    // server's cached time; RedisModule_Init sets the pointer where the
+    // server has the call and leaves it `None` where it does not.
+    match unsafe { raw::RedisModule_CachedMicroseconds.map(|f| f()) } {
+        Some(us) => us.div_euclid(1000),
+        None => now_ms(),
+    }
+}
+
 /// Selects database `db` for the keys `ctx` opens next; false when there is
 /// no such database.
 pub fn select_db(ctx: &Context, db: i32) -> bool {
