@@ -147,15 +147,6 @@ fn strip_display_text(got: &mut Doc, args: &[Arg]) -> usize {
     seen
 }
 
-fn server_version(con: &mut common::Connection) -> String {
-    let info: String = redis::cmd("INFO").arg("server").query(con).expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 #[test]
 fn command_docs_give_the_whole_reference() {
     let server = Server::start();
@@ -177,7 +168,7 @@ fn command_docs_give_the_whole_reference() {
     }
     // Redis 7.0 does not report display_text; 7.2 and later (and Valkey)
     // report it for every argument that is not a oneof or a block.
-    let version = server_version(&mut server.con());
+    let version = common::redis_version(&mut server.con());
     if version.starts_with("7.0.") {
         assert_eq!(display_texts, 0);
     } else {

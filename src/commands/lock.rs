@@ -161,7 +161,8 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     let wait = opts
         .wait
         .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
-    let (attempt, freed) = attempt(ctx, key_name, jid, &opts, Queue::Behind, command_now_ms())?;
+    let now = command_now_ms();
+    let (attempt, freed) = attempt(ctx, key_name, jid, &opts, Queue::Behind, now)?;
     // The waiters a pruned lease made room for come first, then this call.
     freed.serve_waiters(ctx, key_name);
     match attempt {
@@ -189,7 +190,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
                     Ok(RedisValue::NoReply)
                 }
                 _ => {
-                    count_denial(&mut InRedis, command_now_ms(), lock_type, rate_limited);
+                    count_denial(&mut InRedis, now, lock_type, rate_limited);
                     Ok(RedisValue::Null)
                 }
             }

@@ -297,7 +297,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let wait = call
         .wait
         .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
-    let (attempt, freed) = attempt(ctx, &call, false, command_now_ms())?;
+    let now = command_now_ms();
+    let (attempt, freed) = attempt(ctx, &call, false, now)?;
     // The waiters pruned leases made room for come first, then this call.
     for key in freed {
         waiting::slot_freed(ctx, &call.keys[key]);
@@ -333,12 +334,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     Ok(RedisValue::NoReply)
                 }
                 _ => {
-                    count_denial(
-                        &mut InRedis,
-                        command_now_ms(),
-                        &lock_type,
-                        refusal.rate_limited,
-                    );
+                    count_denial(&mut InRedis, now, &lock_type, refusal.rate_limited);
                     Ok(RedisValue::Null)
                 }
             }

@@ -413,6 +413,17 @@ macro_rules! call {
     }};
 }
 
+/// The server's `redis_version` (Valkey reports the Redis version it is
+/// compatible with: 7.2.4).
+pub fn redis_version(con: &mut Connection) -> String {
+    let info: String = redis::cmd("INFO").arg("server").query(con).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
 /// A command's reply as text (a bulk, simple or verbatim string), or a panic
 /// with what came back.
 pub fn text(con: &mut Connection, args: &[&str]) -> String {
