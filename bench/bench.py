@@ -254,6 +254,23 @@ def anything(r):
     return True
 
 
+def ab_builds(usage):
+    """The two builds and the number of pairs an A/B script was given
+    (`A.so B.so [pairs]`, 5 pairs by default); `usage` when they are not."""
+    if len(sys.argv) < 3:
+        raise SystemExit(usage)
+    return sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 5
+
+
+def alternate(a, b, pairs, run):
+    """`run(module)` for build `a` and build `b` in turn, `pairs` times each,
+    the order reversed every other pair so that neither always goes first on
+    a machine whose speed drifts: yields (module, what run returned)."""
+    for i in range(pairs):
+        for module in (a, b) if i % 2 == 0 else (b, a):
+            yield module, run(module)
+
+
 def compare(server, contenders, pipeline, **kw):
     """Alternates the contenders, ROUNDS times, the order reversed every other
     round; the median run of each. A contender is (args, prepare, check) and

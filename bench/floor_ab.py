@@ -44,22 +44,18 @@ def run(module, floor_so):
 
 
 def main():
-    if len(sys.argv) < 3:
-        raise SystemExit(__doc__)
-    a, b = sys.argv[1], sys.argv[2]
-    pairs = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    a, b, pairs = bench.ab_builds(__doc__)
     name = os.environ.get("FLOOR_SERVERS", "redis-7.0.15").split()[0]
     binary, include = floor.binary_and_header(name)
     bench.SERVER_BINARY = binary
     floor_so = floor.build_floor(name, include)
     bench.ROUNDS = int(os.environ["BENCH_ROUNDS"])
     ratios = {a: {}, b: {}}
-    for i in range(pairs):
-        for module in (a, b) if i % 2 == 0 else (b, a):
-            for command, ratio in run(module, floor_so).items():
-                ratios[module].setdefault(command, []).append(ratio)
-                print("%s  %-14s %.3fx the floor" % (os.path.basename(module), command, ratio),
-                      flush=True)
+    for module, result in bench.alternate(a, b, pairs, lambda m: run(m, floor_so)):
+        for command, ratio in result.items():
+            ratios[module].setdefault(command, []).append(ratio)
+            print("%s  %-14s %.3fx the floor" % (os.path.basename(module), command, ratio),
+                  flush=True)
     print("\n%s, medians over %d runs each (requests/s over the floor's, pipeline 16):" % (
         name, pairs))
     for command, _, _ in PAIRS:

@@ -44,20 +44,16 @@ def run(module):
 
 
 def main():
-    if len(sys.argv) < 3:
-        raise SystemExit(__doc__)
-    a, b = sys.argv[1], sys.argv[2]
-    pairs = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    a, b, pairs = bench.ab_builds(__doc__)
     if os.environ.get("AB_SERVER"):
         bench.SERVER_BINARY = os.environ["AB_SERVER"]
     ratios = {a: {}, b: {}}
-    for i in range(pairs):
-        for module in (a, b) if i % 2 == 0 else (b, a):
-            for key, (many, one) in run(module).items():
-                ratios[module].setdefault(key, []).append((many["rps"] / one["rps"], many["rps"]))
-                print("%s  %s holders %-14s %8.0f req/s, %.3fx one holder" % (
-                    os.path.basename(module), format(key[0], ","), key[1], many["rps"],
-                    many["rps"] / one["rps"]), flush=True)
+    for module, result in bench.alternate(a, b, pairs, run):
+        for key, (many, one) in result.items():
+            ratios[module].setdefault(key, []).append((many["rps"] / one["rps"], many["rps"]))
+            print("%s  %s holders %-14s %8.0f req/s, %.3fx one holder" % (
+                os.path.basename(module), format(key[0], ","), key[1], many["rps"],
+                many["rps"] / one["rps"]), flush=True)
     print("\nmedians over %d runs each (against a one-holder key in the same rounds):" % pairs)
     for key in sorted(ratios[a]):
         (ra, qa), (rb, qb) = ([statistics.median(x) for x in zip(*ratios[m][key])] for m in (a, b))
