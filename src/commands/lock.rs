@@ -260,10 +260,11 @@ impl waiting::Call for WaitingLock {
         // A retry runs inside the serving loop of its key: what its prune
         // freed goes to the waiters after it in the same pass, not to a new
         // loop.
-        match attempt(ctx, &key_name, &self.jid, &opts, Queue::Served, now_ms()) {
+        let now = now_ms();
+        match attempt(ctx, &key_name, &self.jid, &opts, Queue::Served, now) {
             Ok((Attempt::Granted(token), _)) => {
                 let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
-                metrics::record(now_ms(), Some(lock_type), Event::Waited);
+                metrics::record(now, Some(lock_type), Event::Waited);
                 Served::Granted(token)
             }
             Ok((Attempt::Denied { lease_end, .. }, _)) => Served::Denied { lease_end },

@@ -349,10 +349,10 @@ impl waiting::AllCall for Waiting {
     fn retry(&self, ctx: &Context) -> ServedAll {
         // A retry runs inside the serving loop: what its prune freed goes to
         // the waiters after it, not to a new loop.
-        match attempt(ctx, &self.0, true, now_ms()) {
+        let now = now_ms();
+        match attempt(ctx, &self.0, true, now) {
             Ok((AllAttempt::Granted(grants), _)) => {
                 let lock_type = self.0.lock_type.as_deref().unwrap_or(DEFAULT_TYPE);
-                let now = now_ms();
                 // Counted per new holder, as `acquired` is.
                 for _ in grants.iter().filter(|g| g.new) {
                     metrics::record(now, Some(lock_type), Event::Waited);

@@ -53,8 +53,9 @@ pub fn now_ms() -> i64 {
 
 /// The time of the command being run, unix ms: the clock Redis reads as a
 /// command starts and keeps for all it does (as it expires its own keys by),
-/// so a command sees one instant, and so does a MULTI or a script around it,
-/// without reading the clock again. Only a command may ask: elsewhere (a
+/// so a command sees one instant, and so do the commands of a MULTI/EXEC,
+/// without reading the clock again (a script's commands see it as Redis
+/// refreshes it while the script runs). Only a command may ask: elsewhere (a
 /// timer, a waiter served later) that time is the last command's. Servers
 /// before Redis 7.2 do not share it: there, the clock.
 pub fn command_now_ms() -> i64 {
