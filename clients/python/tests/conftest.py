@@ -123,7 +123,9 @@ def server() -> Iterator[Server]:
 @pytest.fixture()
 def r(server: Server) -> Iterator[redis.Redis]:
     conn = server.client()
-    conn.flushall()
+    # SYNC: Valkey frees a plain FLUSHALL on a background thread, so the last test's
+    # values could still count in the server-wide gauges when this test reads them.
+    conn.execute_command("FLUSHALL", "SYNC")
     conn.execute_command("UNIQUE.METRICS", "RESET")
     yield conn
     conn.close()
