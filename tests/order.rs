@@ -266,7 +266,10 @@ fn a_lease_running_out_is_announced_and_replicated_before_the_grant() {
     let server = server(0);
     let con = &mut server.con();
     token(call!(con, "UNIQUE.LOCK", "k", "x", "LIMIT", 2));
-    token(call!(con, "UNIQUE.LOCK", "k", "a", "LIMIT", 2, "TTL", 300));
+    // 3 s: b must arrive and be seen blocked while a's lease is pending, after
+    // the reads below and two new connections, however late the loaded machine
+    // runs them (with 300 ms, b could come after the lease's end and never block).
+    token(call!(con, "UNIQUE.LOCK", "k", "a", "LIMIT", 2, "TTL", 3000));
     let lease_end = expires_at(con, "a");
     let mut sub = server.con();
     let mut pubsub = subscribe(&mut sub);
