@@ -38,13 +38,22 @@ class RateTest < Minitest::Test
   end
 
   def test_a_limiter_runs_code_at_most_n_at_once_and_at_its_rate
-    limiter = RedisUnique::Limiter.new(TestSuite.raw_connection, key, concurrency: 2, rate: { limit: 5, per: 1 },
-                                                                      ttl: 10, wait: 5)
-    tokens = Array.new(3) { limiter.within { |t| t } }
-    gaps = tokens.each_cons(2).map { |a, b| (b - a) / 1000.0 }
-    # At most one period more: a timer the loaded machine ran late, not a second period.
-    assert(gaps.all? { |g| g >= 195 && g < 400 }, "one grant per 200 ms: #{gaps}")
-    assert_empty client.locked_by(key), "every slot was released"
+    # Every round must keep the rate. That a round also got each grant within a period of the
+    # one before (served when the rate allows, not a period later) depends on this process
+    # asking again in time, which a loaded machine may not: up to 3 rounds, each on its own key.
+    gaps = nil
+    3.times do |round|
+      rated = "#{key}:#{round}"
+      limiter = RedisUnique::Limiter.new(TestSuite.raw_connection, rated, concurrency: 2, rate: { limit: 5, per: 1 },
+                                                                          ttl: 10, wait: 5)
+      tokens = Array.new(3) { limiter.within { |t| t } }
+      gaps = tokens.each_cons(2).map { |a, b| (b - a) / 1000.0 }
+      assert(gaps.all? { |g| g >= 195 }, "one grant per 200 ms: #{gaps}")
+      assert_empty client.locked_by(rated), "every slot was released"
+      # At most one period more: a timer run late, not a grant that waited a second period.
+      break if gaps.all? { |g| g < 400 }
+    end
+    assert(gaps.all? { |g| g < 400 }, "each grant within a period of the one before: #{gaps}")
     # No slot within the wait: LimitReached, saying when the rate allows the next.
     quick = RedisUnique::Limiter.new(TestSuite.raw_connection, "#{key}:q", concurrency: 1,
                                                                           rate: { limit: 1, per: 60 }, wait: 0.05)
