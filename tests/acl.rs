@@ -106,58 +106,59 @@ fn reap_frees_nothing_outside_the_callers_keys() {
     // Ended leases too: app1 removes none in app2's keys, step by step
     // (COUNT 1) over the whole keyspace, nor does a user who may only read
     // them; the default user then removes it.
-    // Long enough for the four calls below on a loaded machine (a PXAT
-    // already past is refused), short enough not to slow the suite.
+    // Leases of 500 ms, short enough not to slow the suite; their end is
+    // bounded from the server's clock read after the four calls, which a
+    // loaded machine may run late (an end given as PXAT beforehand could be
+    // past, and refused, by the time a call came).
+    token(run(
+        admin,
+        &[
+            "UNIQUE.LOCK",
+            "app2:mixed",
+            "old",
+            "TTL",
+            "500",
+            "LIMIT",
+            "2",
+        ],
+    ));
+    token(run(
+        admin,
+        &[
+            "UNIQUE.LOCK",
+            "app2:mixed",
+            "new",
+            "TTL",
+            "60000",
+            "LIMIT",
+            "2",
+        ],
+    ));
+    token(run(
+        admin,
+        &[
+            "UNIQUE.LOCK",
+            "app1:mixed",
+            "old",
+            "TTL",
+            "500",
+            "LIMIT",
+            "2",
+        ],
+    ));
+    token(run(
+        admin,
+        &[
+            "UNIQUE.LOCK",
+            "app1:mixed",
+            "new",
+            "TTL",
+            "60000",
+            "LIMIT",
+            "2",
+        ],
+    ));
     let ends = server_time_ms(admin) + 500;
-    let at = ends.to_string();
-    token(run(
-        admin,
-        &[
-            "UNIQUE.LOCK",
-            "app2:mixed",
-            "old",
-            "PXAT",
-            &at,
-            "LIMIT",
-            "2",
-        ],
-    ));
-    token(run(
-        admin,
-        &[
-            "UNIQUE.LOCK",
-            "app2:mixed",
-            "new",
-            "TTL",
-            "60000",
-            "LIMIT",
-            "2",
-        ],
-    ));
-    token(run(
-        admin,
-        &[
-            "UNIQUE.LOCK",
-            "app1:mixed",
-            "old",
-            "PXAT",
-            &at,
-            "LIMIT",
-            "2",
-        ],
-    ));
-    token(run(
-        admin,
-        &[
-            "UNIQUE.LOCK",
-            "app1:mixed",
-            "new",
-            "TTL",
-            "60000",
-            "LIMIT",
-            "2",
-        ],
-    ));
     setuser(
         admin,
         "ACL SETUSER reader on >pw %R~* %W~app1:* +@all -@dangerous",

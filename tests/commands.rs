@@ -289,9 +289,17 @@ fn a_transaction_sees_one_instant_where_the_server_shares_its_command_time() {
 fn a_crashed_jobs_lock_frees_itself_when_the_lease_ends() {
     let server = Server::start();
     let con = &mut server.con();
-    // Long enough for the next command to see it held, on a loaded machine.
-    call!(con, "UNIQUE.LOCK", "user:1", "crashed", "TTL", 1000).expect("lock");
-    assert_eq!(call!(con, "UNIQUE.LOCK", "user:1", "next"), Ok(Value::Nil));
+    // The next call in the same pipeline: it sees the lock held however late
+    // the loaded machine would run a command sent after the reply.
+    let replies: Vec<Value> = redis::pipe()
+        .cmd("UNIQUE.LOCK")
+        .arg(&["user:1", "crashed", "TTL", "1000"])
+        .cmd("UNIQUE.LOCK")
+        .arg(&["user:1", "next"])
+        .query(con)
+        .expect("the pipeline");
+    token(Ok(replies[0].clone()));
+    assert_eq!(replies[1], Value::Nil);
     wait_for("the lease to end", || {
         matches!(
             call!(con, "UNIQUE.LOCK", "user:1", "next"),

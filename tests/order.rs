@@ -201,13 +201,16 @@ fn reap_owner_announces_and_replicates_the_removal_before_the_grant() {
 /// `k` held by `x` (no lease, so the key never expires) and `a`, with `b`
 /// waiting for a slot; then `a` takes a lease of 50 ms: a renewal arms no
 /// wake-up, so only what the test drives (REAP, the reaper) frees the slot.
-fn a_lease_runs_out_while_b_waits(server: &Server) -> JoinHandle<Result<Value, String>> {
+/// Also returns how many effects the AOF held just before that renewal: a
+/// reaper may prune the 50 ms lease before the caller could count them.
+fn a_lease_runs_out_while_b_waits(server: &Server) -> (JoinHandle<Result<Value, String>>, usize) {
     let con = &mut server.con();
     token(call!(con, "UNIQUE.LOCK", "k", "x", "LIMIT", 2));
     token(call!(con, "UNIQUE.LOCK", "k", "a", "LIMIT", 2));
     let waiter = start_waiter(server, &["k", "b", "LIMIT", "2", "WAIT", "10000"]);
+    let before_lease = applied(&server.dir).len();
     token(call!(con, "UNIQUE.LOCK", "k", "a", "LIMIT", 2, "TTL", 50));
-    waiter
+    (waiter, before_lease)
 }
 
 #[test]
@@ -216,7 +219,7 @@ fn reap_of_expired_holders_announces_and_replicates_the_prune_before_the_grant()
     let con = &mut server.con();
     let mut sub = server.con();
     let mut pubsub = subscribe(&mut sub);
-    let waiter = a_lease_runs_out_while_b_waits(&server);
+    let (waiter, _) = a_lease_runs_out_while_b_waits(&server);
     assert_eq!(events(&mut pubsub, 2), ["unique.lock", "unique.lock"]);
     wait_for("a's lease to run out", || holders(con, "k") == ["x"]);
     let before = applied(&server.dir).len();
@@ -240,16 +243,21 @@ fn the_background_reaper_announces_and_replicates_the_prune_before_the_grant() {
     let con = &mut server.con();
     let mut sub = server.con();
     let mut pubsub = subscribe(&mut sub);
-    let waiter = a_lease_runs_out_while_b_waits(&server);
+    // Counted before a's 50 ms lease began: the reaper (every 10 ms) may have
+    // pruned it and served b before this thread runs its next line.
+    let (waiter, before) = a_lease_runs_out_while_b_waits(&server);
     assert_eq!(events(&mut pubsub, 2), ["unique.lock", "unique.lock"]);
-    let before = applied(&server.dir).len();
     // Served by the reaper (a timeout would reply nil, not a token).
     token(waiter.join().expect("waiter"));
     assert_eq!(holders(con, "k"), ["x", "b"]);
     assert_eq!(events(&mut pubsub, 2), ["unique.expire", "unique.lock"]);
     assert_eq!(
-        effects_after(&server, before, 2),
-        [effect("PRUNE", ""), effect("GRANT", "b")]
+        effects_after(&server, before, 3),
+        [
+            effect("LEASE", "a"),
+            effect("PRUNE", ""),
+            effect("GRANT", "b")
+        ]
     );
 }
 
@@ -258,7 +266,10 @@ fn a_lease_running_out_is_announced_and_replicated_before_the_grant() {
     let server = server(0);
     let con = &mut server.con();
     token(call!(con, "UNIQUE.LOCK", "k", "x", "LIMIT", 2));
-    token(call!(con, "UNIQUE.LOCK", "k", "a", "LIMIT", 2, "TTL", 300));
+    // 3 s: b must arrive and be seen blocked while a's lease is pending, after
+    // the reads below and two new connections, however late the loaded machine
+    // runs them (with 300 ms, b could come after the lease's end and never block).
+    token(call!(con, "UNIQUE.LOCK", "k", "a", "LIMIT", 2, "TTL", 3000));
     let lease_end = expires_at(con, "a");
     let mut sub = server.con();
     let mut pubsub = subscribe(&mut sub);

@@ -61,15 +61,27 @@ fn a_grant_needs_both_the_limit_and_the_rate_and_a_renewal_spends_nothing() {
             1
         )
     };
-    // A burst of 1 beside 2 per second: two at once, then every 500 ms.
-    let first = token(lock(con, "a"));
-    token(lock(con, "b"));
-    assert_eq!(lock(con, "c"), Ok(Value::Nil), "the rate refuses a third");
-    // Renewals are free, however many.
-    for _ in 0..5 {
-        assert_eq!(token(lock(con, "a")), first);
+    // A burst of 1 beside 2 per second: two at once, then every 500 ms. The
+    // grants, the refusal, the renewals and the state's read in one
+    // transaction: sent one by one, a loaded machine that ran the test half a
+    // second late between two of them would see the rate allow the next.
+    let mut tx = redis::pipe();
+    tx.atomic();
+    for jid in ["a", "b", "c", "a", "a", "a", "a", "a"] {
+        tx.cmd("UNIQUE.LOCK").arg(&[
+            "api:acme", jid, "LIMIT", "3", "TTL", "60000", "RATE", "2", "PER", "1000", "BURST", "1",
+        ]);
     }
-    let state = rate_of(con, "api:acme").expect("a rate state");
+    tx.cmd("UNIQUE.RATE").arg("api:acme");
+    let replies: Vec<Value> = tx.query(con).expect("the transaction");
+    let first = token(Ok(replies[0].clone()));
+    token(Ok(replies[1].clone()));
+    assert_eq!(replies[2], Value::Nil, "the rate refuses a third");
+    // Renewals are free, however many.
+    for renewal in &replies[3..8] {
+        assert_eq!(token(Ok(renewal.clone())), first);
+    }
+    let state = rate_from(Ok(replies[8].clone())).expect("a rate state");
     assert_eq!((state["limit"], state["per"], state["burst"]), (2, 1000, 1));
     assert_eq!(state["remaining"], 0);
     let granted_at = ms_of(first);

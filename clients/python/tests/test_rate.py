@@ -6,6 +6,7 @@ import uuid
 import pytest
 
 from redis_unique import Client, Rate, Semaphore
+from redis_unique import _protocol as p
 from redis_unique.errors import CommandError
 
 from conftest import CELERY_DB, celery_worker, wait_for
@@ -14,11 +15,19 @@ from conftest import CELERY_DB, celery_worker, wait_for
 def test_a_grant_spends_the_rate_and_a_renewal_does_not(r):
     c = Client(r)
     key = "rate:" + uuid.uuid4().hex
-    first = c.lock(key, "a", limit=3, ttl=60, rate=Rate(2, per=1.0))
+    # The grant, the refusal, the renewal and the state's read in one transaction: sent one by
+    # one, a loaded machine that ran the test half a second late between two of them would see
+    # the rate allow the next (2 a second: 500 ms after the grant).
+    tx = r.pipeline(transaction=True)
+    for jid in ("a", "b", "a"):
+        tx.execute_command(*p.lock_args(key, jid, limit=3, ttl=60, rate=Rate(2, per=1.0)))
+    tx.execute_command("UNIQUE.RATE", key)
+    first, denied, renewed, raw_state = tx.execute()
+    first = p.parse_token(first)
     assert first is not None
-    assert c.lock(key, "b", limit=3, ttl=60, rate=Rate(2, per=1.0)) is None  # refused by the rate
-    assert c.lock(key, "a", limit=3, ttl=60, rate=Rate(2, per=1.0)) == first  # a renewal is free
-    state = c.rate(key)
+    assert p.parse_token(denied) is None  # refused by the rate
+    assert p.parse_token(renewed) == first  # a renewal is free
+    state = p.parse_rate(raw_state)
     assert (state.limit, state.per_ms, state.burst, state.remaining) == (2, 1000, 0, 0)
     assert state.allowed_at_ms == state.idle_at_ms
     assert state.allowed_at.timestamp() * 1000 == pytest.approx(state.allowed_at_ms, abs=1)

@@ -77,8 +77,14 @@ class ClientTest < Minitest::Test
   # Seconds become whole milliseconds rounded up, from the value to the microsecond, as
   # in every client: 0.3 s is a 300 ms lease (not 301), 0.0004 s is 1 ms (not 0).
   def test_seconds_become_milliseconds_rounded_up
+    # LOCK and LOCKEDBY in one transaction (MULTI on the client's one connection): the 300 ms
+    # lease cannot end between them however late the second call would come on a loaded machine.
+    client.connection.call("MULTI")
     client.lock(key, "a", ttl: 0.3)
-    h = client.holders(key).first
+    client.connection.call("UNIQUE.LOCKEDBY", key, "WITHMETA")
+    token, held = client.connection.call("EXEC")
+    h = RedisUnique::Client.holder(held.first)
+    assert_equal token, h.token
     client.unlock(key, "a")
     assert_equal 300, ((h.expires_at - h.acquired_at) * 1000).round
     assert_equal [1, 300, 1001, 1], [0.0004, 0.3, 1.0001, 1e-9].map { |s| RedisUnique::Client.ms_option("ttl", s, nil) }
