@@ -5,7 +5,7 @@ MODULE := target/release/libredis_unique.so
 # The Node package's build (dist/), made once by the first suite that needs it.
 NODE_DIST := clients/node/dist/.built
 
-.PHONY: run test build bench bench-floor bench-cell bench-scale bench-many bench-waiters loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
+.PHONY: run test build build-pgo bench bench-floor bench-cell bench-scale bench-many bench-waiters loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -97,11 +97,19 @@ soak: deps build
 build:
 	cargo build --release
 
+## build-pgo: the release module built with profile-guided optimisation, $(PGO_MODULE):
+## scripts/pgo.sh runs an instrumented build on bench/pgo_train.py's workload (a real primary
+## and replica), then the build uses that profile. What make dist ships and make bench measures.
+PGO_MODULE := target/pgo/build/release/libredis_unique.so
+build-pgo: $(PGO_MODULE)
+$(PGO_MODULE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock scripts/pgo.sh bench/pgo_train.py bench/loadgen.rs
+	RUSTFLAGS="-Cprofile-use=$$(scripts/pgo.sh)" cargo build --release --lib --target-dir target/pgo/build
+
 ## bench: throughput, latency and memory against SET NX PX and the Lua design (and RATE against
 ## GCRA in Lua), also with a replica and AOF (bench/results/latest.json; BENCH_ROUNDS, default 5;
 ## BENCH_REQUESTS); BENCH_SERVERS=all (or a list) compares on every test-compat server too
 ## (bench/results/servers.json)
-bench: deps build loadgen
+bench: deps build-pgo loadgen
 	python3 bench/bench.py
 	python3 bench/floor.py
 	python3 bench/cell.py
@@ -110,31 +118,31 @@ bench: deps build loadgen
 ## bench-floor: UNIQUE.LOCK/UNLOCK against the floor (bench/floor/floor.c, the least a lock module
 ## command can do, built against each server's redismodule.h) and SET NX PX / DEL: throughput
 ## and instructions per request under callgrind, per server (FLOOR_SERVERS; bench/results/floor.json)
-bench-floor: deps build loadgen
+bench-floor: deps build-pgo loadgen
 	python3 bench/floor.py
 
 ## bench-cell: UNIQUE.LOCK ... RATE against redis-cell 0.5.0's CL.THROTTLE (built from its git tag
 ## into target/redis-cell, once; skipped with the reason when it cannot be): throughput pipelined
 ## and not, on fresh keys and on a hot key that denies, and instructions per request under
 ## callgrind (CELL_ROUNDS, CELL_CG_REQUESTS, REDIS_CELL_GIT; bench/results/cell.json)
-bench-cell: deps build loadgen
+bench-cell: deps build-pgo loadgen
 	python3 bench/cell.py
 
 ## bench-scale: LOCK/UNLOCK throughput and bytes per lock with 10,000,000 locks present
 ## against 1,000 (about 2 GB of memory; bench/results/scale.json)
-bench-scale: deps build loadgen
+bench-scale: deps build-pgo loadgen
 	BENCH_SCALE=1 python3 bench/bench.py
 
 ## bench-many: one key of 1 to 100,000 holders (renewal, grant+release, denial at LIMIT)
 ## against redis-semaphore's sorted set in Lua, on the redis-server on the PATH and on each of
 ## BENCH_SERVERS (bench/results/many.json); `make bench` runs it on the first server too.
 ## MANY_SIZES="1000 100000" MANY_COMMANDS="renewal denial": only those (each beside a one-holder key)
-bench-many: deps build loadgen
+bench-many: deps build-pgo loadgen
 	BENCH_MANY=1 python3 bench/bench.py
 
 ## bench-waiters: the server's CPU per release with 1 to 10,000 clients waiting on the key
 ## (bench/many_waiters.py; MANY_WAITERS_GROUPS=4: the waiters in 4 groups)
-bench-waiters: build
+bench-waiters: build-pgo
 	python3 bench/many_waiters.py
 
 ## loadgen: the load generator of the benchmarks (bench/loadgen.rs)

@@ -14,7 +14,8 @@ vs SET NX PX/DEL comparison on a primary with one replica and AOF (appendfsync
 everysec), memory per lock, scaling, the reaper and the blocking handoff; it
 prints a table and writes bench/results/latest.json.
 
-Environment: BENCH_ROUNDS (default 5), BENCH_REQUESTS (default 200000; half
+Environment: BENCH_MODULE (the module measured; default the profile-guided build of
+make build-pgo), BENCH_ROUNDS (default 5), BENCH_REQUESTS (default 200000; half
 that without pipelining, where the round trip sets the pace),
 BENCH_SCALE=1 (make bench-scale: only the scale test, with 10,000,000 locks
 present against 1,000, written to bench/results/scale.json), BENCH_SERVERS (a
@@ -37,7 +38,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULE = os.path.join(ROOT, "target", "release", "libredis_unique.so")
+# The module measured: the profile-guided build that make dist ships (make build-pgo);
+# BENCH_MODULE=target/release/libredis_unique.so measures the plain release build.
+MODULE = os.path.abspath(os.environ.get("BENCH_MODULE") or os.path.join(
+    ROOT, "target", "pgo", "build", "release", "libredis_unique.so"))
 LOADGEN = os.path.join(ROOT, "target", "release", "examples", "loadgen")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 # The server binary every Server starts: Debian's by default, each of
@@ -773,10 +777,16 @@ def print_summaries(per_server):
             s["bytes_with_meta_vs_lua"]))
 
 
-def main():
-    for path, how in ((MODULE, "make build"), (LOADGEN, "cargo build --release --example loadgen")):
+def require_builds():
+    """Stops with what to run when the module or the load generator is not built."""
+    for path, how in ((MODULE, "make build-pgo (or BENCH_MODULE=path/to/module.so)"),
+                      (LOADGEN, "make loadgen")):
         if not os.path.exists(path):
             raise SystemExit("build %s first: %s" % (os.path.relpath(path, ROOT), how))
+
+
+def main():
+    require_builds()
     started = time.time()
     settings = {"rounds": ROUNDS, "requests": REQUESTS, "requests_unpipelined": requests_for(1),
                 "clients": CLIENTS}

@@ -90,8 +90,7 @@ def throughput(cell_so):
 
 
 def main():
-    if not os.path.exists(bench.LOADGEN) or not os.path.exists(bench.MODULE):
-        raise SystemExit("make build loadgen first")
+    bench.require_builds()
     cell_so, why = build_cell()
     if not cell_so:
         print("bench-cell: skipped, redis-cell %s could not be built from %s (%s)" % (TAG, CELL_GIT, why))

@@ -193,8 +193,7 @@ def loadavg():
 
 
 def main():
-    if not os.path.exists(bench.LOADGEN) or not os.path.exists(bench.MODULE):
-        raise SystemExit("make build loadgen first")
+    bench.require_builds()
     started = time.time()
     results = {}
     which = os.environ.get("FLOOR_ONLY", "both")  # both, instructions or throughput

@@ -40,8 +40,7 @@ COMMANDS = os.environ.get("MANY_CG_COMMANDS", "renewal grant+release denial gran
 def main():
     if len(sys.argv) > 1:
         bench.MODULE = os.path.abspath(sys.argv[1])
-    if not os.path.exists(bench.LOADGEN) or not os.path.exists(bench.MODULE):
-        raise SystemExit("make build loadgen first")
+    bench.require_builds()
     os.makedirs(OUT, exist_ok=True)
     for old in glob.glob(os.path.join(OUT, "*")):
         os.remove(old)
