@@ -100,10 +100,16 @@ build:
 ## build-pgo: the release module built with profile-guided optimisation, $(PGO_MODULE):
 ## scripts/pgo.sh runs an instrumented build on bench/pgo_train.py's workload (a real primary
 ## and replica), then the build uses that profile. What make dist ships and make bench measures.
-PGO_MODULE := target/pgo/build/release/libredis_unique.so
+# (The build names its target, as the profile's did: see scripts/pgo.sh. The module is then
+# moved into place, a new file: a server that has the old one loaded keeps it intact.)
+HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+PGO_MODULE := target/pgo/libredis_unique.so
 build-pgo: $(PGO_MODULE)
 $(PGO_MODULE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock scripts/pgo.sh bench/pgo_train.py bench/loadgen.rs
-	RUSTFLAGS="-Cprofile-use=$$(scripts/pgo.sh)" cargo build --release --lib --target-dir target/pgo/build
+	scripts/pgo.sh >/dev/null
+	RUSTFLAGS="-Cprofile-use=$(CURDIR)/target/pgo/$(HOST)/merged.profdata" \
+		cargo build --release --lib --target $(HOST) --target-dir target/pgo/build
+	cp target/pgo/build/$(HOST)/release/libredis_unique.so $@.new && mv $@.new $@
 
 ## bench: throughput, latency and memory against SET NX PX and the Lua design (and RATE against
 ## GCRA in Lua), also with a replica and AOF (bench/results/latest.json; BENCH_ROUNDS, default 5;

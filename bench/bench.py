@@ -41,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The module measured: the profile-guided build that make dist ships (make build-pgo);
 # BENCH_MODULE=target/release/libredis_unique.so measures the plain release build.
 MODULE = os.path.abspath(os.environ.get("BENCH_MODULE") or os.path.join(
-    ROOT, "target", "pgo", "build", "release", "libredis_unique.so"))
+    ROOT, "target", "pgo", "libredis_unique.so"))
 LOADGEN = os.path.join(ROOT, "target", "release", "examples", "loadgen")
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 # The server binary every Server starts: Debian's by default, each of

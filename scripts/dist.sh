@@ -17,13 +17,13 @@ rm -rf "$out" && mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 echo "== module (x86_64, glibc 2.17): cargo zigbuild, profile-guided"
-# The profile of scripts/pgo.sh (a native instrumented build on a real server): the same
-# rustc and sources, so it applies to this target's build too.
-profile=$(scripts/pgo.sh)
 # Zig links against glibc 2.17's symbol versions; its cache lives beside the tools.
-PATH="$tools:$PATH" ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$HOME/.cache/redis-unique-dist/zig} \
-    RUSTFLAGS="-Cprofile-use=$profile" \
-    cargo zigbuild --quiet --release --lib --target x86_64-unknown-linux-gnu.2.17
+export PATH="$tools:$PATH" ZIG_GLOBAL_CACHE_DIR=${ZIG_GLOBAL_CACHE_DIR:-$HOME/.cache/redis-unique-dist/zig}
+# The profile of an instrumented build made the same way (its symbols are the ones the
+# profile names), trained on real servers; linked through scripts/pgo-zig-link.sh.
+profile=$(PGO_CARGO="cargo zigbuild" PGO_TARGET=x86_64-unknown-linux-gnu.2.17 \
+    PGO_RUSTFLAGS="-Clinker=$PWD/scripts/pgo-zig-link.sh -Clinker-flavor=gcc" scripts/pgo.sh)
+RUSTFLAGS="-Cprofile-use=$profile" cargo zigbuild --quiet --release --lib --target x86_64-unknown-linux-gnu.2.17
 so=target/x86_64-unknown-linux-gnu/release/libredis_unique.so
 scripts/dist-glibc.sh "$so"
 cp "$so" "$out/redis-unique-$version-x86_64-linux-gnu.so"
