@@ -9,9 +9,10 @@ should see both); each process writes its counts when it shuts down cleanly.
 
 What the profile learns is which code runs and which way its branches go.
 Code that never runs in training is laid out as cold (out of the way, built
-for size), so every command and every option runs here at least a few
-thousand times; the shapes that dominate real use (a grant on a fresh key,
-its release, a renewal, a denial) run most, as they do in a job system. The
+for size), so every command and every option runs here, from a few hundred
+times (METRICS) to tens of thousands; the shapes that dominate real use (a
+grant on a fresh key, its release, a renewal, a denial) run most, as they do
+in a job system. The
 numbers are far below a benchmark's: a profile needs proportions, not time.
 
     python3 bench/pgo_train.py path/to/instrumented.so redis-server [path/to/valkey-server ...]
@@ -19,6 +20,7 @@ numbers are far below a benchmark's: a profile needs proportions, not time.
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
@@ -75,11 +77,6 @@ SHAPES = [
 ]
 
 
-def handoffs(server, n):
-    """Blocking acquires served by a release (WAIT), one key, two clients."""
-    bench.handoff(server, handoffs=n)
-
-
 def main():
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
@@ -95,10 +92,14 @@ def train():
     try:
         for requests, args, *own in SHAPES:
             bench.load(primary, args, 16, requests, clients=8, **(own[0] if own else {}))
-        handoffs(primary, 2_000)
-        primary.conn.call("WAIT", 1, 60_000)
-        # A short lease left to the reaper, an expiry seen by the keyspace events.
+        # Blocking acquires served by a release (WAIT): one key, two clients.
+        bench.handoff(primary, handoffs=2_000)
+        # Leases of 1 ms, left to end: the reaper and Redis's expiry remove them.
         bench.load(primary, ["UNIQUE.LOCK", "pgo:short:{}", "job", "TTL", 1], 16, 5_000, clients=4)
+        deadline = time.time() + 30
+        while primary.conn.call("EXISTS", "pgo:short:%012d" % 4_999) and time.time() < deadline:
+            time.sleep(0.05)
+        primary.conn.call("WAIT", 1, 60_000)
         for server in (replica, primary):
             server.conn.send("SHUTDOWN", "NOSAVE")
             server.proc.wait(timeout=60)
