@@ -49,6 +49,16 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 SERVER_BINARY = "redis-server"
 COMPAT_SERVERS = ["redis-7.2.6", "redis-8.0.6", "valkey-8.0.1", "valkey-9.1.2"]
 SERVERS_DIR = os.environ.get("SERVERS_DIR", os.path.join(ROOT, "..", "shared", "servers"))
+
+
+def built_server(name):
+    """The path of server `name` (redis-8.0.6, valkey-9.1.2, ...), built from SERVERS_DIR
+    first if it is not cached, under the lock the CI's and the test suites' builds take."""
+    out = subprocess.run([os.path.join(ROOT, "scripts", "locked-build"), name],
+                         env={**os.environ, "SERVERS_DIR": SERVERS_DIR},
+                         capture_output=True, text=True, check=True).stdout
+    return out.strip().splitlines()[-1]
+
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "200000"))
 CLIENTS = 50
 POPULATED = 200_000
@@ -741,13 +751,11 @@ def summary(tp, mem):
 
 
 def bench_servers(names):
-    """Throughput and memory on each server of `names` (built by build.sh)."""
+    """Throughput and memory on each server of `names` (built when missing)."""
     global SERVER_BINARY
     out = {}
     for name in names:
-        built = subprocess.run([os.path.join(SERVERS_DIR, "build.sh"), name],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        SERVER_BINARY = built.splitlines()[-1]
+        SERVER_BINARY = built_server(name)
         server = Server()
         try:
             label = server_name(server)
@@ -866,9 +874,7 @@ def many_only(settings, started):
     global SERVER_BINARY
     servers = os.environ.get("BENCH_SERVERS", "").split()
     binaries = [SERVER_BINARY] + [
-        subprocess.run([os.path.join(SERVERS_DIR, "build.sh"), name], capture_output=True, text=True,
-                       check=True).stdout.strip().splitlines()[-1]
-        for name in (COMPAT_SERVERS if servers == ["all"] else servers)]
+        built_server(name) for name in (COMPAT_SERVERS if servers == ["all"] else servers)]
     out, host = {}, None
     for binary in binaries:
         SERVER_BINARY = binary

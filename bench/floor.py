@@ -24,7 +24,8 @@ The floor is compiled per server against that server's redismodule.h (Debian's
 Redis 7.0.15 installs none: the 7.2.6 source's header, using only the 7.0
 module API). Servers: FLOOR_SERVERS (default "redis-7.0.15 redis-8.0.6
 valkey-9.1.2"; redis-7.0.15 is the redis-server on the PATH, the others are
-built by ../shared/servers/build.sh). Writes bench/results/floor.json.
+built by ../shared/servers/build.sh, SERVERS_DIR to change). Writes
+bench/results/floor.json.
 """
 
 import glob
@@ -57,26 +58,18 @@ class Server(bench.Server):
         self.conn.call("FLUSHALL", "SYNC")
 
 
-def servers_dir():
-    # From a git worktree, ../shared may not be beside the checkout.
-    if os.path.isdir(bench.SERVERS_DIR) or "SERVERS_DIR" in os.environ:
-        return bench.SERVERS_DIR
-    return "/work/shared/servers"
-
-
 def binary_and_header(name):
     """The server binary of `name` and the directory of its redismodule.h."""
     if name == "redis-7.0.15":
         include = os.path.join(OUT, "include-7.2.6")
         if not os.path.exists(os.path.join(include, "redismodule.h")):
             os.makedirs(include, exist_ok=True)
-            with tarfile.open(os.path.join(servers_dir(), "redis-7.2.6.tar.gz")) as tar:
+            with tarfile.open(os.path.join(bench.SERVERS_DIR, "redis-7.2.6.tar.gz")) as tar:
                 member = tar.getmember("redis-7.2.6/src/redismodule.h")
                 with open(os.path.join(include, "redismodule.h"), "wb") as f:
                     f.write(tar.extractfile(member).read())
         return "redis-server", include
-    built = subprocess.run([os.path.join(servers_dir(), "build.sh"), name],
-                           capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    built = bench.built_server(name)
     return built, os.path.dirname(built)
 
 

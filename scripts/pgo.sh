@@ -40,7 +40,7 @@ servers=()
 for name in ${PGO_SERVERS-redis-server valkey-9.1.2}; do
     case $name in
     redis-server) servers+=(redis-server) ;;
-    *) if built=$(.ci/locked-build "$name" 2>/dev/null | tail -n 1); then servers+=("$built")
+    *) if built=$(scripts/locked-build "$name" 2>/dev/null | tail -n 1); then servers+=("$built")
        else echo "pgo: $name could not be built; its path is not in the profile" >&2; fi ;;
     esac
 done

@@ -2,10 +2,11 @@
 # make test-dist: the artifacts of dist/ tested as a user gets them.
 #  1. SHA256SUMS matches every file; the module needs no glibc symbol newer than GLIBC_2.17.
 #  2. The dist .so on Debian's redis-server (7.0) and on every server of COMPAT_SERVERS
-#     (built once by ../shared/servers/build.sh, as make test-compat does): MODULE LIST
-#     reports the release's version, and a subset of the Rust suite that sends every
-#     command (docs/install.md's loadmodule and MODULE LOADEX, the redis-cli transcripts,
-#     commands, waiting, reaping, rate, persistence and replication) runs against it.
+#     (built once by ../shared/servers/build.sh through scripts/locked-build, as make
+#     test-compat does): MODULE LIST reports the release's version, and a subset of the
+#     Rust suite that sends every command (docs/install.md's loadmodule and MODULE
+#     LOADEX, the redis-cli transcripts, commands, waiting, reaping, rate, persistence and
+#     replication) runs against it.
 #  3. Each client installed from its artifact into a clean place, nothing from the
 #     repository on its path, running one real job against a server with the dist .so:
 #     the gem into a fresh GEM_HOME (Debian's Ruby and Sidekiq 6.4), a Sidekiq job;
@@ -53,7 +54,7 @@ start_server() {
 want=$(scripts/version.sh module)
 servers="debian-redis:$(command -v redis-server)"
 for name in $COMPAT_SERVERS; do
-    servers="$servers $name:$(nice -n 10 "$SERVERS_DIR/build.sh" "$name")"
+    servers="$servers $name:$(SERVERS_DIR=$SERVERS_DIR nice -n 10 scripts/locked-build "$name")"
 done
 for entry in $servers; do
     name=${entry%%:*} bin=${entry#*:}

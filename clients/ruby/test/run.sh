@@ -47,7 +47,7 @@ for version in ${SIDEKIQ_VERSIONS:-6 7 8}; do
         need sidekiq8-env.sh
         need ruby33-env.sh
         # Under the lock that .ci/run's background build of Ruby 3.3 holds, if one runs.
-        ruby=$(SHARED_RUBY=$SHARED_RUBY ../../.ci/locked-build ruby33)
+        ruby=$(SHARED_RUBY=$SHARED_RUBY ../../scripts/locked-build ruby33)
         echo "== redis-unique gem: Sidekiq 8.1.7 ($SHARED_RUBY), Ruby $("$ruby" -e 'print RUBY_VERSION')"
         RUBYLIB=$("$SHARED_RUBY/sidekiq8-env.sh"):$(debian_libs) run "$@" ;;
     *)
