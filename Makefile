@@ -2,6 +2,8 @@
 
 PORT ?= 6379
 MODULE := target/release/libredis_unique.so
+# What make dist ships and every make bench* measures (make build-pgo, below).
+PGO_MODULE := target/pgo/libredis_unique.so
 # The Node package's build (dist/), made once by the first suite that needs it.
 NODE_DIST := clients/node/dist/.built
 
@@ -56,8 +58,8 @@ test-ruby: deps $(MODULE)
 		$(SUITE) ruby -- clients/ruby/test/run.sh $(RUBY_TESTS)
 
 ## bench-ruby: the gem's client and Sidekiq jobs/s against the Lua design of bench/lua (clients/ruby/bench)
-bench-ruby: deps $(MODULE)
-	ruby -Iclients/ruby/lib clients/ruby/bench/bench.rb
+bench-ruby: deps build-pgo
+	REDIS_UNIQUE_MODULE=$(CURDIR)/$(PGO_MODULE) ruby -Iclients/ruby/lib clients/ruby/bench/bench.rb
 
 ## test-valgrind: the integration tests of the module's unsafe paths with every server under
 ## valgrind memcheck: Redis 7.2.6 built with MALLOC=libc (scripts/valgrind-server.sh) and the
@@ -80,7 +82,7 @@ test-valgrind: deps
 	CARGO_TARGET_DIR=target/valgrind CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
 		cargo build --release --lib --features system-alloc
 	rm -rf target/valgrind/logs && mkdir -p target/valgrind/logs
-	REDIS_SERVER="$$(.ci/locked-build redis-7.2.6-libc)" \
+	REDIS_SERVER="$$(scripts/locked-build redis-7.2.6-libc)" \
 	REDIS_UNIQUE_MODULE=$(CURDIR)/target/valgrind/release/libredis_unique.so \
 	REDIS_VALGRIND=$(CURDIR)/target/valgrind/logs \
 		$(SUITE) valgrind -- cargo test --no-fail-fast $(addprefix --test ,$(VALGRIND_TESTS)) -- $(VALGRIND_SKIP)
@@ -103,7 +105,6 @@ build:
 # (The build names its target, as the profile's did: see scripts/pgo.sh. The module is then
 # moved into place, a new file: a server that has the old one loaded keeps it intact.)
 HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
-PGO_MODULE := target/pgo/libredis_unique.so
 build-pgo: $(PGO_MODULE)
 $(PGO_MODULE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock scripts/pgo.sh bench/pgo_train.py bench/loadgen.rs
 	scripts/pgo.sh >/dev/null
@@ -194,8 +195,8 @@ test-python: deps python-venv $(MODULE)
 	cd clients/python && $(SUITE) python -- .venv/bin/python -m pytest -q -p randomly --randomly-seed=$(TEST_SEED) $(PYTEST_ARGS)
 
 ## bench-python: lock+unlock pairs/s through redis-py, the client against the Lua design
-bench-python: deps python-venv $(MODULE)
-	$(PY_VENV)/bin/python clients/python/bench/bench.py
+bench-python: deps python-venv build-pgo
+	REDIS_UNIQUE_MODULE=$(CURDIR)/$(PGO_MODULE) $(PY_VENV)/bin/python clients/python/bench/bench.py
 
 bench: bench-python
 
@@ -224,7 +225,7 @@ COMPAT_NODE_SKIP ?= pack
 COMPAT_PYTEST_ARGS ?= --ignore=tests/test_extras.py
 ## test-compat: every suite (COMPAT_SUITES) on each server of COMPAT_SERVERS, the servers dealt
 ## into COMPAT_LANES lanes side by side (.ci/compat; 1: one by one, output live); a server not
-## built yet is built (.ci/locked-build waits for a build already under way, as .ci/run's)
+## built yet is built (scripts/locked-build waits for a build already under way, as .ci/run's)
 COMPAT_LANES ?= 2
 test-compat: deps $(MODULE) python-venv node-deps $(NODE_DIST)
 	@[ -x $(SERVERS_DIR)/build.sh ] || { echo "no $(SERVERS_DIR)/build.sh: set SERVERS_DIR" >&2; exit 1; }
@@ -233,7 +234,7 @@ test-compat: deps $(MODULE) python-venv node-deps $(NODE_DIST)
 ## test-compat-server: every suite of COMPAT_SUITES on one server, COMPAT_SERVER (a name that
 ## ../shared/servers/build.sh knows), each suite's log named after it (target/ci/SUITE@NAME.log)
 test-compat-server: deps $(MODULE) python-venv node-deps $(NODE_DIST)
-	@server=$$(SERVERS_DIR=$(abspath $(SERVERS_DIR)) nice -n 10 .ci/locked-build $(COMPAT_SERVER)); \
+	@server=$$(SERVERS_DIR=$(abspath $(SERVERS_DIR)) nice -n 10 scripts/locked-build $(COMPAT_SERVER)); \
 	cli=$$(ls "$$(dirname "$$server")"/redis-cli "$$(dirname "$$server")"/valkey-cli 2>/dev/null | head -1); \
 	echo "== $(COMPAT_SERVER): $(COMPAT_SUITES) with $$server and $${cli:-redis-cli}"; \
 	REDIS_SERVER=$$server REDIS_CLI=$$cli REDIS_UNIQUE_MODULE=$(CURDIR)/$(MODULE) SUITE_TAG=$(COMPAT_SERVER) \
@@ -274,8 +275,8 @@ $(NODE_DIST): $(wildcard clients/node/src/*.ts clients/node/src/**/*.ts) clients
 	touch $@
 
 ## bench-node: Mutex pairs/s against redis-semaphore, BullMQ jobs/s with and without GroupLimit
-bench-node: deps node-deps build
-	cd clients/node && npm run --silent build && npm run --silent bench
+bench-node: deps node-deps build-pgo
+	cd clients/node && npm run --silent build && REDIS_UNIQUE_MODULE=$(CURDIR)/$(PGO_MODULE) npm run --silent bench
 
 bench: bench-node
 
