@@ -26,7 +26,9 @@ def body(self, tag, fail=False):
     # The owner first: a test that sees the run reads the owner next.
     r.set("owner:" + tag, worker_owner(self.request.hostname))
     r.rpush("runs:" + tag, self.request.id)
-    if not r.blpop(["gate:" + tag], timeout=30):
+    # Longer than any wait of the tests (conftest's PATIENCE, 60 s): a test slowed down
+    # between seeing the run and opening the gate still finds the run waiting.
+    if not r.blpop(["gate:" + tag], timeout=120):
         raise RuntimeError("gate never opened")
     if fail:
         raise ValueError("failed on purpose")
