@@ -305,19 +305,19 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
 pub(super) fn held_back<'a>(
     waiters: impl Iterator<Item = (&'a Option<Box<[u8]>>, Option<u32>, bool)>,
 ) -> Queued {
-    let mut groups: Vec<(Option<Box<[u8]>>, u32)> = Vec::new();
+    // By group, so that a queue of many tenants costs one lookup a waiter,
+    // not a search of every group seen so far.
+    let mut groups: BTreeMap<&Option<Box<[u8]>>, u32> = BTreeMap::new();
     for (group, group_limit, exclusive) in waiters {
         let Some(max) = group_limit.filter(|_| !exclusive) else {
             return Queued::Waiters;
         };
-        match groups.iter_mut().find(|(g, _)| g == group) {
-            Some((_, m)) => *m = (*m).max(max),
-            None => groups.push((group.clone(), max)),
-        }
+        let m = groups.entry(group).or_insert(max);
+        *m = (*m).max(max);
     }
     if groups.is_empty() {
         Queued::Nobody
     } else {
-        Queued::HeldBack(groups)
+        Queued::HeldBack(groups.into_iter().map(|(g, m)| (g.clone(), m)).collect())
     }
 }
