@@ -366,17 +366,17 @@ fn serve_pass<C>(
         let oldest = queue.keys().next().copied();
         let mut best: Option<(usize, usize, u32, usize)> = None; // (group, held, weight, seq)
         for (i, g) in groups.iter_mut().enumerate() {
+            // Every kind of this group waiting was denied: so would the rest
+            // of it be, and another group may still take a slot.
+            if g.covered {
+                continue;
+            }
+            if let Some(seq) = g.tried.take() {
+                g.advance(&queue, seq);
+            }
             let Some(head) = g.head.and_then(|seq| queue.get(&seq)) else {
                 continue;
             };
-            // Every kind of this group waiting was denied: so would the rest
-            // of it be, and another group may still take a slot.
-            if kinds
-                .as_ref()
-                .is_some_and(|k| denials.cover_group(k, &g.name))
-            {
-                continue;
-            }
             let blocked = match barrier {
                 Some(b) if head.seq > b => true,
                 Some(b) if head.seq == b => oldest != Some(b),
@@ -412,7 +412,7 @@ fn serve_pass<C>(
         let Some(group) = groups.get_mut(i) else {
             break;
         };
-        group.advance(&queue, seq);
+        group.tried = Some(seq);
         let Some(waiter) = queue.get(&seq) else {
             continue;
         };
@@ -455,6 +455,15 @@ fn serve_pass<C>(
                 ended.push((waiter, reply));
             }
         }
+        // A kind is of one group, so only trying a group's waiter can make
+        // every kind of that group denied: asked here, once a turn, not of
+        // every group at every turn (a queue of many tenants would pay
+        // groups times turns).
+        if let Some(g) = groups.get_mut(i) {
+            g.covered = kinds
+                .as_ref()
+                .is_some_and(|k| denials.cover_group(k, &g.name));
+        }
     }
     // The denied, the untried (behind a waiting exclusive request, or of a
     // kind denied) keep their place.
@@ -476,6 +485,13 @@ struct Group {
     head: Option<usize>,
     left: usize,
     held: Option<usize>,
+    /// Every kind of the group that waits was denied in this pass (which
+    /// stays so: a pass only adds denials and removes waiters).
+    covered: bool,
+    /// Its head, just tried: the group's next waiter is looked for only if
+    /// the group is considered again (a group covered by that try never
+    /// is, and a queue of many groups would walk past the others for it).
+    tried: Option<usize>,
 }
 
 impl Group {
@@ -496,6 +512,8 @@ impl Group {
                 head: None,
                 left,
                 held: None,
+                covered: false,
+                tried: None,
             })
             .collect();
         let known = !groups.is_empty();
@@ -525,6 +543,8 @@ impl Group {
                         // missed (never expected) has its waiters looked for.
                         left: if known { usize::MAX } else { 1 },
                         held: None,
+                        covered: false,
+                        tried: None,
                     },
                 ),
             }
@@ -532,7 +552,7 @@ impl Group {
         groups
     }
 
-    /// `seq`, its head, is being tried: its next waiter becomes the head.
+    /// `seq`, its head, was tried: its next waiter becomes the head.
     fn advance<C>(&mut self, queue: &Queue<C>, seq: usize) {
         self.left = self.left.saturating_sub(1);
         self.head = if self.left == 0 {

@@ -219,6 +219,64 @@ fn grouplimit_caps_each_tenant_and_the_others_use_the_rest() {
     drop((a, b));
 }
 
+/// More tenants waiting on one key than the kinds of waiter a queue once
+/// counted (32), each at its GROUPLIMIT: a newcomer of another tenant takes
+/// the slot their limits leave free, and a slot freed by one tenant goes to
+/// that tenant's waiter, past the older waiters of the tenants still at
+/// their limit.
+#[test]
+fn forty_tenants_at_their_grouplimit_leave_a_free_slot_to_a_newcomer_and_get_their_own_back() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let args = |tenant: &str| -> Vec<String> {
+        [
+            "LIMIT",
+            "42",
+            "GROUP",
+            tenant,
+            "GROUPLIMIT",
+            "1",
+            "TTL",
+            "600000",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    for i in 0..40 {
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            "k",
+            format!("h{i}"),
+            &args(&format!("t{i}"))[..]
+        ));
+    }
+    let waiters: Vec<_> = (0..40)
+        .map(|i| {
+            let a = args(&format!("t{i}"));
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            waiter(&server, "k", &format!("w{i}"), &a)
+        })
+        .collect();
+    assert_eq!(waiting(con, "k"), 40, "each tenant waits at its limit");
+    // 2 of 42 slots are free, and no waiter may take one.
+    token(call!(con, "UNIQUE.LOCK", "k", "n", &args("new")[..]));
+    assert_eq!(holders(con, "k").len(), 41);
+    assert_eq!(waiting(con, "k"), 40);
+    call!(con, "UNIQUE.UNLOCK", "k", "h7").expect("unlock");
+    wait_for("t7's waiter", || {
+        holders(con, "k").contains(&"w7".to_string())
+    });
+    assert_eq!(waiting(con, "k"), 39);
+    assert_eq!(
+        of(con, "k", "t0"),
+        (1, 1),
+        "the oldest waiter's tenant is at its limit"
+    );
+    drop(server);
+    drop(waiters);
+}
+
 /// Weights: with LIMIT 9, a tenant of weight 2 and one of weight 1, both
 /// waiting with more than enough jobs, fill the slots 6 and 3.
 #[test]

@@ -19,7 +19,7 @@
 //! renewed when it is retried: at the first pass where no waiter of its kind
 //! before it is denied.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::queues::held_back;
 use super::{Queued, Served, Share};
@@ -33,46 +33,47 @@ pub struct Admission<'a> {
     pub rate: Option<[i64; 3]>,
 }
 
-/// The most kinds of denied waiter a pass remembers: a queue of that many
-/// different kinds is retried as before past them.
-const MOST_KINDS: usize = 32;
-
-/// One kind of waiter: what decides its new hold, but its jid (and its
-/// weight, which orders the groups and admits nothing).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Kind {
+/// What decides a waiter's new hold besides its group (and its jid, and its
+/// weight, which orders the groups and admits nothing). A kind of waiter is
+/// a group with these terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Terms {
     limit: u32,
     rate: Option<[i64; 3]>,
-    group: Option<Box<[u8]>>,
     group_limit: Option<u32>,
     exclusive: bool,
 }
 
-impl Kind {
+impl Terms {
     fn of(a: &Admission<'_>, share: &Share) -> Self {
         Self {
             limit: a.limit,
             rate: a.rate,
-            group: share.group.clone(),
             group_limit: share.group_limit,
             exclusive: share.exclusive,
         }
     }
+}
 
-    fn is(&self, a: &Admission<'_>, share: &Share) -> bool {
-        self.limit == a.limit
-            && self.rate == a.rate
-            && self.exclusive == share.exclusive
-            && self.group_limit == share.group_limit
-            && self.group == share.group
-    }
+/// Kinds of waiter, each with a `T`: by group, found by hashing the group a
+/// waiter already carries (a queue of many tenants costs no search of the
+/// others), then the few terms a group's waiters give, in a list.
+type ByGroup<T> = HashMap<Option<Box<[u8]>>, Vec<(Terms, T)>>;
+
+fn find<'m, T>(map: &'m ByGroup<T>, group: &Option<Box<[u8]>>, terms: Terms) -> Option<&'m T> {
+    map.get(group)?
+        .iter()
+        .find(|(t, _)| *t == terms)
+        .map(|(_, v)| v)
 }
 
 /// The kinds denied in one pass, each with the earliest end of lease its
 /// denial gave, and the jids the pass granted.
 #[derive(Default)]
 pub(super) struct Denials {
-    denied: Vec<(Kind, Option<i64>)>,
+    denied: ByGroup<Option<i64>>,
+    /// How many kinds `denied` holds.
+    kinds: usize,
     granted: HashSet<Box<[u8]>>,
 }
 
@@ -80,11 +81,11 @@ impl Denials {
     /// The denial a waiter gets without a retry (its earliest end of
     /// lease), when a waiter of its kind was denied earlier in this pass.
     pub(super) fn answer(&self, call: Option<Admission<'_>>, share: &Share) -> Option<Option<i64>> {
-        if self.denied.is_empty() {
+        if self.kinds == 0 {
             return None;
         }
         let call = call?;
-        let &(_, lease_end) = self.denied.iter().find(|(kind, _)| kind.is(&call, share))?;
+        let &lease_end = find(&self.denied, &share.group, Terms::of(&call, share))?;
         (!self.granted.contains(call.jid)).then_some(lease_end)
     }
 
@@ -97,12 +98,18 @@ impl Denials {
             Served::Granted(_) => {
                 self.granted.insert(call.jid.into());
             }
-            Served::Denied { lease_end } if self.denied.len() < MOST_KINDS => {
-                if !self.denied.iter().any(|(kind, _)| kind.is(&call, share)) {
-                    self.denied.push((Kind::of(&call, share), lease_end));
+            Served::Denied { lease_end } => {
+                let terms = Terms::of(&call, share);
+                let list = match self.denied.get_mut(&share.group) {
+                    Some(list) => list,
+                    None => self.denied.entry(share.group.clone()).or_default(),
+                };
+                if !list.iter().any(|(t, _)| *t == terms) {
+                    list.push((terms, lease_end));
+                    self.kinds += 1;
                 }
             }
-            Served::Denied { .. } | Served::Failed(_) => {}
+            Served::Failed(_) => {}
         }
     }
 
@@ -111,7 +118,14 @@ impl Denials {
     /// their place (a jid granted in this pass among them included: it is
     /// renewed when next tried).
     pub(super) fn cover(&self, kinds: &Kinds) -> bool {
-        self.cover_where(kinds, |_| true)
+        // Each kind waiting must be one denied: too few denied, no need to look.
+        self.kinds >= kinds.waiting
+            && self.kinds > 0
+            && kinds.unknown == 0
+            && kinds
+                .known
+                .iter()
+                .all(|(group, list)| self.cover_list(group, list))
     }
 
     /// Whether every waiter of `group` counted in `kinds` would be answered
@@ -119,17 +133,17 @@ impl Denials {
     /// being denied, it is not the one to take a slot, however little it
     /// holds).
     pub(super) fn cover_group(&self, kinds: &Kinds, group: &Option<Box<[u8]>>) -> bool {
-        self.cover_where(kinds, |kind| kind.group == *group)
-    }
-
-    fn cover_where(&self, kinds: &Kinds, of: impl Fn(&Kind) -> bool) -> bool {
-        !self.denied.is_empty()
+        self.kinds > 0
             && kinds.unknown == 0
             && kinds
                 .known
-                .iter()
-                .filter(|(kind, _)| of(kind))
-                .all(|(kind, n)| *n == 0 || self.denied.iter().any(|(d, _)| d == kind))
+                .get(group)
+                .is_none_or(|list| self.cover_list(group, list))
+    }
+
+    fn cover_list(&self, group: &Option<Box<[u8]>>, list: &[(Terms, usize)]) -> bool {
+        list.iter()
+            .all(|&(terms, _)| find(&self.denied, group, terms).is_some())
     }
 }
 
@@ -139,10 +153,13 @@ impl Denials {
 /// when there are none.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Kinds {
-    /// At most [`MOST_KINDS`] kinds; an entry stays (at 0) while its queue
-    /// lives, so that a waiter counted out finds the entry it was counted in.
-    known: Vec<(Kind, usize)>,
-    /// Waiters whose call says no kind, or past [`MOST_KINDS`] kinds.
+    /// Each kind waiting, with how many of its waiters do (never 0: a kind
+    /// whose last waiter leaves is removed, so that a queue that lives long
+    /// over ever new groups keeps only those that wait).
+    known: ByGroup<usize>,
+    /// How many kinds `known` holds.
+    waiting: usize,
+    /// Waiters whose call says no kind (see [`Admission`]).
     unknown: usize,
     /// Waiters that ask to hold alone (MODE exclusive).
     exclusive: usize,
@@ -157,15 +174,17 @@ impl Kinds {
             self.unknown += 1;
             return;
         };
-        let full = self.known.len() >= MOST_KINDS;
-        match self
-            .known
-            .iter_mut()
-            .find(|(kind, _)| kind.is(&call, share))
-        {
+        let terms = Terms::of(&call, share);
+        let list = match self.known.get_mut(&share.group) {
+            Some(list) => list,
+            None => self.known.entry(share.group.clone()).or_default(),
+        };
+        match list.iter_mut().find(|(t, _)| *t == terms) {
             Some((_, n)) => *n += 1,
-            None if full => self.unknown += 1,
-            None => self.known.push((Kind::of(&call, share), 1)),
+            None => {
+                list.push((terms, 1));
+                self.waiting += 1;
+            }
         }
     }
 
@@ -173,21 +192,36 @@ impl Kinds {
         if share.exclusive {
             self.exclusive = self.exclusive.saturating_sub(1);
         }
-        let found = call.and_then(|call| {
-            self.known
-                .iter_mut()
-                .find(|(kind, n)| *n > 0 && kind.is(&call, share))
-        });
-        match found {
-            Some((_, n)) => *n -= 1,
-            None => self.unknown = self.unknown.saturating_sub(1),
+        let Some(call) = call else {
+            self.unknown = self.unknown.saturating_sub(1);
+            return;
+        };
+        let terms = Terms::of(&call, share);
+        let Some(list) = self.known.get_mut(&share.group) else {
+            self.unknown = self.unknown.saturating_sub(1);
+            return;
+        };
+        let Some(i) = list.iter().position(|(t, _)| *t == terms) else {
+            self.unknown = self.unknown.saturating_sub(1);
+            return;
+        };
+        if let Some((_, n)) = list.get_mut(i)
+            && *n > 1
+        {
+            *n -= 1;
+            return;
+        }
+        list.swap_remove(i);
+        self.waiting = self.waiting.saturating_sub(1);
+        if list.is_empty() {
+            self.known.remove(&share.group);
         }
     }
 
     /// No waiter counted.
     #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
-        self.unknown == 0 && self.known.iter().all(|(_, n)| *n == 0)
+        self.unknown == 0 && self.known.is_empty()
     }
 
     /// Some waiter asks to hold alone.
@@ -200,12 +234,10 @@ impl Kinds {
     /// walked).
     pub(super) fn queued(&self) -> Option<Queued> {
         (self.unknown == 0).then(|| {
-            held_back(
-                self.known
-                    .iter()
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(k, _)| (&k.group, k.group_limit, k.exclusive)),
-            )
+            held_back(self.known.iter().flat_map(|(group, list)| {
+                list.iter()
+                    .map(move |(t, _)| (group, t.group_limit, t.exclusive))
+            }))
         })
     }
 }
@@ -303,13 +335,14 @@ mod tests {
     }
 
     #[test]
-    fn kinds_past_the_most_count_as_unknown_in_and_out() {
+    fn any_number_of_kinds_is_counted_in_and_out() {
         let plain = Share::default();
         let mut kinds = Kinds::default();
-        for limit in 1..=(MOST_KINDS as u32 + 2) {
+        for limit in 1..=1000 {
             kinds.add(call(b"x", limit), &plain);
+            kinds.add(call(b"y", limit), &group(&limit.to_string(), 1));
         }
-        assert_eq!(kinds.unknown, 2);
+        assert_eq!((kinds.unknown, kinds.waiting), (0, 2000));
         let exclusive = Share {
             exclusive: true,
             ..Share::default()
@@ -318,25 +351,32 @@ mod tests {
         assert!(kinds.any_exclusive());
         kinds.remove(call(b"x", 1), &exclusive);
         assert!(!kinds.any_exclusive());
-        for limit in 1..=(MOST_KINDS as u32 + 2) {
+        for limit in 1..=1000 {
             kinds.remove(call(b"x", limit), &plain);
+            kinds.remove(call(b"y", limit), &group(&limit.to_string(), 1));
         }
         assert!(kinds.is_empty());
+        assert_eq!(kinds.waiting, 0);
     }
 
     #[test]
-    fn at_most_so_many_kinds_are_kept() {
-        let mut d = Denials::default();
-        let plain = Share::default();
-        for limit in 1..=(MOST_KINDS as u32 + 5) {
-            d.record(
-                call(b"x", limit),
-                &plain,
-                &Served::Denied { lease_end: None },
-            );
+    fn a_queue_of_many_groups_is_covered_once_each_group_s_kind_is_denied() {
+        let mut kinds = Kinds::default();
+        let groups: Vec<Share> = (0..1000).map(|i| group(&format!("t{i}"), 1)).collect();
+        for g in &groups {
+            kinds.add(call(b"a", 1), g);
+            kinds.add(call(b"b", 1), g);
         }
-        assert_eq!(d.denied.len(), MOST_KINDS);
-        assert_eq!(d.answer(call(b"y", 1), &plain), Some(None));
-        assert_eq!(d.answer(call(b"y", MOST_KINDS as u32 + 1), &plain), None);
+        let mut d = Denials::default();
+        for (i, g) in groups.iter().enumerate() {
+            assert!(!d.cover(&kinds), "group {i} of 1000 is not denied yet");
+            assert!(!d.cover_group(&kinds, &g.group));
+            assert_eq!(d.answer(call(b"b", 1), g), None);
+            d.record(call(b"a", 1), g, &Served::Denied { lease_end: Some(7) });
+            assert!(d.cover_group(&kinds, &g.group));
+            assert_eq!(d.answer(call(b"b", 1), g), Some(Some(7)));
+        }
+        assert!(d.cover(&kinds));
+        assert_eq!(d.answer(call(b"b", 2), &groups[0]), None, "another LIMIT");
     }
 }
