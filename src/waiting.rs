@@ -77,8 +77,13 @@ pub const LONGEST_TIMER_MS: i64 = 1 << 40;
 pub enum Served {
     /// Its token: a grant (or a renewal, if its jid got the lock meanwhile).
     Granted(i64),
-    /// Still no slot; the earliest end of lease among the holders, if any.
-    Denied { lease_end: Option<i64> },
+    /// Still no slot; the earliest end of lease among the holders, if any,
+    /// and the key's live holders when its LIMIT is what denied it (a
+    /// waiter of any kind with a LIMIT no larger would be denied too).
+    Denied {
+        lease_end: Option<i64>,
+        full: Option<usize>,
+    },
     /// Its call fails now (say its PXAT has passed): this error ends the wait.
     Failed(String),
 }
@@ -418,7 +423,10 @@ fn serve_pass<C>(
         };
         let admission = waiter.call.admission();
         let served = match denials.answer(admission, &waiter.share) {
-            Some(lease_end) => Served::Denied { lease_end },
+            Some(lease_end) => Served::Denied {
+                lease_end,
+                full: None,
+            },
             None => {
                 let served = retry(waiter);
                 denials.record(admission, &waiter.share, &served);
@@ -431,11 +439,8 @@ fn serve_pass<C>(
                 Some(WaiterReply::Token(token))
             }
             Served::Failed(e) => Some(WaiterReply::Error(e)),
-            Served::Denied { lease_end } => {
-                wake_at = match (wake_at, lease_end) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
+            Served::Denied { lease_end, .. } => {
+                wake_at = earliest(wake_at, lease_end);
                 None
             }
         };
@@ -474,6 +479,14 @@ fn serve_pass<C>(
         ended,
         still: queue,
         wake_at,
+    }
+}
+
+/// The earlier of two ends of lease (`None`: no lease ends).
+fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -67,6 +67,10 @@ pub enum Attempt {
         /// while others hold): it must not wait, since two upgraders
         /// waiting for each other would wait forever.
         holds: bool,
+        /// The key's live holders, when there are as many as the call's
+        /// LIMIT or more: any new holder of a LIMIT no larger is denied too
+        /// while none leaves (what a serving pass learns from one denial).
+        full: Option<usize>,
     },
     /// The call does not fit the hold it renews (another GROUP).
     Refused(LockError),
@@ -168,6 +172,7 @@ pub fn decide_lock<'a, 'q>(
                 lease_end: Some(at),
                 rate_limited: true,
                 holds: false,
+                full: None,
             },
             Change::PruneOnly,
         ),
@@ -178,6 +183,7 @@ pub fn decide_lock<'a, 'q>(
                 lease_end: lock.earliest_lease(),
                 rate_limited: false,
                 holds: held.is_some(),
+                full: (req.limit != 0 && lock.len() >= req.limit as usize).then(|| lock.len()),
             },
             Change::PruneOnly,
         ),
@@ -203,6 +209,7 @@ pub fn decide_new_key<'a, 'q>(
             lease_end,
             rate_limited,
             holds: false,
+            full: None,
         },
         expired: 0,
         change: Change::PruneOnly,

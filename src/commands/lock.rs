@@ -172,6 +172,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
             lease_end,
             rate_limited,
             holds,
+            ..
         } => {
             let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
             // A holder refused an upgrade does not wait (see Attempt).
@@ -267,7 +268,12 @@ impl waiting::Call for WaitingLock {
                 metrics::record(now, Some(lock_type), Event::Waited);
                 Served::Granted(token)
             }
-            Ok((Attempt::Denied { lease_end, .. }, _)) => Served::Denied { lease_end },
+            Ok((
+                Attempt::Denied {
+                    lease_end, full, ..
+                },
+                _,
+            )) => Served::Denied { lease_end, full },
             Ok((Attempt::Refused(e), _)) => Served::Failed(e.to_string()),
             Err(e) => Served::Failed(e.to_string()),
         }

@@ -10,19 +10,23 @@
 //! too, with the same earliest end of lease: it keeps its place without a
 //! retry, and the wake-up armed at that end of lease starts the next pass.
 //! (A lease that ends in the middle of a pass is thus left to that wake-up,
-//! which comes at once, instead of being seen by a later retry.)
+//! which comes at once, instead of being seen by a later retry.) And once a
+//! waiter is denied by its LIMIT (the key holds that many or more), every
+//! later waiter with a LIMIT no larger would be denied too, of whatever
+//! group or kind: a queue of many tenants costs the pass one retry there,
+//! not one per tenant.
 //!
 //! Retried as before, whatever was denied: a call that does not say its kind
 //! ([`Admission`]: a PXAT, which may have passed; a multi-key call), and a
 //! waiter whose jid was granted earlier in the pass (its retry renews). A
 //! jid that came to hold the key through another call while it waited is
 //! renewed when it is retried: at the first pass where no waiter of its kind
-//! before it is denied.
+//! before it is denied and the key is not found full for its LIMIT.
 
 use std::collections::{HashMap, HashSet};
 
 use super::queues::held_back;
-use super::{Queued, Served, Share};
+use super::{Queued, Served, Share, earliest};
 
 /// A waiter's call as far as a new hold is decided, besides its [`Share`]:
 /// its jid, LIMIT and RATE (`[n, per, burst]`: this layer knows no engine).
@@ -68,25 +72,40 @@ fn find<'m, T>(map: &'m ByGroup<T>, group: &Option<Box<[u8]>>, terms: Terms) -> 
 }
 
 /// The kinds denied in one pass, each with the earliest end of lease its
-/// denial gave, and the jids the pass granted.
+/// denial gave, how full a denial by LIMIT found the key, and the jids the
+/// pass granted.
 #[derive(Default)]
 pub(super) struct Denials {
     denied: ByGroup<Option<i64>>,
     /// How many kinds `denied` holds.
     kinds: usize,
+    /// The most live holders a denial by LIMIT found, and the earliest end
+    /// of lease such denials gave: every waiter with a LIMIT no larger is
+    /// denied too, whatever its group (a queue of many tenants then costs a
+    /// pass one retry, not one per tenant).
+    full: Option<(usize, Option<i64>)>,
     granted: HashSet<Box<[u8]>>,
 }
 
 impl Denials {
     /// The denial a waiter gets without a retry (its earliest end of
-    /// lease), when a waiter of its kind was denied earlier in this pass.
+    /// lease), when a waiter of its kind was denied earlier in this pass,
+    /// or the key was found full for its LIMIT.
     pub(super) fn answer(&self, call: Option<Admission<'_>>, share: &Share) -> Option<Option<i64>> {
-        if self.kinds == 0 {
+        if self.kinds == 0 && self.full.is_none() {
             return None;
         }
         let call = call?;
-        let &lease_end = find(&self.denied, &share.group, Terms::of(&call, share))?;
+        let lease_end = match find(&self.denied, &share.group, Terms::of(&call, share)) {
+            Some(&lease_end) => lease_end,
+            None => self.full.filter(|_| self.fills(call.limit))?.1,
+        };
         (!self.granted.contains(call.jid)).then_some(lease_end)
+    }
+
+    /// Whether the key was found too full for a new holder of LIMIT `limit`.
+    fn fills(&self, limit: u32) -> bool {
+        limit != 0 && self.full.is_some_and(|(n, _)| limit as usize <= n)
     }
 
     /// Learns from what a retry of a waiter of this call and share gave.
@@ -98,7 +117,13 @@ impl Denials {
             Served::Granted(_) => {
                 self.granted.insert(call.jid.into());
             }
-            Served::Denied { lease_end } => {
+            Served::Denied { lease_end, full } => {
+                if let Some(n) = full {
+                    self.full = Some(match self.full {
+                        Some((m, at)) => (m.max(n), earliest(at, lease_end)),
+                        None => (n, lease_end),
+                    });
+                }
                 let terms = Terms::of(&call, share);
                 let list = match self.denied.get_mut(&share.group) {
                     Some(list) => list,
@@ -118,9 +143,10 @@ impl Denials {
     /// their place (a jid granted in this pass among them included: it is
     /// renewed when next tried).
     pub(super) fn cover(&self, kinds: &Kinds) -> bool {
-        // Each kind waiting must be one denied: too few denied, no need to look.
-        self.kinds >= kinds.waiting
-            && self.kinds > 0
+        // Each kind waiting must be one denied, or the key full for it:
+        // too few denied and not full, no need to look.
+        (self.kinds >= kinds.waiting || self.full.is_some())
+            && (self.kinds > 0 || self.full.is_some())
             && kinds.unknown == 0
             && kinds
                 .known
@@ -133,7 +159,7 @@ impl Denials {
     /// being denied, it is not the one to take a slot, however little it
     /// holds).
     pub(super) fn cover_group(&self, kinds: &Kinds, group: &Option<Box<[u8]>>) -> bool {
-        self.kinds > 0
+        (self.kinds > 0 || self.full.is_some())
             && kinds.unknown == 0
             && kinds
                 .known
@@ -142,8 +168,9 @@ impl Denials {
     }
 
     fn cover_list(&self, group: &Option<Box<[u8]>>, list: &[(Terms, usize)]) -> bool {
-        list.iter()
-            .all(|&(terms, _)| find(&self.denied, group, terms).is_some())
+        list.iter().all(|&(terms, _)| {
+            self.fills(terms.limit) || find(&self.denied, group, terms).is_some()
+        })
     }
 }
 
@@ -270,7 +297,10 @@ mod tests {
         d.record(
             call(b"a", 1),
             &plain,
-            &Served::Denied { lease_end: Some(7) },
+            &Served::Denied {
+                lease_end: Some(7),
+                full: None,
+            },
         );
         assert_eq!(d.answer(call(b"b", 1), &plain), Some(Some(7)));
         // Another LIMIT, RATE, group, GROUPLIMIT or mode is another kind.
@@ -304,7 +334,14 @@ mod tests {
         d.record(call(b"a", 0), &share, &Served::Granted(1));
         d.record(call(b"b", 0), &share, &Served::Failed("ERR".into()));
         assert_eq!(d.answer(call(b"c", 0), &share), None);
-        d.record(call(b"c", 0), &share, &Served::Denied { lease_end: None });
+        d.record(
+            call(b"c", 0),
+            &share,
+            &Served::Denied {
+                lease_end: None,
+                full: None,
+            },
+        );
         assert_eq!(d.answer(call(b"d", 0), &share), Some(None));
         assert_eq!(d.answer(call(b"a", 0), &share), None, "its retry renews");
     }
@@ -317,7 +354,14 @@ mod tests {
         kinds.add(call(b"b", 1), &plain);
         kinds.add(call(b"c", 1), &g);
         let mut d = Denials::default();
-        d.record(call(b"a", 1), &plain, &Served::Denied { lease_end: None });
+        d.record(
+            call(b"a", 1),
+            &plain,
+            &Served::Denied {
+                lease_end: None,
+                full: None,
+            },
+        );
         assert!(!d.cover(&kinds), "the group's kind is not denied");
         assert!(
             d.cover_group(&kinds, &None),
@@ -372,11 +416,64 @@ mod tests {
             assert!(!d.cover(&kinds), "group {i} of 1000 is not denied yet");
             assert!(!d.cover_group(&kinds, &g.group));
             assert_eq!(d.answer(call(b"b", 1), g), None);
-            d.record(call(b"a", 1), g, &Served::Denied { lease_end: Some(7) });
+            d.record(
+                call(b"a", 1),
+                g,
+                &Served::Denied {
+                    lease_end: Some(7),
+                    full: None,
+                },
+            );
             assert!(d.cover_group(&kinds, &g.group));
             assert_eq!(d.answer(call(b"b", 1), g), Some(Some(7)));
         }
         assert!(d.cover(&kinds));
         assert_eq!(d.answer(call(b"b", 2), &groups[0]), None, "another LIMIT");
+    }
+
+    #[test]
+    fn a_denial_by_limit_answers_every_group_with_a_limit_no_larger() {
+        let mut kinds = Kinds::default();
+        let tenants: Vec<Share> = (0..1000).map(|i| group(&format!("t{i}"), 2)).collect();
+        for (i, t) in tenants.iter().enumerate() {
+            kinds.add(call(b"w", 1 + (i % 3) as u32), t);
+        }
+        let mut d = Denials::default();
+        let full = |n| Served::Denied {
+            lease_end: Some(9),
+            full: Some(n),
+        };
+        d.record(call(b"a", 2), &tenants[0], &full(2));
+        for limit in [1, 2] {
+            assert_eq!(d.answer(call(b"x", limit), &tenants[5]), Some(Some(9)));
+        }
+        assert_eq!(
+            d.answer(call(b"x", 3), &tenants[5]),
+            None,
+            "room for LIMIT 3"
+        );
+        assert_eq!(d.answer(call(b"x", 0), &tenants[5]), None, "no LIMIT");
+        assert!(d.cover_group(&kinds, &tenants[0].group), "LIMIT 1");
+        assert!(d.cover_group(&kinds, &tenants[1].group), "LIMIT 2");
+        assert!(!d.cover_group(&kinds, &tenants[2].group), "LIMIT 3");
+        assert!(!d.cover(&kinds));
+        // The key fills further: a later denial by LIMIT counts more holders,
+        // and the earliest end of lease stays.
+        d.record(
+            call(b"b", 3),
+            &tenants[2],
+            &Served::Denied {
+                lease_end: Some(20),
+                full: Some(3),
+            },
+        );
+        assert!(d.cover(&kinds));
+        assert_eq!(d.answer(call(b"x", 3), &tenants[7]), Some(Some(9)));
+        d.record(call(b"x", 3), &tenants[7], &Served::Granted(1));
+        assert_eq!(
+            d.answer(call(b"x", 3), &tenants[7]),
+            None,
+            "its retry renews"
+        );
     }
 }

@@ -189,6 +189,7 @@ impl Sim {
                     Acquired::Renewed(t) => Served::Granted(t),
                     _ => Served::Denied {
                         lease_end: lock.earliest_lease(),
+                        full: (limit != 0 && lock.len() >= limit as usize).then(|| lock.len()),
                     },
                 }
             },

@@ -114,13 +114,18 @@ fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
             match w.client {
                 1 => Served::Denied {
                     lease_end: Some(300),
+                    full: None,
                 },
                 2 => Served::Granted(7),
                 3 => Served::Denied {
                     lease_end: Some(200),
+                    full: None,
                 },
                 4 => Served::Failed("ERR gone".into()),
-                _ => Served::Denied { lease_end: None },
+                _ => Served::Denied {
+                    lease_end: None,
+                    full: None,
+                },
             }
         },
     );
@@ -145,7 +150,10 @@ fn a_pass_that_ends_every_wait_arms_no_wake_up() {
         |_, _| 0,
         |w| {
             if w.client == 1 {
-                Served::Denied { lease_end: Some(9) }
+                Served::Denied {
+                    lease_end: Some(9),
+                    full: None,
+                }
             } else {
                 Served::Granted(1)
             }
@@ -159,7 +167,10 @@ fn a_pass_that_ends_every_wait_arms_no_wake_up() {
         queue_of(&[1]),
         None,
         |_, _| 0,
-        |_| Served::Denied { lease_end: None },
+        |_| Served::Denied {
+            lease_end: None,
+            full: None,
+        },
     );
     assert_eq!(pass.wake_at, None, "no lease ends: no wake-up");
 }
@@ -369,6 +380,7 @@ fn a_pass_over_a_long_queue_of_few_kinds_tries_each_kind_once_after_the_grant() 
             } else {
                 Served::Denied {
                     lease_end: Some(50),
+                    full: None,
                 }
             }
         },
@@ -379,6 +391,50 @@ fn a_pass_over_a_long_queue_of_few_kinds_tries_each_kind_once_after_the_grant() 
         "the grant, then one denial per kind"
     );
     assert_eq!((pass.ended.len(), pass.still.len()), (1, 999));
+    assert_eq!(pass.wake_at, Some(50));
+}
+
+#[test]
+fn a_pass_over_a_thousand_tenants_stops_at_the_first_denial_by_limit() {
+    let mut w: Waiters<u32> = Waiters::default();
+    for c in 1..=2000u32 {
+        let seq = w.next_seq();
+        let group = format!("tenant-{}", c % 1000);
+        w.push(
+            key("k"),
+            Waiter {
+                call: Box::new(Alike(format!("j{c}").into_bytes())),
+                share: Share {
+                    group: Some(group.as_bytes().into()),
+                    ..Share::default()
+                },
+                seq,
+                ..waiter(c)
+            },
+        );
+    }
+    let facts = w.facts(&key("k"));
+    let queue = w.take_queue(&key("k")).expect("a queue");
+    let mut tried = 0;
+    let pass = serve_pass(
+        queue,
+        facts,
+        |_, _| 0,
+        |_| {
+            tried += 1;
+            // LIMIT 1: the first grant fills the key for every tenant.
+            if tried == 1 {
+                Served::Granted(1)
+            } else {
+                Served::Denied {
+                    lease_end: Some(50),
+                    full: Some(1),
+                }
+            }
+        },
+    );
+    assert_eq!(tried, 2, "the grant, then one denial for all 1,000 tenants");
+    assert_eq!((pass.ended.len(), pass.still.len()), (1, 1999));
     assert_eq!(pass.wake_at, Some(50));
 }
 

@@ -114,7 +114,8 @@ fn a_full_lock_denies_until_its_earliest_lease_and_draws_no_token() {
         Attempt::Denied {
             lease_end: Some(NOW + 100),
             rate_limited: false,
-            holds: false
+            holds: false,
+            full: Some(2),
         }
     );
     assert_eq!(out.tokens_drawn, 2);
@@ -136,7 +137,8 @@ fn a_newcomer_queues_behind_waiting_clients_even_on_a_free_key() {
         Attempt::Denied {
             lease_end: None,
             rate_limited: false,
-            holds: false
+            holds: false,
+            full: None,
         }
     );
     assert!(lock.is_empty(), "no holder, no rate: the key is not stored");
@@ -196,7 +198,8 @@ fn a_rate_denial_says_when_the_rate_allows_and_is_counted_twice() {
         Attempt::Denied {
             lease_end: Some(NOW + 1000),
             rate_limited: true,
-            holds: false
+            holds: false,
+            full: None,
         }
     );
     out.counted.clear();
