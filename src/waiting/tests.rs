@@ -344,11 +344,19 @@ impl Call for Alike {
     }
 }
 
-#[test]
-fn a_pass_over_a_long_queue_of_few_kinds_tries_each_kind_once_after_the_grant() {
+/// A pass over `waiters` LOCKs of LIMIT 1 dealt round into `groups` groups
+/// (each of GROUPLIMIT `group_limit`), counted as `serve_queue` counts them,
+/// on a key with one slot: the first retry is granted, the others denied
+/// (as a denial by LIMIT, `full`, when given). How many it retried, and
+/// what it decided.
+fn pass_after_one_grant(
+    waiters: u32,
+    groups: u32,
+    group_limit: Option<u32>,
+    full: Option<usize>,
+) -> (usize, Pass<u32>) {
     let mut w: Waiters<u32> = Waiters::default();
-    let groups = 4;
-    for c in 1..=1000u32 {
+    for c in 1..=waiters {
         let seq = w.next_seq();
         let group = format!("g{}", c % groups);
         w.push(
@@ -357,7 +365,7 @@ fn a_pass_over_a_long_queue_of_few_kinds_tries_each_kind_once_after_the_grant() 
                 call: Box::new(Alike(format!("j{c}").into_bytes())),
                 share: Share {
                     group: Some(group.as_bytes().into()),
-                    group_limit: Some(1),
+                    group_limit,
                     ..Share::default()
                 },
                 seq,
@@ -374,65 +382,30 @@ fn a_pass_over_a_long_queue_of_few_kinds_tries_each_kind_once_after_the_grant() 
         |_, _| 0,
         |_| {
             tried += 1;
-            // One slot: the first grant fills the key.
             if tried == 1 {
                 Served::Granted(1)
             } else {
                 Served::Denied {
                     lease_end: Some(50),
-                    full: None,
+                    full,
                 }
             }
         },
     );
-    assert_eq!(
-        tried,
-        1 + groups as usize,
-        "the grant, then one denial per kind"
-    );
+    (tried, pass)
+}
+
+#[test]
+fn a_pass_over_a_long_queue_of_few_kinds_tries_each_kind_once_after_the_grant() {
+    let (tried, pass) = pass_after_one_grant(1000, 4, Some(1), None);
+    assert_eq!(tried, 1 + 4, "the grant, then one denial per kind");
     assert_eq!((pass.ended.len(), pass.still.len()), (1, 999));
     assert_eq!(pass.wake_at, Some(50));
 }
 
 #[test]
 fn a_pass_over_a_thousand_tenants_stops_at_the_first_denial_by_limit() {
-    let mut w: Waiters<u32> = Waiters::default();
-    for c in 1..=2000u32 {
-        let seq = w.next_seq();
-        let group = format!("tenant-{}", c % 1000);
-        w.push(
-            key("k"),
-            Waiter {
-                call: Box::new(Alike(format!("j{c}").into_bytes())),
-                share: Share {
-                    group: Some(group.as_bytes().into()),
-                    ..Share::default()
-                },
-                seq,
-                ..waiter(c)
-            },
-        );
-    }
-    let facts = w.facts(&key("k"));
-    let queue = w.take_queue(&key("k")).expect("a queue");
-    let mut tried = 0;
-    let pass = serve_pass(
-        queue,
-        facts,
-        |_, _| 0,
-        |_| {
-            tried += 1;
-            // LIMIT 1: the first grant fills the key for every tenant.
-            if tried == 1 {
-                Served::Granted(1)
-            } else {
-                Served::Denied {
-                    lease_end: Some(50),
-                    full: Some(1),
-                }
-            }
-        },
-    );
+    let (tried, pass) = pass_after_one_grant(2000, 1000, None, Some(1));
     assert_eq!(tried, 2, "the grant, then one denial for all 1,000 tenants");
     assert_eq!((pass.ended.len(), pass.still.len()), (1, 1999));
     assert_eq!(pass.wake_at, Some(50));
