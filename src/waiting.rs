@@ -460,10 +460,12 @@ fn serve_pass<C>(
                 ended.push((waiter, reply));
             }
         }
-        // A kind is of one group, so only trying a group's waiter can make
-        // every kind of that group denied: asked here, once a turn, not of
-        // every group at every turn (a queue of many tenants would pay
-        // groups times turns).
+        // Whether every kind of the group just tried is denied now: asked of
+        // that group, once a turn, not of every group at every turn (a queue
+        // of many tenants would pay groups times turns). A group that
+        // another group's denial by LIMIT covers is found so when next
+        // tried, answered without a retry; `cover`, above, sees the whole
+        // queue covered at once.
         if let Some(g) = groups.get_mut(i) {
             g.covered = kinds
                 .as_ref()

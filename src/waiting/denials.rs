@@ -144,9 +144,8 @@ impl Denials {
     /// renewed when next tried).
     pub(super) fn cover(&self, kinds: &Kinds) -> bool {
         // Each kind waiting must be one denied, or the key full for it:
-        // too few denied and not full, no need to look.
-        (self.kinds >= kinds.waiting || self.full.is_some())
-            && (self.kinds > 0 || self.full.is_some())
+        // with too few denied and the key not full, no need to look.
+        (self.full.is_some() || (self.kinds > 0 && self.kinds >= kinds.waiting))
             && kinds.unknown == 0
             && kinds
                 .known
