@@ -6,10 +6,10 @@ time per release (INFO commandstats' usec of UNIQUE.UNLOCK, which includes
 serving the queue), for each N of MANY_WAITERS_SIZES (default "1 100 1000
 10000"), on REDIS_SERVER (default: the redis-server on the PATH).
 
-    python3 bench/many_waiters.py [module.so]   (default: the release build)
+    python3 bench/many_waiters.py [module.so]   (default: bench.py's, the profile-guided build)
 
-MANY_WAITERS_GROUPS: waiters spread over that many GROUPs (GROUPLIMIT 1 each;
-default 0: no GROUP), for fair serving's pass over several groups."""
+MANY_WAITERS_GROUPS: each N of it, the waiters spread over N GROUPs (GROUPLIMIT 1
+each; 0: no GROUP), for fair serving's pass over many tenants (default "0 1000")."""
 
 import os
 import resource
@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
 SIZES = [int(n) for n in os.environ.get("MANY_WAITERS_SIZES", "1 100 1000 10000").split()]
-GROUPS = int(os.environ.get("MANY_WAITERS_GROUPS", "0"))
+GROUP_COUNTS = [int(n) for n in os.environ.get("MANY_WAITERS_GROUPS", "0 1000").split()]
 RELEASES = 200
 
 
@@ -34,15 +34,15 @@ def waiting(server):
     return int(server.info("unique").get("unique_waiting", 0))
 
 
-def measure(server, n, before_releases=None):
-    """Server CPU µs per release with `n` waiting: each release hands the slot
-    to the oldest waiter, and the client that held it queues again, so that
-    `n` wait at every release."""
+def measure(server, n, groups=0, before_releases=None):
+    """Server CPU µs per release with `n` waiting (dealt round into `groups`
+    GROUPs, if any): each release hands the slot to the oldest waiter, and
+    the client that held it queues again, so that `n` wait at every release."""
     server.conn.call("FLUSHALL", "SYNC")
 
     def lock_args(jid, group):
         args = ["UNIQUE.LOCK", "k", jid, "LIMIT", 1, "TTL", 600_000]
-        if GROUPS:
+        if groups:
             args += ["GROUP", "g%d" % group, "GROUPLIMIT", 1]
         return args + ["WAIT", 600_000]
 
@@ -50,7 +50,7 @@ def measure(server, n, before_releases=None):
     holder = 0
     assert isinstance(conns[0].call(*lock_args("c0", 0)[:-2]), int)
     for i in range(1, n + 1):
-        conns[i].send(*lock_args("c%d" % i, i % max(GROUPS, 1)))
+        conns[i].send(*lock_args("c%d" % i, i % max(groups, 1)))
     wait_for_waiters(server, n)
     server.conn.call("CONFIG", "RESETSTAT")
     if before_releases:
@@ -61,7 +61,7 @@ def measure(server, n, before_releases=None):
         served = queue.pop(0)
         token = conns[served].read()
         assert isinstance(token, int), token
-        conns[holder].send(*lock_args("c%d" % holder, holder % max(GROUPS, 1)))
+        conns[holder].send(*lock_args("c%d" % holder, holder % max(groups, 1)))
         queue.append(holder)
         holder = served
         wait_for_waiters(server, n)
@@ -89,9 +89,11 @@ def main():
     server = bench.Server()
     try:
         server.conn.call("CONFIG", "SET", "maxclients", max(SIZES) + 100)
-        for n in SIZES:
-            print("%8s waiters: %.1f µs of server CPU per release" % (format(n, ","), measure(server, n)),
-                  flush=True)
+        for groups in GROUP_COUNTS:
+            for n in SIZES:
+                print("%8s waiters%s: %.1f µs of server CPU per release" % (
+                    format(n, ","), " in %d groups" % groups if groups else "", measure(server, n, groups)),
+                    flush=True)
     finally:
         server.stop()
 
