@@ -218,16 +218,14 @@ impl Kinds {
         if share.exclusive {
             self.exclusive = self.exclusive.saturating_sub(1);
         }
-        let Some(call) = call else {
-            self.unknown = self.unknown.saturating_sub(1);
-            return;
-        };
-        let terms = Terms::of(&call, share);
-        let Some(list) = self.known.get_mut(&share.group) else {
-            self.unknown = self.unknown.saturating_sub(1);
-            return;
-        };
-        let Some(i) = list.iter().position(|(t, _)| *t == terms) else {
+        let found = call.and_then(|call| {
+            let terms = Terms::of(&call, share);
+            let list = self.known.get_mut(&share.group)?;
+            let i = list.iter().position(|(t, _)| *t == terms)?;
+            Some((list, i))
+        });
+        // Not found: it was counted without a kind.
+        let Some((list, i)) = found else {
             self.unknown = self.unknown.saturating_sub(1);
             return;
         };
