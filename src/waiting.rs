@@ -142,19 +142,6 @@ impl Default for Share {
     }
 }
 
-/// The waiters of a key, as a new call must respect them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Queued {
-    /// Nobody waits.
-    Nobody,
-    /// Some waiter may be served before a newcomer.
-    Waiters,
-    /// Every waiter gave GROUPLIMIT and none is exclusive: each waiting
-    /// group with the largest GROUPLIMIT its waiters gave. They are held
-    /// back while their group holds that many.
-    HeldBack(Vec<(Option<Box<[u8]>>, u32)>),
-}
-
 thread_local! {
     /// Redis calls every callback on its main thread, so the waiters live there.
     static WAITERS: RefCell<Waiters<Blocked>> = RefCell::new(Waiters::default());
@@ -191,18 +178,20 @@ pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
     with_waiters(|w| w.waiting_on(selected_db(ctx), key)) + all::waiting_on(selected_db(ctx), key)
 }
 
-/// The waiters of `key` (selected database) as a new call sees them: the
-/// common case (nobody waits, or a waiter without GROUPLIMIT) is decided at
-/// the first waiter looked at.
-pub fn queued(ctx: &Context, key: &[u8]) -> Queued {
+/// Whether a client waiting on `key` (selected database) may be served
+/// before a new call that the key's holders admit: a multi-key waiter, a
+/// waiter without GROUPLIMIT or exclusive, or a waiting group that holds
+/// fewer (`holding`: how many holders a group has) than the largest
+/// GROUPLIMIT its waiters gave.
+pub fn holds_back(ctx: &Context, key: &[u8], holding: impl Fn(Option<&[u8]>) -> usize) -> bool {
     if nobody_waits() {
-        return Queued::Nobody;
+        return false;
     }
     // A multi-key waiter on the key holds its capacity back from newcomers.
     if all::waiting_on(selected_db(ctx), key) > 0 {
-        return Queued::Waiters;
+        return true;
     }
-    with_waiters(|w| w.queued(selected_db(ctx), key))
+    with_waiters(|w| w.holds_back(selected_db(ctx), key, holding))
 }
 
 /// Per group (`None` first, then by name), how many wait on `key`

@@ -77,17 +77,18 @@ pub enum Attempt {
 }
 
 /// The clients already waiting on the key, as a new call sees them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub enum Ahead<'q> {
     /// Nobody waits.
     Nobody,
     /// Some waiter may be served before a newcomer: the newcomer queues.
     Waiters,
-    /// Every waiter gave GROUPLIMIT and no waiter is exclusive: for each
-    /// waiting group, the largest GROUPLIMIT its waiters gave. While each
-    /// of these groups holds that many, none of them can take a slot, so
-    /// a newcomer (of another group) is not held back by them.
-    HeldBack(&'q [(Option<Box<[u8]>>, u32)]),
+    /// Whether some waiter may be served before a newcomer depends on the
+    /// key's holders (a waiting group holding less than its GROUPLIMIT may
+    /// be, one holding that many may not): told by the function, asked only
+    /// once the key admits the newcomer, since the answer can cost a look at
+    /// every waiting group.
+    Depends(&'q dyn Fn(&Lock) -> bool),
 }
 
 impl From<bool> for Ahead<'_> {
@@ -102,9 +103,7 @@ impl Ahead<'_> {
         match self {
             Self::Nobody => false,
             Self::Waiters => true,
-            Self::HeldBack(groups) => groups
-                .iter()
-                .any(|(group, max)| lock.group_holding(group.as_deref()) < *max as usize),
+            Self::Depends(blocks) => blocks(lock),
         }
     }
 }
@@ -138,12 +137,10 @@ pub fn decide_lock<'a, 'q>(
         req.mode == Some(Mode::Shared) && lock.holder(jid).is_some_and(|h| h.is_exclusive());
     // Others are waiting for a slot: a newcomer queues behind them.
     let queued = queued.into();
-    let acquired =
-        if !matches!(queued, Ahead::Nobody) && lock.holder(jid).is_none() && queued.blocks(lock) {
-            Acquired::Denied
-        } else {
-            lock.acquire(req, now, || out.next_token(now))
-        };
+    let acquired = match queued {
+        Ahead::Nobody => lock.acquire(req, now, || out.next_token(now)),
+        ahead => lock.acquire_behind(req, now, |lock| ahead.blocks(lock), || out.next_token(now)),
+    };
     let (attempt, change) = match (acquired, lock.holder(jid)) {
         (Acquired::Granted(token), Some(holder)) => {
             out.count(now, Some(holder.lock_type()), Event::Acquired);

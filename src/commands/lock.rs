@@ -11,12 +11,13 @@ use super::{ArgError, Freed, finish, is_keyword, parse_int, tracked};
 use crate::config;
 use crate::datatype::LockKey;
 use crate::engine::{
-    DEFAULT_TYPE, Expiry, Holder, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, RateLimit,
-    meta_text, validate_group, validate_jid, validate_meta_json, validate_owner, validate_type,
+    DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode,
+    RateLimit, meta_text, validate_group, validate_jid, validate_meta_json, validate_owner,
+    validate_type,
 };
 use crate::ffi::{command_now_ms, now_ms};
 use crate::metrics::{self, Event};
-use crate::waiting::{self, Queued, Served, Share};
+use crate::waiting::{self, Served, Share};
 
 super::command!(in_place run_in_place);
 
@@ -354,16 +355,14 @@ fn attempt(
         group_limit: opts.group_limit,
         mode: opts.mode,
     };
+    // The waiters are looked at only for a call the key admits.
+    let waiters_first =
+        |lock: &Lock| waiting::holds_back(ctx, key_name, |group| lock.group_holding(group));
     let queued = match queue {
         // Nobody waits (the common case): the key's name is not even read.
-        Queue::Behind if waiting::nobody_waits() => Queued::Nobody,
-        Queue::Behind => waiting::queued(ctx, key_name),
-        Queue::Served => Queued::Nobody,
-    };
-    let queued = match &queued {
-        Queued::Nobody => Ahead::Nobody,
-        Queued::Waiters => Ahead::Waiters,
-        Queued::HeldBack(groups) => Ahead::HeldBack(groups),
+        Queue::Behind if waiting::nobody_waits() => Ahead::Nobody,
+        Queue::Behind => Ahead::Depends(&waiters_first),
+        Queue::Served => Ahead::Nobody,
     };
 
     let mut key =

@@ -355,6 +355,21 @@ impl Lock {
         now: i64,
         next_token: impl FnOnce() -> i64,
     ) -> Acquired {
+        self.acquire_behind(req, now, |_| false, next_token)
+    }
+
+    /// [`Lock::acquire`] for a call that clients already wait ahead of: a
+    /// new hold (never a renewal) is denied while `held_back` says that one
+    /// of them may take the slot first. It is asked last, once the key
+    /// admits the call, so that a call the key denies anyway (most calls on
+    /// a key that others wait for) costs nothing of a long queue.
+    pub fn acquire_behind(
+        &mut self,
+        req: &LockRequest<'_>,
+        now: i64,
+        held_back: impl FnOnce(&Self) -> bool,
+        next_token: impl FnOnce() -> i64,
+    ) -> Acquired {
         debug_assert!(!self.has_expired(now));
         let fair = req.group.is_some() || req.mode.is_some();
         if let Some(held) = fair.then(|| self.holders.find(req.jid)).flatten() {
@@ -375,7 +390,7 @@ impl Lock {
         }) {
             return Acquired::Renewed(token);
         }
-        if !self.admits(req) {
+        if !self.admits(req) || held_back(self) {
             return Acquired::Denied;
         }
         self.grant(req, now, next_token)

@@ -25,8 +25,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::queues::held_back;
-use super::{Queued, Served, Share, earliest};
+use super::queues::gate;
+use super::{Served, Share, earliest};
 
 /// A waiter's call as far as a new hold is decided, besides its [`Share`]:
 /// its jid, LIMIT and RATE (`[n, per, burst]`: this layer knows no engine).
@@ -49,6 +49,11 @@ struct Terms {
 }
 
 impl Terms {
+    /// Whether no GROUPLIMIT holds a waiter of this kind back ([`gate`]).
+    fn ungated(&self) -> bool {
+        gate(self.group_limit, self.exclusive).is_none()
+    }
+
     fn of(a: &Admission<'_>, share: &Share) -> Self {
         Self {
             limit: a.limit,
@@ -185,6 +190,9 @@ pub(super) struct Kinds {
     known: ByGroup<usize>,
     /// How many kinds `known` holds.
     waiting: usize,
+    /// How many of them no GROUPLIMIT holds back ([`gate`]): while there is
+    /// one, a newcomer queues behind them whatever the groups hold.
+    ungated: usize,
     /// Waiters whose call says no kind (see [`Admission`]).
     unknown: usize,
     /// Waiters that ask to hold alone (MODE exclusive).
@@ -210,6 +218,7 @@ impl Kinds {
             None => {
                 list.push((terms, 1));
                 self.waiting += 1;
+                self.ungated += usize::from(terms.ungated());
             }
         }
     }
@@ -235,8 +244,9 @@ impl Kinds {
             *n -= 1;
             return;
         }
-        list.swap_remove(i);
+        let (terms, _) = list.swap_remove(i);
         self.waiting = self.waiting.saturating_sub(1);
+        self.ungated = self.ungated.saturating_sub(usize::from(terms.ungated()));
         if list.is_empty() {
             self.known.remove(&share.group);
         }
@@ -253,15 +263,25 @@ impl Kinds {
         self.exclusive > 0
     }
 
-    /// The waiters as a new call sees them ([`Queued`]), from the kinds
-    /// alone; `None` when some waiter's kind is not known (then the queue is
+    /// Whether a waiter may be served before a newcomer the key admits, from
+    /// the kinds alone: a kind that no GROUPLIMIT holds back, or a group
+    /// for which `room` (given the largest GROUPLIMIT its waiters gave, as
+    /// [`group_limits`](super::queues::group_limits) finds it in a walk)
+    /// says yes; each group asked once, and only until one says yes.
+    /// `None` when some waiter's kind is not known (then the queue is
     /// walked).
-    pub(super) fn queued(&self) -> Option<Queued> {
+    pub(super) fn hold_back(
+        &self,
+        mut room: impl FnMut(&Option<Box<[u8]>>, u32) -> bool,
+    ) -> Option<bool> {
         (self.unknown == 0).then(|| {
-            held_back(self.known.iter().flat_map(|(group, list)| {
-                list.iter()
-                    .map(move |(t, _)| (group, t.group_limit, t.exclusive))
-            }))
+            self.ungated > 0
+                || self.known.iter().any(|(group, list)| {
+                    list.iter()
+                        .filter_map(|(t, _)| t.group_limit)
+                        .max()
+                        .is_some_and(|max| room(group, max))
+                })
         })
     }
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
 use super::denials::Kinds;
-use super::{Call, Queued, Share};
+use super::{Call, Share};
 use crate::ffi::TimerId;
 
 /// One blocked call: its client, its call, and the lock type it asked for
@@ -98,21 +98,32 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
             .map_or(0, BTreeMap::len)
     }
 
-    /// The waiters of `key` as a new call sees them (see [`Queued`]).
-    pub(super) fn queued(&self, db: i32, key: &[u8]) -> Queued {
+    /// Whether a waiter of `key` may be served before a new call that the
+    /// key's holders admit (`holding`: how many a group holds): one without
+    /// GROUPLIMIT or exclusive, or one of a group that holds fewer than the
+    /// largest GROUPLIMIT its waiters gave. From the counted kinds when they
+    /// are all known (no walk; a look at each waiting group at most, and
+    /// only while each one looked at is full), from a walk otherwise.
+    pub(super) fn holds_back(
+        &self,
+        db: i32,
+        key: &[u8],
+        holding: impl Fn(Option<&[u8]>) -> usize,
+    ) -> bool {
         let id = (db, key.to_vec());
         let Some(queue) = self.queues.get(&id) else {
-            return Queued::Nobody;
+            return false;
         };
-        // From the waiters' kinds when they are all known: no walk.
-        if let Some(queued) = self.tallies.get(&id).and_then(|t| t.kinds.queued()) {
-            return queued;
+        let room = |group: &Option<Box<[u8]>>, max: u32| holding(group.as_deref()) < max as usize;
+        if let Some(held) = self.tallies.get(&id).and_then(|t| t.kinds.hold_back(room)) {
+            return held;
         }
-        held_back(
+        group_limits(
             queue
                 .values()
                 .map(|w| (&w.share.group, w.share.group_limit, w.share.exclusive)),
         )
+        .is_none_or(|limits| limits.into_iter().any(|(group, max)| room(group, max)))
     }
 
     /// How many wait on `key`, per group (`None` first, then by name).
@@ -297,27 +308,28 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     }
 }
 
-/// The waiters of a key as a new call sees them ([`Queued`]), from each
-/// one's group, GROUPLIMIT and whether it is exclusive: held back only when
-/// every one gave GROUPLIMIT and none is exclusive, each group then with the
-/// largest GROUPLIMIT its waiters gave. The one rule for a walk of the queue
-/// and for its counted kinds.
-pub(super) fn held_back<'a>(
+/// For waiters given as their group, GROUPLIMIT and whether they are
+/// exclusive: the largest GROUPLIMIT each group's waiters gave, when every
+/// one gave one and none is exclusive (only then can a newcomer of another
+/// group pass them, while each of their groups holds that many); `None`
+/// otherwise. The one rule for a walk of a queue and for its counted kinds.
+pub(super) fn group_limits<'a>(
     waiters: impl Iterator<Item = (&'a Option<Box<[u8]>>, Option<u32>, bool)>,
-) -> Queued {
+) -> Option<BTreeMap<&'a Option<Box<[u8]>>, u32>> {
     // By group, so that a queue of many tenants costs one lookup a waiter,
     // not a search of every group seen so far.
     let mut groups: BTreeMap<&Option<Box<[u8]>>, u32> = BTreeMap::new();
     for (group, group_limit, exclusive) in waiters {
-        let Some(max) = group_limit.filter(|_| !exclusive) else {
-            return Queued::Waiters;
-        };
+        let max = gate(group_limit, exclusive)?;
         let m = groups.entry(group).or_insert(max);
         *m = (*m).max(max);
     }
-    if groups.is_empty() {
-        Queued::Nobody
-    } else {
-        Queued::HeldBack(groups.into_iter().map(|(g, m)| (g.clone(), m)).collect())
-    }
+    Some(groups)
+}
+
+/// The GROUPLIMIT that holds a waiter back from a slot its group cannot
+/// take; `None` for a waiter that nothing but the key's LIMIT holds back (no
+/// GROUPLIMIT) or that waits for the key to empty (exclusive).
+pub(super) fn gate(group_limit: Option<u32>, exclusive: bool) -> Option<u32> {
+    group_limit.filter(|_| !exclusive)
 }

@@ -419,27 +419,38 @@ fn a_newcomer_sees_the_same_queue_from_the_kinds_as_from_a_walk() {
         exclusive,
         ..Share::default()
     };
-    let cases: Vec<Vec<Share>> = vec![
-        vec![],
-        vec![
-            share(Some("a"), Some(2), false),
-            share(Some("a"), Some(3), false),
-        ],
-        vec![
-            share(Some("a"), Some(2), false),
-            share(Some("b"), Some(1), false),
-        ],
-        vec![share(Some("a"), Some(2), false), share(None, None, false)],
-        vec![share(Some("a"), Some(2), true)],
+    // Per case, whether the waiters go first while group "a" holds 0, 1,
+    // 2 or 3 and every other group 1.
+    let cases: Vec<(Vec<Share>, [bool; 4])> = vec![
+        (vec![], [false; 4]),
+        (
+            vec![
+                share(Some("a"), Some(2), false),
+                share(Some("a"), Some(3), false),
+            ],
+            [true, true, true, false],
+        ),
+        (
+            vec![
+                share(Some("a"), Some(2), false),
+                share(Some("b"), Some(1), false),
+            ],
+            [true, true, false, false],
+        ),
+        (
+            vec![
+                share(Some("a"), Some(2), false),
+                share(Some("b"), Some(2), false),
+            ],
+            [true; 4],
+        ),
+        (
+            vec![share(Some("a"), Some(2), false), share(None, None, false)],
+            [true; 4],
+        ),
+        (vec![share(Some("a"), Some(2), true)], [true; 4]),
     ];
-    let sorted = |q: Queued| match q {
-        Queued::HeldBack(mut g) => {
-            g.sort();
-            Queued::HeldBack(g)
-        }
-        other => other,
-    };
-    for (i, shares) in cases.into_iter().enumerate() {
+    for (i, (shares, expected)) in cases.into_iter().enumerate() {
         let mut w: Waiters<u32> = Waiters::default();
         for (c, share) in shares.into_iter().enumerate() {
             let c = c as u32 * 2 + 1;
@@ -461,10 +472,15 @@ fn a_newcomer_sees_the_same_queue_from_the_kinds_as_from_a_walk() {
                 w.push(key(name), waiter);
             }
         }
-        assert_eq!(
-            sorted(w.queued(0, b"known")),
-            sorted(w.queued(0, b"walked")),
-            "case {i}"
-        );
+        for (a_holds, &first) in expected.iter().enumerate() {
+            let holding = |g: Option<&[u8]>| if g == Some(b"a") { a_holds } else { 1 };
+            for name in ["known", "walked"] {
+                assert_eq!(
+                    w.holds_back(0, name.as_bytes(), holding),
+                    first,
+                    "case {i}, a holds {a_holds}, {name}"
+                );
+            }
+        }
     }
 }

@@ -80,6 +80,66 @@ fn a_free_key_is_granted_a_new_token_counted_under_its_type() {
 }
 
 #[test]
+fn the_waiters_ahead_are_asked_only_about_a_call_the_key_admits() {
+    let (mut lock, mut out) = (Lock::default(), Recorder::default());
+    decide_lock(&mut lock, &req("a"), NOW, false, &mut out);
+    let asked = std::cell::Cell::new(0);
+    let (waiters_first, none_first) = (
+        |_: &Lock| {
+            asked.set(asked.get() + 1);
+            true
+        },
+        |_: &Lock| {
+            asked.set(asked.get() + 1);
+            false
+        },
+    );
+    // The key is full at LIMIT 1, and "a" renews: nobody needs asking.
+    let full = decide_lock(
+        &mut lock,
+        &req("b"),
+        NOW,
+        Ahead::Depends(&waiters_first),
+        &mut out,
+    );
+    let renewal = decide_lock(
+        &mut lock,
+        &req("a"),
+        NOW,
+        Ahead::Depends(&waiters_first),
+        &mut out,
+    );
+    assert!(matches!(
+        full.attempt,
+        Attempt::Denied { full: Some(1), .. }
+    ));
+    assert_eq!(renewal.attempt, Attempt::Granted(101));
+    assert_eq!(asked.get(), 0);
+    // At LIMIT 3 the key admits "b": the waiters decide.
+    let roomy = LockRequest {
+        limit: 3,
+        ..req("b")
+    };
+    let held = decide_lock(
+        &mut lock,
+        &roomy,
+        NOW,
+        Ahead::Depends(&waiters_first),
+        &mut out,
+    );
+    assert!(matches!(held.attempt, Attempt::Denied { full: None, .. }));
+    let granted = decide_lock(
+        &mut lock,
+        &roomy,
+        NOW,
+        Ahead::Depends(&none_first),
+        &mut out,
+    );
+    assert_eq!(granted.attempt, Attempt::Granted(102));
+    assert_eq!(asked.get(), 2);
+}
+
+#[test]
 fn a_renewal_keeps_its_token_and_announces_nothing() {
     let (mut lock, mut out) = (Lock::default(), Recorder::default());
     decide_lock(&mut lock, &req("a"), NOW, false, &mut out);
