@@ -105,10 +105,12 @@ pub trait Call {
     /// Runs the call again, as the longest waiter in its key's queue.
     fn retry(&self, ctx: &Context) -> Served;
 
-    /// How many live holders `group` (`None`: no group) has on the key now:
-    /// what fair serving weighs. A call that knows no groups says 0.
-    fn holding(&self, _ctx: &Context, _group: Option<&[u8]>) -> usize {
-        0
+    /// How many live holders each group (`None`: no group) has on the key
+    /// now, what fair serving weighs: shown to `each` as one lookup, so that
+    /// a pass over many groups opens the key once, not once a group. A call
+    /// that knows no groups says 0 for all.
+    fn holdings(&self, _ctx: &Context, each: Holdings<'_>) {
+        each(&|_| 0)
     }
 
     /// What decides this call's new hold besides its [`Share`], when nothing
@@ -118,6 +120,10 @@ pub trait Call {
         None
     }
 }
+
+/// What [`Call::holdings`] shows its lookup to (how many live holders a
+/// group has).
+pub type Holdings<'a> = &'a mut dyn FnMut(&dyn Fn(Option<&[u8]>) -> usize);
 
 /// What the serving rule needs to know of a waiter besides its call: the
 /// group it waits for (`None`: the waiters without GROUP, which compete as
@@ -330,7 +336,7 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 fn serve_pass<C>(
     mut queue: Queue<C>,
     facts: Option<Tally>,
-    mut holding: impl FnMut(&Waiter<C>, Option<&[u8]>) -> usize,
+    mut holdings: impl FnMut(&Waiter<C>, Holdings<'_>),
     mut retry: impl FnMut(&Waiter<C>) -> Served,
 ) -> Pass<C> {
     let mut ended = Vec::new();
@@ -350,10 +356,25 @@ fn serve_pass<C>(
     let mut groups = Group::heads(&queue, counts);
     let mut denials = Denials::default();
     let mut first = true;
+    // Whether each group's `held` is the key's: asked of the key for every
+    // group at once (through the oldest waiter: all wait on the one key),
+    // before the first retry and again after it (which removed the ended
+    // leases), then counted on as the pass grants.
+    let mut counted = false;
     loop {
         // Every kind still waiting was denied: so would the rest be.
         if kinds.as_ref().is_some_and(|k| denials.cover(k)) {
             break;
+        }
+        if !counted {
+            counted = true;
+            if let Some(oldest) = queue.values().next() {
+                holdings(oldest, &mut |held_by| {
+                    for g in groups.iter_mut() {
+                        g.held = held_by(g.name.as_deref());
+                    }
+                });
+            }
         }
         let barrier = exclusive.first().copied();
         // The oldest still waiting: those whose wait ended left the queue.
@@ -379,14 +400,7 @@ fn serve_pass<C>(
             if blocked {
                 continue;
             }
-            let held = match g.held {
-                Some(n) => n,
-                None => {
-                    let n = holding(head, g.name.as_deref());
-                    g.held = Some(n);
-                    n
-                }
-            };
+            let held = g.held;
             let weight = head.share.weight.max(1);
             let better = best.is_none_or(|(_, bh, bw, bs)| {
                 // held / weight < bh / bw, in integers; then the oldest.
@@ -424,7 +438,7 @@ fn serve_pass<C>(
         };
         let reply = match served {
             Served::Granted(token) => {
-                group.held = group.held.map(|n| n + 1);
+                group.held += 1;
                 Some(WaiterReply::Token(token))
             }
             Served::Failed(e) => Some(WaiterReply::Error(e)),
@@ -436,9 +450,7 @@ fn serve_pass<C>(
         if first {
             // The first retry removed the ended leases: count afresh.
             first = false;
-            for g in &mut groups {
-                g.held = None;
-            }
+            counted = false;
         }
         if let Some(reply) = reply {
             exclusive.remove(&seq);
@@ -483,12 +495,12 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 
 /// One group of waiters in a pass: the number of its next waiter not tried
 /// yet (FIFO within the group), how many of its waiters are untried, and the
-/// slots the group holds (asked once, then counted on).
+/// slots the group holds (asked of the key, then counted on).
 struct Group {
     name: Option<Box<[u8]>>,
     head: Option<usize>,
     left: usize,
-    held: Option<usize>,
+    held: usize,
     /// Every kind of the group that waits was denied in this pass (which
     /// stays so: a pass only adds denials and removes waiters).
     covered: bool,
@@ -515,7 +527,7 @@ impl Group {
                 name,
                 head: None,
                 left,
-                held: None,
+                held: 0,
                 covered: false,
                 tried: None,
             })
@@ -546,7 +558,7 @@ impl Group {
                         // Counted here when nothing was; a group the counts
                         // missed (never expected) has its waiters looked for.
                         left: if known { usize::MAX } else { 1 },
-                        held: None,
+                        held: 0,
                         covered: false,
                         tried: None,
                     },
@@ -616,11 +628,12 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
     // The waiters after the oldest multi-key waiter on the key wait for it.
     let held = all::reserved_for(&id).map_or_else(Queue::new, |seq| queue.split_off(&seq));
     let mut permissions = Permissions::default();
-    let holding = |waiter: &Waiter<Blocked>, group: Option<&[u8]>| {
-        catch_unwind(AssertUnwindSafe(|| waiter.call.holding(ctx, group))).unwrap_or(0)
+    let holdings = |waiter: &Waiter<Blocked>, each: Holdings<'_>| {
+        // A bug there leaves the counts as they were: the pass goes on.
+        let _ = catch_unwind(AssertUnwindSafe(|| waiter.call.holdings(ctx, each)));
     };
     let facts = with_waiters(|w| w.facts(&id));
-    let pass = serve_pass(queue, facts, holding, |waiter| {
+    let pass = serve_pass(queue, facts, holdings, |waiter| {
         if waiter
             .user
             .as_deref()

@@ -2,6 +2,7 @@
 //!             [RATE n PER ms [BURST b]] [GROUP name [WEIGHT w]] [GROUPLIMIT m]
 //!             [MODE shared|exclusive] [WAIT ms]
 
+use std::collections::HashMap;
 use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
@@ -17,7 +18,7 @@ use crate::engine::{
 };
 use crate::ffi::{command_now_ms, now_ms};
 use crate::metrics::{self, Event};
-use crate::waiting::{self, Served, Share};
+use crate::waiting::{self, Holdings, Served, Share};
 
 super::command!(in_place run_in_place);
 
@@ -296,28 +297,22 @@ impl waiting::Call for WaitingLock {
         })
     }
 
-    /// The live holders of `group` on its key (read only: a holder whose
-    /// lease ended is not counted, removed or not).
-    fn holding(&self, ctx: &Context, group: Option<&[u8]>) -> usize {
+    /// The live holders of each group on its key (read only: a holder whose
+    /// lease ended is not counted, removed or not), the key opened once.
+    fn holdings(&self, ctx: &Context, each: Holdings<'_>) {
         let key_name = ctx.create_string(&*self.key);
-        let Some(key) = LockKey::open(ctx, &key_name, false) else {
-            return 0;
+        let key = LockKey::open(ctx, &key_name, false);
+        let Some(Ok(Some(lock))) = key.as_ref().map(LockKey::lock) else {
+            return each(&|_| 0);
         };
-        match key.lock() {
-            Ok(Some(lock)) => {
-                let now = now_ms();
-                if lock.has_expired(now) {
-                    // From the lock's counts less its ended holders: no walk
-                    // over the live ones of a key of many holders.
-                    lock.live_by_group(now)
-                        .into_iter()
-                        .find(|&(g, _)| g == group)
-                        .map_or(0, |(_, n)| n)
-                } else {
-                    lock.group_holding(group)
-                }
-            }
-            _ => 0,
+        let now = now_ms();
+        if lock.has_expired(now) {
+            // From the lock's counts less its ended holders: no walk over
+            // the live ones of a key of many holders.
+            let live: HashMap<Option<&[u8]>, usize> = lock.live_by_group(now).into_iter().collect();
+            each(&|group| live.get(&group).copied().unwrap_or(0));
+        } else {
+            each(&|group| lock.group_holding(group));
         }
     }
 }

@@ -144,11 +144,13 @@ impl Sim {
                 kinds,
                 groups: counts,
             }),
-            |_, group| {
-                lock.borrow()
-                    .live_holders(now)
-                    .filter(|h| h.group() == group)
-                    .count()
+            |_, each| {
+                let lock = lock.borrow();
+                each(&|group| {
+                    lock.live_holders(now)
+                        .filter(|h| h.group() == group)
+                        .count()
+                })
             },
             |w| {
                 let Some(ask) = asks.get(&w.seq) else {

@@ -22,6 +22,11 @@ fn waiter(client: u32) -> Waiter<u32> {
     }
 }
 
+/// A key on which no group holds anything.
+fn nothing_held<C>(_: &Waiter<C>, each: Holdings<'_>) {
+    each(&|_| 0)
+}
+
 fn key(name: &str) -> KeyId {
     (0, name.as_bytes().to_vec())
 }
@@ -105,30 +110,25 @@ fn queue_of(clients: &[u32]) -> Queue<u32> {
 #[test]
 fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
     let mut tried = Vec::new();
-    let pass = serve_pass(
-        queue_of(&[1, 2, 3, 4, 5]),
-        None,
-        |_, _| 0,
-        |w| {
-            tried.push(w.client);
-            match w.client {
-                1 => Served::Denied {
-                    lease_end: Some(300),
-                    full: None,
-                },
-                2 => Served::Granted(7),
-                3 => Served::Denied {
-                    lease_end: Some(200),
-                    full: None,
-                },
-                4 => Served::Failed("ERR gone".into()),
-                _ => Served::Denied {
-                    lease_end: None,
-                    full: None,
-                },
-            }
-        },
-    );
+    let pass = serve_pass(queue_of(&[1, 2, 3, 4, 5]), None, nothing_held, |w| {
+        tried.push(w.client);
+        match w.client {
+            1 => Served::Denied {
+                lease_end: Some(300),
+                full: None,
+            },
+            2 => Served::Granted(7),
+            3 => Served::Denied {
+                lease_end: Some(200),
+                full: None,
+            },
+            4 => Served::Failed("ERR gone".into()),
+            _ => Served::Denied {
+                lease_end: None,
+                full: None,
+            },
+        }
+    });
     assert_eq!(tried, [1, 2, 3, 4, 5], "every waiter, oldest first");
     let ended: Vec<_> = pass.ended.iter().map(|(w, r)| (w.client, r)).collect();
     assert_eq!(
@@ -144,34 +144,26 @@ fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
 
 #[test]
 fn a_pass_that_ends_every_wait_arms_no_wake_up() {
-    let pass = serve_pass(
-        queue_of(&[1, 2]),
-        None,
-        |_, _| 0,
-        |w| {
-            if w.client == 1 {
-                Served::Denied {
-                    lease_end: Some(9),
-                    full: None,
-                }
-            } else {
-                Served::Granted(1)
+    let pass = serve_pass(queue_of(&[1, 2]), None, nothing_held, |w| {
+        if w.client == 1 {
+            Served::Denied {
+                lease_end: Some(9),
+                full: None,
             }
-        },
-    );
+        } else {
+            Served::Granted(1)
+        }
+    });
     assert_eq!(pass.wake_at, Some(9));
-    let pass = serve_pass(queue_of(&[1, 2]), None, |_, _| 0, |_| Served::Granted(1));
+    let pass = serve_pass(queue_of(&[1, 2]), None, nothing_held, |_| {
+        Served::Granted(1)
+    });
     assert!(pass.still.is_empty());
     assert_eq!(pass.wake_at, None);
-    let pass = serve_pass(
-        queue_of(&[1]),
-        None,
-        |_, _| 0,
-        |_| Served::Denied {
-            lease_end: None,
-            full: None,
-        },
-    );
+    let pass = serve_pass(queue_of(&[1]), None, nothing_held, |_| Served::Denied {
+        lease_end: None,
+        full: None,
+    });
     assert_eq!(pass.wake_at, None, "no lease ends: no wake-up");
 }
 
@@ -376,22 +368,17 @@ fn pass_after_one_grant(
     let facts = w.facts(&key("k"));
     let queue = w.take_queue(&key("k")).expect("a queue");
     let mut tried = 0;
-    let pass = serve_pass(
-        queue,
-        facts,
-        |_, _| 0,
-        |_| {
-            tried += 1;
-            if tried == 1 {
-                Served::Granted(1)
-            } else {
-                Served::Denied {
-                    lease_end: Some(50),
-                    full,
-                }
+    let pass = serve_pass(queue, facts, nothing_held, |_| {
+        tried += 1;
+        if tried == 1 {
+            Served::Granted(1)
+        } else {
+            Served::Denied {
+                lease_end: Some(50),
+                full,
             }
-        },
-    );
+        }
+    });
     (tried, pass)
 }
 
