@@ -43,7 +43,7 @@
 //! without a server (`tests.rs`).
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::ops::Bound;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,7 +65,7 @@ pub use all::block_all;
 pub use denials::Admission;
 use denials::{Denials, Kinds};
 pub use multi::{AllCall, ServedAll};
-use queues::{GroupCounts, KeyId, Queue, Tally, Waiter, Waiters};
+use queues::{KeyId, Queue, Tally, Waiter, Waiters};
 
 /// The longest delay given to a module timer, about 34.8 years: Redis adds a
 /// timer's delay, in microseconds, to a 64-bit clock, so a delay near
@@ -316,12 +316,12 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 ///   group's GROUPLIMIT) keeps its place; the pass goes on with the next
 ///   best, so a free slot goes to whoever can take it (work-conserving).
 ///   A denial also answers the later waiters of the same kind without a
-///   retry (`denials`); with the queue's `facts` (its kinds and group
-///   counts, kept as waiters come and go), a group whose every kind waiting
-///   was denied is tried no more, and the pass ends once every kind was:
-///   its cost follows the waiters it serves and the kinds waiting, not the
-///   length of the queue. Without them (the unit tests) every waiter is
-///   visited.
+///   retry (`denials`); with the queue's `tally` (its kinds and each
+///   group's waiters, kept as waiters come and go), a group whose every
+///   kind waiting was denied is tried no more, and the pass ends once every
+///   kind was: its cost follows the waiters it serves and the kinds
+///   waiting, not the length of the queue. Without it (the unit tests)
+///   every waiter is visited.
 /// - **Shared/exclusive (PostgreSQL's rule).** A waiter is served only if
 ///   it conflicts with no earlier waiter: nobody queued after a waiting
 ///   exclusive request is tried before it is served (a writer blocks the
@@ -335,13 +335,18 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 /// here and nowhere else.
 fn serve_pass<C>(
     mut queue: Queue<C>,
-    facts: Option<Tally>,
+    tally: Option<Tally>,
     mut holdings: impl FnMut(&Waiter<C>, Holdings<'_>),
     mut retry: impl FnMut(&Waiter<C>) -> Served,
 ) -> Pass<C> {
     let mut ended = Vec::new();
     let mut wake_at: Option<i64> = None;
-    let (mut kinds, counts) = facts.map(|t| (t.kinds, t.groups)).unzip();
+    let known = tally.is_some();
+    let Tally {
+        groups: mut seqs,
+        kinds,
+    } = tally.unwrap_or_else(|| Tally::of(&queue));
+    let mut kinds = known.then_some(kinds);
     // The exclusive waiters still waiting (untried or denied in this pass);
     // not looked for when the queue is known to have none.
     let mut exclusive: BTreeSet<usize> = if kinds.as_ref().is_none_or(Kinds::any_exclusive) {
@@ -353,7 +358,10 @@ fn serve_pass<C>(
     } else {
         BTreeSet::new()
     };
-    let mut groups = Group::heads(&queue, counts);
+    let mut groups: Vec<Group<'_>> = seqs
+        .iter()
+        .map(|(name, seqs)| Group::new(name, seqs, &queue))
+        .collect();
     let mut denials = Denials::default();
     let mut first = true;
     // Whether each group's `held` is the key's: asked of the key for every
@@ -361,6 +369,15 @@ fn serve_pass<C>(
     // before the first retry and again after it (which removed the ended
     // leases), then counted on as the pass grants.
     let mut counted = false;
+    // Each group's head, best first (see `Turn`): all of them when the
+    // groups are counted, then only the group just tried goes back in (no
+    // other group changes), so that a turn costs O(log groups) and not a
+    // look at every group.
+    let mut turns: BinaryHeap<Turn> = BinaryHeap::new();
+    // Heads behind a waiting exclusive request, and the barrier and oldest
+    // waiter they were behind: they go back in when either moves.
+    let mut behind: Vec<Turn> = Vec::new();
+    let mut fence = None;
     loop {
         // Every kind still waiting was denied: so would the rest be.
         if kinds.as_ref().is_some_and(|k| denials.cover(k)) {
@@ -375,52 +392,34 @@ fn serve_pass<C>(
                     }
                 });
             }
+            turns = (0..groups.len())
+                .filter_map(|i| groups.get(i)?.turn(i, &queue))
+                .collect();
+            behind.clear();
         }
         let barrier = exclusive.first().copied();
         // The oldest still waiting: those whose wait ended left the queue.
         let oldest = queue.keys().next().copied();
-        let mut best: Option<(usize, usize, u32, usize)> = None; // (group, held, weight, seq)
-        for (i, g) in groups.iter_mut().enumerate() {
-            // Every kind of this group waiting was denied: so would the rest
-            // of it be, and another group may still take a slot.
-            if g.covered {
-                continue;
-            }
-            if let Some(seq) = g.tried.take() {
-                g.advance(&queue, seq);
-            }
-            let Some(head) = g.head.and_then(|seq| queue.get(&seq)) else {
-                continue;
-            };
+        if fence != Some((barrier, oldest)) {
+            fence = Some((barrier, oldest));
+            turns.extend(behind.drain(..));
+        }
+        let mut next = None;
+        while let Some(turn) = turns.pop() {
             let blocked = match barrier {
-                Some(b) if head.seq > b => true,
-                Some(b) if head.seq == b => oldest != Some(b),
+                Some(b) if turn.seq > b => true,
+                Some(b) if turn.seq == b => oldest != Some(b),
                 _ => false,
             };
-            if blocked {
-                continue;
+            if !blocked {
+                next = Some(turn);
+                break;
             }
-            let held = g.held;
-            let weight = head.share.weight.max(1);
-            let better = best.is_none_or(|(_, bh, bw, bs)| {
-                // held / weight < bh / bw, in integers; then the oldest.
-                let (a, b) = (
-                    held as u128 * u128::from(bw),
-                    bh as u128 * u128::from(weight),
-                );
-                a < b || (a == b && head.seq < bs)
-            });
-            if better {
-                best = Some((i, held, weight, head.seq));
-            }
+            behind.push(turn);
         }
-        let Some((i, _, _, seq)) = best else {
+        let Some(Turn { group: i, seq, .. }) = next else {
             break;
         };
-        let Some(group) = groups.get_mut(i) else {
-            break;
-        };
-        group.tried = Some(seq);
         let Some(waiter) = queue.get(&seq) else {
             continue;
         };
@@ -438,7 +437,9 @@ fn serve_pass<C>(
         };
         let reply = match served {
             Served::Granted(token) => {
-                group.held += 1;
+                if let Some(g) = groups.get_mut(i) {
+                    g.held += 1;
+                }
                 Some(WaiterReply::Token(token))
             }
             Served::Failed(e) => Some(WaiterReply::Error(e)),
@@ -466,11 +467,26 @@ fn serve_pass<C>(
         // of many tenants would pay groups times turns). A group that
         // another group's denial by LIMIT covers is found so when next
         // tried, answered without a retry; `cover`, above, sees the whole
-        // queue covered at once.
+        // queue covered at once. A group not covered goes back in with its
+        // next waiter.
         if let Some(g) = groups.get_mut(i) {
             g.covered = kinds
                 .as_ref()
-                .is_some_and(|k| denials.cover_group(k, &g.name));
+                .is_some_and(|k| denials.cover_group(k, g.name));
+            if !g.covered {
+                g.head = g.after(seq, &queue);
+                turns.extend(g.turn(i, &queue));
+            }
+        }
+    }
+    drop(groups);
+    // The waiters that leave the queue leave their group's.
+    for (waiter, _) in &ended {
+        if let Some(group) = seqs.get_mut(&waiter.share.group) {
+            group.remove(&waiter.seq);
+            if group.is_empty() {
+                seqs.remove(&waiter.share.group);
+            }
         }
     }
     // The denied, the untried (behind a waiting exclusive request, or of a
@@ -482,6 +498,10 @@ fn serve_pass<C>(
         ended,
         still: queue,
         wake_at,
+        tally: kinds.map(|kinds| Tally {
+            groups: seqs,
+            kinds,
+        }),
     }
 }
 
@@ -493,94 +513,94 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     }
 }
 
-/// One group of waiters in a pass: the number of its next waiter not tried
-/// yet (FIFO within the group), how many of its waiters are untried, and the
-/// slots the group holds (asked of the key, then counted on).
-struct Group {
-    name: Option<Box<[u8]>>,
+/// One group of waiters in a pass: its next waiter not tried yet (FIFO
+/// within the group), found in the group's own waiters, and the slots the
+/// group holds (asked of the key, then counted on).
+struct Group<'a> {
+    name: &'a Option<Box<[u8]>>,
+    /// The group's waiters by number, the ended ones included until the
+    /// pass is over (they come before `head`).
+    seqs: &'a BTreeSet<usize>,
     head: Option<usize>,
-    left: usize,
     held: usize,
     /// Every kind of the group that waits was denied in this pass (which
     /// stays so: a pass only adds denials and removes waiters).
     covered: bool,
-    /// Its head, just tried: the group's next waiter is looked for only if
-    /// the group is considered again (a group covered by that try never
-    /// is, and a queue of many groups would walk past the others for it).
-    tried: Option<usize>,
 }
 
-impl Group {
-    /// Each group's first waiter, found walking the queue from its oldest
-    /// only until every group counted in `counts` has one (the whole queue
-    /// when nothing is counted, or when a group waits only past the queue
-    /// served, behind a multi-key waiter).
-    ///
-    /// The groups are kept in the order of their names (`counts` is), so
-    /// that a waiter's group is found by a binary search: a queue of many
-    /// tenants costs O(log groups) a waiter looked at.
-    fn heads<C>(queue: &Queue<C>, counts: Option<GroupCounts>) -> Vec<Self> {
-        let mut groups: Vec<Self> = counts
-            .into_iter()
-            .flatten()
-            .map(|(name, left)| Self {
-                name,
-                head: None,
-                left,
-                held: 0,
-                covered: false,
-                tried: None,
-            })
-            .collect();
-        let known = !groups.is_empty();
-        let mut missing = groups.len();
-        for waiter in queue.values() {
-            if known && missing == 0 {
-                break;
-            }
-            let at = groups.binary_search_by(|g| g.name.cmp(&waiter.share.group));
-            match at.map(|i| groups.get_mut(i)) {
-                Ok(Some(g)) if g.head.is_none() => {
-                    g.head = Some(waiter.seq);
-                    missing = missing.saturating_sub(1);
-                }
-                Ok(Some(g)) => {
-                    if !known {
-                        g.left += 1;
-                    }
-                }
-                Ok(None) => {}
-                Err(i) => groups.insert(
-                    i,
-                    Self {
-                        name: waiter.share.group.clone(),
-                        head: Some(waiter.seq),
-                        // Counted here when nothing was; a group the counts
-                        // missed (never expected) has its waiters looked for.
-                        left: if known { usize::MAX } else { 1 },
-                        held: 0,
-                        covered: false,
-                        tried: None,
-                    },
-                ),
-            }
-        }
-        groups
-    }
-
-    /// `seq`, its head, was tried: its next waiter becomes the head.
-    fn advance<C>(&mut self, queue: &Queue<C>, seq: usize) {
-        self.left = self.left.saturating_sub(1);
-        self.head = if self.left == 0 {
-            None
-        } else {
-            queue
-                .range((Bound::Excluded(seq), Bound::Unbounded))
-                .find(|(_, w)| w.share.group == self.name)
-                .map(|(&s, _)| s)
+impl<'a> Group<'a> {
+    fn new<C>(name: &'a Option<Box<[u8]>>, seqs: &'a BTreeSet<usize>, queue: &Queue<C>) -> Self {
+        let mut group = Self {
+            name,
+            seqs,
+            head: None,
+            held: 0,
+            covered: false,
         };
+        group.head = seqs.first().copied().filter(|s| queue.contains_key(s));
+        group
+    }
+
+    /// The group's next waiter after `seq` in this pass's queue (a waiter
+    /// past it waits behind a multi-key waiter: so do all after it).
+    fn after<C>(&self, seq: usize, queue: &Queue<C>) -> Option<usize> {
+        self.seqs
+            .range((Bound::Excluded(seq), Bound::Unbounded))
+            .next()
+            .copied()
+            .filter(|s| queue.contains_key(s))
+    }
+
+    /// The group's place in the order of turns, as group `i`; `None` when
+    /// it has nobody left to try.
+    fn turn<C>(&self, i: usize, queue: &Queue<C>) -> Option<Turn> {
+        if self.covered {
+            return None;
+        }
+        let head = queue.get(&self.head?)?;
+        Some(Turn {
+            held: self.held,
+            weight: head.share.weight.max(1),
+            seq: head.seq,
+            group: i,
+        })
     }
 }
+
+/// A group's head as a candidate for the next slot: the greatest in a
+/// [`BinaryHeap`] is the group that holds the fewest slots for its weight
+/// (`held / weight`, compared in integers), then the one whose head came
+/// first.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    held: usize,
+    weight: u32,
+    seq: usize,
+    group: usize,
+}
+
+impl Ord for Turn {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let mine = self.held as u128 * u128::from(other.weight);
+        let theirs = other.held as u128 * u128::from(self.weight);
+        // The smaller share, then the older head, is the greater.
+        theirs.cmp(&mine).then(other.seq.cmp(&self.seq))
+    }
+}
+
+impl PartialOrd for Turn {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Turn {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Turn {}
 
 /// What one [`serve_pass`] decided.
 struct Pass<C> {
@@ -591,6 +611,8 @@ struct Pass<C> {
     /// When to serve the key again: the earliest end of lease (or instant
     /// the rate allows) any denial gave, while someone still waits.
     wake_at: Option<i64>,
+    /// The tally it was given, less the waiters it ended.
+    tally: Option<Tally>,
 }
 
 /// The serving loop of `key` (selected database): its single-key waiters
@@ -622,7 +644,7 @@ fn serve(ctx: &Context, key: &[u8]) {
 /// lease to end.
 fn serve_queue(ctx: &Context, key: &[u8]) {
     let id = (selected_db(ctx), key.to_vec());
-    let Some(mut queue) = with_waiters(|w| w.take_queue(&id)) else {
+    let Some((mut queue, tally)) = with_waiters(|w| w.take_queue(&id)) else {
         return;
     };
     // The waiters after the oldest multi-key waiter on the key wait for it.
@@ -632,8 +654,7 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
         // A bug there leaves the counts as they were: the pass goes on.
         let _ = catch_unwind(AssertUnwindSafe(|| waiter.call.holdings(ctx, each)));
     };
-    let facts = with_waiters(|w| w.facts(&id));
-    let pass = serve_pass(queue, facts, holdings, |waiter| {
+    let pass = serve_pass(queue, Some(tally), holdings, |waiter| {
         if waiter
             .user
             .as_deref()
@@ -664,7 +685,7 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
     }
     let mut still = pass.still;
     still.extend(held);
-    with_waiters(|w| w.put_back(id, still));
+    with_waiters(|w| w.put_back(id, still, pass.tally.unwrap_or_default()));
     if let Some(at) = pass.wake_at {
         wake_at(ctx, key, at);
     }

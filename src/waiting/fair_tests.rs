@@ -125,13 +125,9 @@ impl Sim {
     /// and the exclusive rule as it is made.
     fn pass(&mut self) -> Result<Pass<u32>, TestCaseError> {
         let queue = std::mem::take(&mut self.queue);
-        // The queue's kinds and group counts, as the waiters' bookkeeping
-        // keeps them.
-        let (mut kinds, mut counts) = (Kinds::default(), GroupCounts::new());
-        for w in queue.values() {
-            kinds.add(w.call.admission(), &w.share);
-            *counts.entry(w.share.group.clone()).or_default() += 1;
-        }
+        // The queue's kinds and groups, as the waiters' bookkeeping keeps
+        // them.
+        let tally = Tally::of(&queue);
         let (now, limit) = (self.now, self.limit);
         let lock = &self.lock;
         let asks = &self.asks;
@@ -140,10 +136,7 @@ impl Sim {
         let mut broken: Option<String> = None;
         let pass = serve_pass(
             queue,
-            Some(Tally {
-                kinds,
-                groups: counts,
-            }),
+            Some(tally),
             |_, each| {
                 let lock = lock.borrow();
                 each(&|group| {
@@ -199,6 +192,9 @@ impl Sim {
         if let Some(b) = broken {
             return Err(TestCaseError::fail(b));
         }
+        // The pass counted out exactly the waiters it ended.
+        let left = pass.tally.as_ref().map(|t| &t.groups);
+        prop_assert_eq!(left, Some(&Tally::of(&pass.still).groups));
         Ok(pass)
     }
 

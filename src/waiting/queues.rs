@@ -3,7 +3,7 @@
 //! and the timers counted. `C` stands for a blocked client's handle, so the
 //! unit tests use plain numbers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 
 use super::denials::Kinds;
@@ -33,13 +33,61 @@ pub(super) type KeyId = (i32, Vec<u8>);
 /// How many waiters of each group (`None`: without one) a key has.
 pub(super) type GroupCounts = BTreeMap<Option<Box<[u8]>>, usize>;
 
-/// What is counted of one queue as its waiters come and go: how many wait
-/// in each group (WAITERS ... GROUPS reads it without a walk) and their
-/// kinds (a serving pass stops once every kind left is denied).
-#[derive(Default, Clone)]
+/// The numbers of each group's waiters on a key (`None`: those without a
+/// group), never an empty set: how many wait in each (WAITERS ... GROUPS
+/// reads it without a walk), and each group's next waiter, found by a
+/// serving pass without a walk past the other groups' waiters.
+pub(super) type GroupQueues = BTreeMap<Option<Box<[u8]>>, BTreeSet<usize>>;
+
+/// What is kept of one queue as its waiters come and go: each group's
+/// waiters and their kinds (a serving pass stops once every kind left is
+/// denied).
+#[derive(Default)]
 pub(super) struct Tally {
-    pub(super) groups: GroupCounts,
+    pub(super) groups: GroupQueues,
     pub(super) kinds: Kinds,
+}
+
+impl Tally {
+    /// Counts `waiter` in.
+    pub(super) fn join<C>(&mut self, waiter: &Waiter<C>) {
+        self.kinds.add(waiter.call.admission(), &waiter.share);
+        match self.groups.get_mut(&waiter.share.group) {
+            Some(seqs) => {
+                seqs.insert(waiter.seq);
+            }
+            None => {
+                self.groups
+                    .insert(waiter.share.group.clone(), BTreeSet::from([waiter.seq]));
+            }
+        }
+    }
+
+    /// Counts `waiter` out: its wait ended.
+    pub(super) fn leave<C>(&mut self, waiter: &Waiter<C>) {
+        self.kinds.remove(waiter.call.admission(), &waiter.share);
+        if let Some(seqs) = self.groups.get_mut(&waiter.share.group) {
+            seqs.remove(&waiter.seq);
+            if seqs.is_empty() {
+                self.groups.remove(&waiter.share.group);
+            }
+        }
+    }
+
+    /// The tally of the waiters of `queue`, counted one by one (what the
+    /// waiters' bookkeeping keeps as they come and go).
+    pub(super) fn of<C>(queue: &Queue<C>) -> Self {
+        let mut tally = Self::default();
+        for waiter in queue.values() {
+            tally.join(waiter);
+        }
+        tally
+    }
+
+    /// No waiter counted.
+    pub(super) fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
 }
 
 /// A key's waiters by their number, which grows with every waiter: arrival
@@ -133,47 +181,25 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         }
         self.tallies
             .get(&(db, key.to_vec()))
-            .map(|t| t.groups.iter().map(|(g, &n)| (g.clone(), n)).collect())
+            .map(|t| t.groups.iter().map(|(g, s)| (g.clone(), s.len())).collect())
             .unwrap_or_default()
     }
 
-    /// What a pass over the queue of `id` knows without a walk: its
-    /// waiters' kinds and how many wait in each group (those of the whole
-    /// queue, served or not).
-    pub(super) fn facts(&self, id: &KeyId) -> Option<Tally> {
-        self.tallies.get(id).cloned()
-    }
-
-    /// Counts `waiter` in (`joins`) or out of the groups and kinds of the
-    /// queue of `id`.
+    /// Counts `waiter` in (`joins`) or out of the tally of the queue of
+    /// `id` (none while a pass has the queue out: the pass keeps it).
     fn count(&mut self, id: &KeyId, waiter: &Waiter<C>, joins: bool) {
-        let admission = waiter.call.admission();
-        let group = &waiter.share.group;
         if joins {
-            let tally = match self.tallies.get_mut(id) {
-                Some(tally) => tally,
-                None => self.tallies.entry(id.clone()).or_default(),
-            };
-            tally.kinds.add(admission, &waiter.share);
-            match tally.groups.get_mut(group) {
-                Some(n) => *n += 1,
-                None => {
-                    tally.groups.insert(group.clone(), 1);
-                }
+            match self.tallies.get_mut(id) {
+                Some(tally) => tally.join(waiter),
+                None => self.tallies.entry(id.clone()).or_default().join(waiter),
             }
             return;
         }
         let Some(tally) = self.tallies.get_mut(id) else {
             return;
         };
-        tally.kinds.remove(admission, &waiter.share);
-        if let Some(n) = tally.groups.get_mut(group) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                tally.groups.remove(group);
-            }
-        }
-        if tally.groups.is_empty() {
+        tally.leave(waiter);
+        if tally.is_empty() {
             self.tallies.remove(id);
         }
     }
@@ -197,11 +223,13 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
             .insert(waiter.seq, waiter);
     }
 
-    /// Takes the queue of `id` out to serve it; `None` when it has none.
-    /// Its waiters still count as waiting, and in their groups, until each
-    /// is [`Waiters::served`]: those left are put back as they are.
-    pub(super) fn take_queue(&mut self, id: &KeyId) -> Option<Queue<C>> {
-        self.queues.remove(id)
+    /// Takes the queue of `id` out to serve it, with its tally; `None` when
+    /// it has none. Its waiters still count as waiting until each is
+    /// [`Waiters::served`]; the tally is the pass's to keep (it counts out
+    /// the waiters it ends) until [`Waiters::put_back`].
+    pub(super) fn take_queue(&mut self, id: &KeyId) -> Option<(Queue<C>, Tally)> {
+        let queue = self.queues.remove(id)?;
+        Some((queue, self.tallies.remove(id).unwrap_or_default()))
     }
 
     /// `waiter`, taken out to be served, got its reply: it waits no more.
@@ -212,11 +240,15 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         self.by_seq.remove(&waiter.seq);
     }
 
-    /// Serving `id` is over: the waiters `still` denied keep their place
-    /// (and their counts, which serving left).
-    pub(super) fn put_back(&mut self, id: KeyId, still: Queue<C>) {
+    /// Serving `id` is over: the waiters `still` denied keep their place,
+    /// and `tally`, which counts them (and no other: the pass counted out
+    /// those it ended), is the queue's again.
+    pub(super) fn put_back(&mut self, id: KeyId, still: Queue<C>, tally: Tally) {
         if !still.is_empty() {
             // No waiter could block in between: nothing to merge.
+            if !tally.is_empty() {
+                self.tallies.insert(id.clone(), tally);
+            }
             self.queues.insert(id, still);
         }
     }

@@ -36,17 +36,19 @@ fn clients(queue: &Queue<u32>) -> Vec<u32> {
 }
 
 /// Serves a taken queue as a pass whose odd clients get their reply and
-/// whose even ones are still denied, then puts those back.
-fn serve_odd_clients(w: &mut Waiters<u32>, id: KeyId, mut queue: Queue<u32>) {
+/// whose even ones are still denied, then puts those back (with the tally,
+/// which counts out those served, as a pass does).
+fn serve_odd_clients(w: &mut Waiters<u32>, id: KeyId, (mut queue, mut tally): (Queue<u32>, Tally)) {
     let mut still = Queue::new();
     while let Some((_, next)) = queue.pop_first() {
         if next.client % 2 == 1 {
             w.served(&next);
+            tally.leave(&next);
         } else {
             still.insert(next.seq, next);
         }
     }
-    w.put_back(id, still);
+    w.put_back(id, still, tally);
 }
 
 #[test]
@@ -62,7 +64,7 @@ fn waiters_queue_per_key_in_arrival_order() {
     assert_eq!(w.waiting_on(0, b"k"), 3);
     assert_eq!(w.waiting_on(1, b"k"), 1, "databases apart");
     assert_eq!(w.waiting_on(0, b"none"), 0);
-    let queue = w.take_queue(&key("k")).expect("a queue");
+    let (queue, _) = w.take_queue(&key("k")).expect("a queue");
     assert_eq!(clients(&queue), [1, 2, 3]);
 }
 
@@ -96,9 +98,9 @@ fn serving_takes_the_queue_once_and_keeps_the_denied_in_order() {
     // 1 and 3 get their reply; 2 and 4 are still denied.
     serve_odd_clients(&mut w, key("k"), queue);
     assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (3, 2));
-    let queue = w.take_queue(&key("k")).expect("the rest");
+    let (queue, _) = w.take_queue(&key("k")).expect("the rest");
     assert_eq!(clients(&queue), [2, 4]);
-    w.put_back(key("k"), Queue::new());
+    w.put_back(key("k"), Queue::new(), Tally::default());
     assert!(!w.has_queue(&key("k")));
     assert!(w.take_queue(&key("j")).is_some(), "other keys apart");
 }
@@ -192,16 +194,16 @@ fn a_deadline_takes_its_waiter_out_once_and_only_while_it_waits() {
     assert_eq!(out.client, 2);
     assert_eq!(w.waiting(), 2);
     assert!(w.deadline_passed(2).is_none(), "once");
-    let queue = w.take_queue(&key("k")).expect("a queue");
+    let (mut queue, mut tally) = w.take_queue(&key("k")).expect("a queue");
     assert_eq!(clients(&queue), [1, 3], "the others keep their order");
-    let mut queue = queue;
     let (_, first) = queue.pop_first().expect("waiter 1");
     w.served(&first);
+    tally.leave(&first);
     assert!(
         w.deadline_passed(1).is_none(),
         "a served waiter has no deadline"
     );
-    w.put_back(key("k"), queue);
+    w.put_back(key("k"), queue, tally);
     assert_eq!(w.deadline_passed(3).map(|(_, w)| w.client), Some(3));
     assert_eq!((w.waiting(), w.waiting_on(0, b"k")), (0, 0));
     assert!(w.by_seq.is_empty());
@@ -218,7 +220,7 @@ fn waiters_leave_a_long_queue_in_any_order_and_the_rest_keep_theirs() {
         assert_eq!(w.forget(c).and_then(|(_, w)| w).map(|g| g.client), Some(c));
     }
     assert_eq!(w.waiting_on(0, b"k"), 10_000 - 3_333);
-    let queue = w.take_queue(&key("k")).expect("a queue");
+    let (queue, _) = w.take_queue(&key("k")).expect("a queue");
     let expected: Vec<u32> = (1..=10_000).filter(|c| c % 3 != 0).collect();
     assert_eq!(clients(&queue), expected);
 }
@@ -365,10 +367,9 @@ fn pass_after_one_grant(
             },
         );
     }
-    let facts = w.facts(&key("k"));
-    let queue = w.take_queue(&key("k")).expect("a queue");
+    let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
     let mut tried = 0;
-    let pass = serve_pass(queue, facts, nothing_held, |_| {
+    let pass = serve_pass(queue, Some(tally), nothing_held, |_| {
         tried += 1;
         if tried == 1 {
             Served::Granted(1)
