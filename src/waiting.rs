@@ -392,8 +392,10 @@ fn serve_pass<C>(
                     }
                 });
             }
-            turns = (0..groups.len())
-                .filter_map(|i| groups.get(i)?.turn(i, &queue))
+            turns = groups
+                .iter()
+                .enumerate()
+                .filter_map(|(i, g)| g.turn(i))
                 .collect();
             behind.clear();
         }
@@ -474,8 +476,8 @@ fn serve_pass<C>(
                 .as_ref()
                 .is_some_and(|k| denials.cover_group(k, g.name));
             if !g.covered {
-                g.head = g.after(seq, &queue);
-                turns.extend(g.turn(i, &queue));
+                g.advance(&queue);
+                turns.extend(g.turn(i));
             }
         }
     }
@@ -521,7 +523,10 @@ struct Group<'a> {
     /// The group's waiters by number, the ended ones included until the
     /// pass is over (they come before `head`).
     seqs: &'a BTreeSet<usize>,
-    head: Option<usize>,
+    /// The number and weight of its next waiter: what places the group
+    /// among the others, kept so that counting the groups afresh reads no
+    /// waiter.
+    head: Option<(usize, u32)>,
     held: usize,
     /// Every kind of the group that waits was denied in this pass (which
     /// stays so: a pass only adds denials and removes waiters).
@@ -530,38 +535,40 @@ struct Group<'a> {
 
 impl<'a> Group<'a> {
     fn new<C>(name: &'a Option<Box<[u8]>>, seqs: &'a BTreeSet<usize>, queue: &Queue<C>) -> Self {
-        let mut group = Self {
+        Self {
             name,
             seqs,
-            head: None,
+            head: seqs.first().and_then(|&s| Self::waiting(s, queue)),
             held: 0,
             covered: false,
-        };
-        group.head = seqs.first().copied().filter(|s| queue.contains_key(s));
-        group
+        }
     }
 
-    /// The group's next waiter after `seq` in this pass's queue (a waiter
+    /// Waiter `seq` as a head, if it is in this pass's queue (a waiter
     /// past it waits behind a multi-key waiter: so do all after it).
-    fn after<C>(&self, seq: usize, queue: &Queue<C>) -> Option<usize> {
-        self.seqs
-            .range((Bound::Excluded(seq), Bound::Unbounded))
-            .next()
-            .copied()
-            .filter(|s| queue.contains_key(s))
+    fn waiting<C>(seq: usize, queue: &Queue<C>) -> Option<(usize, u32)> {
+        queue.get(&seq).map(|w| (seq, w.share.weight.max(1)))
+    }
+
+    /// Its head was tried: the group's next waiter becomes its head.
+    fn advance<C>(&mut self, queue: &Queue<C>) {
+        self.head = self.head.and_then(|(seq, _)| {
+            let next = self
+                .seqs
+                .range((Bound::Excluded(seq), Bound::Unbounded))
+                .next()?;
+            Self::waiting(*next, queue)
+        });
     }
 
     /// The group's place in the order of turns, as group `i`; `None` when
     /// it has nobody left to try.
-    fn turn<C>(&self, i: usize, queue: &Queue<C>) -> Option<Turn> {
-        if self.covered {
-            return None;
-        }
-        let head = queue.get(&self.head?)?;
+    fn turn(&self, i: usize) -> Option<Turn> {
+        let (seq, weight) = self.head.filter(|_| !self.covered)?;
         Some(Turn {
             held: self.held,
-            weight: head.share.weight.max(1),
-            seq: head.seq,
+            weight,
+            seq,
             group: i,
         })
     }
