@@ -240,6 +240,25 @@ fn the_group_holding_least_is_served_first_and_equals_take_turns() {
 }
 
 #[test]
+fn free_slots_go_one_to_each_tenant_oldest_first_then_round_again() {
+    let mut sim = Sim::new(250);
+    // 200 tenants with three waiters each, arriving in turn.
+    let asked: Vec<usize> = (0..600)
+        .map(|i| sim.wait(Ask::of((i % 200) as u8)))
+        .collect();
+    let served = sim.serve().expect("a pass");
+    // Each tenant's first, in arrival order; then the second of the 50
+    // oldest: every tenant holds one, so the oldest heads go first.
+    let expected: Vec<usize> = asked.iter().take(250).copied().collect();
+    assert_eq!(served, expected);
+    assert_eq!((sim.held(Some(0)), sim.held(Some(199))), (2, 1));
+    // Tenant 0's first job ends: the slot goes to a tenant holding one, not
+    // to tenant 0, which still holds one too and whose next waiter came later.
+    sim.release(asked[0]);
+    assert_eq!(sim.serve().expect("a pass"), [asked[250]]);
+}
+
+#[test]
 fn a_waiter_held_back_by_its_grouplimit_blocks_no_other_group() {
     let mut sim = Sim::new(4);
     let capped = |g| Ask {
