@@ -4,7 +4,12 @@ blocked on one key of LIMIT 1 (`UNIQUE.LOCK k cN LIMIT 1 TTL 600000 WAIT
 holder queues again: N wait at every release); reported as the server's CPU
 time per release (INFO commandstats' usec of UNIQUE.UNLOCK, which includes
 serving the queue), for each N of MANY_WAITERS_SIZES (default "1 100 1000
-10000"), on REDIS_SERVER (default: the redis-server on the PATH).
+10000"), on REDIS_SERVER (default: the redis-server on the PATH). Then, on
+that key, what a LOCK arriving from a new group costs (denied: the key is
+full). With groups, at the largest N, two more: a LOCK of a new group on a
+key of LIMIT 0 whose waiting groups each hold their GROUPLIMIT (granted: it
+asks every waiting group), and a REAP that frees 100 slots of a key of LIMIT
+100, served in one pass (usec of UNIQUE.REAP).
 
     python3 bench/many_waiters.py [module.so]   (default: bench.py's, the profile-guided build)
 
@@ -24,20 +29,42 @@ GROUP_COUNTS = [int(n) for n in os.environ.get("MANY_WAITERS_GROUPS", "0 1000").
 RELEASES = 200
 
 
-def unlock_usec(server):
-    line = server.info("commandstats").get("cmdstat_unique.unlock", "")
+def waiting(server):
+    return int(server.info("unique").get("unique_waiting", 0))
+
+
+def command_usec(server, command):
+    line = server.info("commandstats").get("cmdstat_" + command, "")
     fields = dict(f.split("=") for f in line.split(",") if "=" in f)
     return int(fields.get("usec", 0)), int(fields.get("calls", 0))
 
 
-def waiting(server):
-    return int(server.info("unique").get("unique_waiting", 0))
+def per_call(server, command, calls, expect):
+    """Server CPU µs per call of `command`: `calls` (argument lists) run
+    after RESETSTAT, each reply checked by `expect`."""
+    server.conn.call("CONFIG", "RESETSTAT")
+    for args in calls:
+        reply = server.conn.call(*args)
+        if not expect(reply):
+            raise SystemExit("%s: unexpected reply %r" % (" ".join(map(str, args)), reply))
+    usec, n = command_usec(server, command)
+    return usec / max(n, 1)
+
+
+def blocked(server, n, lock_args):
+    """`n` clients blocked, each on its `lock_args(i)`."""
+    conns = [bench.Conn(server.port) for _ in range(n)]
+    for i, c in enumerate(conns):
+        c.send(*lock_args(i))
+    wait_for_waiters(server, n)
+    return conns
 
 
 def measure(server, n, groups=0, before_releases=None):
     """Server CPU µs per release with `n` waiting (dealt round into `groups`
     GROUPs, if any): each release hands the slot to the oldest waiter, and
-    the client that held it queues again, so that `n` wait at every release."""
+    the client that held it queues again, so that `n` wait at every release;
+    then µs per LOCK of a new group arriving at the key (denied)."""
     server.conn.call("FLUSHALL", "SYNC")
 
     def lock_args(jid, group):
@@ -67,10 +94,58 @@ def measure(server, n, groups=0, before_releases=None):
         wait_for_waiters(server, n)
     if before_releases:
         before_releases()
-    usec, calls = unlock_usec(server)
+    usec, calls = command_usec(server, "unique.unlock")
+    # A LOCK of a new group, without WAIT: denied, the key being full.
+    arriving = per_call(server, "unique.lock", (
+        lock_args("new%d" % i, groups + i)[:-2] for i in range(RELEASES)), lambda r: r is None)
+    close(server, conns)
+    return usec / calls, arriving
+
+
+def close(server, conns):
     for c in conns:
         c.sock.close()
-    return usec / calls
+    deadline = time.time() + 120
+    while waiting(server) > 0:
+        if time.time() > deadline:
+            raise SystemExit("%d clients still wait after closing" % waiting(server))
+        time.sleep(0.05)
+
+
+def past_full_groups(server, n, groups):
+    """µs per LOCK of a new group granted on a key of LIMIT 0 whose `groups`
+    groups each hold their GROUPLIMIT 1, `n` waiting in them."""
+    server.conn.call("FLUSHALL", "SYNC")
+
+    def lock_args(jid, group):
+        return ["UNIQUE.LOCK", "k", jid, "LIMIT", 0, "TTL", 600_000, "GROUP", "g%d" % group,
+                "GROUPLIMIT", 1]
+    for g in range(groups):
+        assert isinstance(server.conn.call(*lock_args("h%d" % g, g)), int)
+    conns = blocked(server, n, lambda i: lock_args("w%d" % i, i % groups) + ["WAIT", 600_000])
+    us = per_call(server, "unique.lock", (
+        lock_args("new%d" % i, groups + i) for i in range(RELEASES)), lambda r: isinstance(r, int))
+    close(server, conns)
+    return us
+
+
+def many_slots(server, n, groups, slots=100):
+    """µs of a REAP that frees `slots` slots of a key of LIMIT `slots`, whose
+    `n` waiters in `groups` groups are then served in one pass."""
+    server.conn.call("FLUSHALL", "SYNC")
+
+    def lock_args(jid, group):
+        return ["UNIQUE.LOCK", "k", jid, "LIMIT", slots, "TTL", 600_000, "GROUP", "g%d" % group,
+                "GROUPLIMIT", 1]
+    for h in range(slots):
+        assert isinstance(server.conn.call(*lock_args("h%d" % h, groups + h), "OWNER", "w"), int)
+    conns = blocked(server, n, lambda i: lock_args("w%d" % i, i % groups) + ["WAIT", 600_000])
+    us = per_call(server, "unique.reap", [("UNIQUE.REAP", 0, "OWNER", "w")],
+                  lambda r: r[1] == slots)
+    if waiting(server) != n - slots:
+        raise SystemExit("the REAP served %d waiters, not %d" % (n - waiting(server), slots))
+    close(server, conns)
+    return us
 
 
 def wait_for_waiters(server, n):
@@ -90,10 +165,17 @@ def main():
     try:
         server.conn.call("CONFIG", "SET", "maxclients", max(SIZES) + 100)
         for groups in GROUP_COUNTS:
+            in_groups = " in %d groups" % groups if groups else ""
             for n in SIZES:
-                print("%8s waiters%s: %.1f µs of server CPU per release" % (
-                    format(n, ","), " in %d groups" % groups if groups else "", measure(server, n, groups)),
-                    flush=True)
+                release, arriving = measure(server, n, groups)
+                print("%8s waiters%s: %.1f µs of server CPU per release, %.1f per LOCK arriving" % (
+                    format(n, ","), in_groups, release, arriving), flush=True)
+            if groups and max(SIZES) >= groups:
+                n = max(SIZES)
+                print("%8s waiters%s at their GROUPLIMIT: %.1f µs per LOCK of a new group" % (
+                    format(n, ","), in_groups, past_full_groups(server, n, groups)), flush=True)
+                print("%8s waiters%s: %.1f µs for a REAP serving 100 of them in one pass" % (
+                    format(n, ","), in_groups, many_slots(server, n, groups)), flush=True)
     finally:
         server.stop()
 
