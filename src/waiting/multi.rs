@@ -65,6 +65,9 @@ pub(super) struct MultiWaiter<C> {
     pub(super) user: Option<Box<[u8]>>,
 }
 
+/// How many waiters of each group (`None`: without one) a key has.
+pub(super) type GroupCounts = BTreeMap<Option<Box<[u8]>>, usize>;
+
 /// Every multi-key waiter, by arrival number, and the numbers queued on
 /// each key.
 pub(super) struct Multi<C> {
@@ -72,7 +75,7 @@ pub(super) struct Multi<C> {
     pub(super) on_key: HashMap<KeyId, BTreeSet<usize>>,
     /// Per key in `on_key`, how many of its waiters wait under each group
     /// there: WAITERS ... GROUPS reads it without a walk.
-    pub(super) groups_on: HashMap<KeyId, super::queues::GroupCounts>,
+    pub(super) groups_on: HashMap<KeyId, GroupCounts>,
     pub(super) by_client: HashMap<C, usize>,
 }
 

@@ -30,9 +30,6 @@ pub(super) struct Waiter<C> {
 /// A key: its database and name.
 pub(super) type KeyId = (i32, Vec<u8>);
 
-/// How many waiters of each group (`None`: without one) a key has.
-pub(super) type GroupCounts = BTreeMap<Option<Box<[u8]>>, usize>;
-
 /// The numbers of each group's waiters on a key (`None`: those without a
 /// group), never an empty set: how many wait in each (WAITERS ... GROUPS
 /// reads it without a walk), and each group's next waiter, found by a
