@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+import many_waiters  # noqa: E402
 
 TTL = 600_000
 META = bench.MODULE_META
@@ -94,6 +95,9 @@ def train():
             bench.load(primary, args, 16, requests, clients=8, **(own[0] if own else {}))
         # Blocking acquires served by a release (WAIT): one key, two clients.
         bench.handoff(primary, handoffs=2_000)
+        # Fair sharing's passes: 200 clients waiting in 50 groups, released
+        # one by one, and LOCKs arriving at the key (it flushes the keys).
+        many_waiters.measure(primary, 200, groups=50)
         # Leases of 1 ms, left to end: the reaper and Redis's expiry remove them.
         bench.load(primary, ["UNIQUE.LOCK", "pgo:short:{}", "job", "TTL", 1], 16, 5_000, clients=4)
         deadline = time.time() + 30
