@@ -482,14 +482,10 @@ fn serve_pass<C>(
         }
     }
     drop(groups);
-    // The waiters that leave the queue leave their group's.
+    // The waiters that leave the queue leave their group's (their kinds
+    // were counted out as they left, for `cover`).
     for (waiter, _) in &ended {
-        if let Some(group) = seqs.get_mut(&waiter.share.group) {
-            group.remove(&waiter.seq);
-            if group.is_empty() {
-                seqs.remove(&waiter.share.group);
-            }
-        }
+        queues::leave_group(&mut seqs, waiter);
     }
     // The denied, the untried (behind a waiting exclusive request, or of a
     // kind denied) keep their place.

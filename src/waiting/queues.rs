@@ -27,6 +27,17 @@ pub(super) struct Waiter<C> {
     pub(super) user: Option<Box<[u8]>>,
 }
 
+/// `waiter` leaves its group's waiters in `groups` (the group goes with its
+/// last).
+pub(super) fn leave_group<C>(groups: &mut GroupQueues, waiter: &Waiter<C>) {
+    if let Some(seqs) = groups.get_mut(&waiter.share.group) {
+        seqs.remove(&waiter.seq);
+        if seqs.is_empty() {
+            groups.remove(&waiter.share.group);
+        }
+    }
+}
+
 /// A key: its database and name.
 pub(super) type KeyId = (i32, Vec<u8>);
 
@@ -63,12 +74,7 @@ impl Tally {
     /// Counts `waiter` out: its wait ended.
     pub(super) fn leave<C>(&mut self, waiter: &Waiter<C>) {
         self.kinds.remove(waiter.call.admission(), &waiter.share);
-        if let Some(seqs) = self.groups.get_mut(&waiter.share.group) {
-            seqs.remove(&waiter.seq);
-            if seqs.is_empty() {
-                self.groups.remove(&waiter.share.group);
-            }
-        }
+        leave_group(&mut self.groups, waiter);
     }
 
     /// The tally of the waiters of `queue`, counted one by one (what the
