@@ -453,6 +453,12 @@ def memory(server):
         "Lua layout": lambda s: lua_lock(lua_shas(s)["lock"], int(time.time() * 1000), jid="jid-{}",
                                          ttl=600_000),
         "SET key jid PX": lambda s: ("SET", "str:{}", "jid-{}", "PX", 600_000),
+        # What job systems send (`{}` is 12 digits): Sidekiq's 24 hex digits,
+        # a UUID (Celery, redis-semaphore), kept packed in the lock.
+        "module, a Sidekiq jid": lambda s: ("UNIQUE.LOCK", "lock:{}", "a1b2c3d4e5f6{}", "TTL", 600_000),
+        "module, a UUID": lambda s: (
+            "UNIQUE.LOCK", "lock:{}", "8f14e45f-ceea-467a-9575-{}", "TTL", 600_000),
+        "SET key jid PX, a Sidekiq jid": lambda s: ("SET", "str:{}", "a1b2c3d4e5f6{}", "PX", 600_000),
     }
     out = {}
     for name, make in layouts.items():
@@ -800,6 +806,8 @@ def main():
                 "clients": CLIENTS}
     if os.environ.get("BENCH_MANY"):
         return many_only(settings, started)
+    if os.environ.get("BENCH_MEMORY"):
+        return memory_only()
     if os.environ.get("BENCH_SCALE"):
         server = Server()
         try:
@@ -866,6 +874,19 @@ def main():
         "handoff": hand,
         "many_holders": many_rows,
     }, started)
+
+
+def memory_only():
+    """BENCH_MEMORY=1: only the bytes per lock of each layout, on the
+    redis-server on the PATH (nothing written: the figures of a full run are
+    in latest.json)."""
+    server = Server()
+    try:
+        print("memory per lock (%d locks, used_memory delta), %s:" % (POPULATED, server_name(server)))
+        for name, b in memory(server).items():
+            print("  %-34s %7.1f bytes" % (name, b))
+    finally:
+        server.stop()
 
 
 def many_only(settings, started):

@@ -266,7 +266,7 @@ pub fn read_key_hold(
 /// DUMP, digest) and `UNIQUE.APPLY key now HOLD ...` in the replication
 /// stream and the AOF. [`read_holder`] reads them back.
 pub fn write_holder(h: &Holder, out: &mut impl Sink) {
-    out.buffer(h.jid());
+    out.buffer(&h.jid());
     out.signed(h.token);
     out.signed(h.acquired_at);
     out.signed(h.expires_at().unwrap_or(NO_EXPIRY));

@@ -461,6 +461,77 @@ fn jids_are_binary_safe_up_to_1024_bytes() {
     assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", binary), Ok(Value::Int(1)));
 }
 
+/// Sidekiq's jids, RQ's ids and UUIDs are kept in half their bytes: every
+/// read gives them back as sent, before and after a reload, on a key of one
+/// holder and on one of many; a jid of another spelling stays another jid.
+#[test]
+fn job_system_ids_read_back_as_sent() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let ids = [
+        "2c34d9a1b2c3d4e5f6a7b8c9",
+        "0f4d6e2a9b8c47d1a3e5f60718293a4b",
+        "8f14e45f-ceea-467a-9575-1f5e0e0c1b2d",
+        "8F14E45F-CEEA-467A-9575-1F5E0E0C1B2D",
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            format!("one:{i}"),
+            id,
+            "TTL",
+            60_000
+        ));
+    }
+    let many: Vec<String> = (0..40)
+        .map(|n| format!("{n:024x}"))
+        .chain((0..40).map(|n| format!("{n:08x}-0000-4000-8000-{n:012x}")))
+        .collect();
+    let tokens: Vec<i64> = many
+        .iter()
+        .map(|id| {
+            token(call!(
+                con,
+                "UNIQUE.LOCK",
+                "many",
+                id,
+                "LIMIT",
+                0,
+                "TTL",
+                60_000
+            ))
+        })
+        .collect();
+    let check = |con: &mut redis::Connection| {
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(holders(con, &format!("one:{i}")), [*id]);
+        }
+        assert_eq!(holders(con, "many"), many);
+        // A renewal finds each by its jid.
+        for (id, t) in many.iter().zip(&tokens) {
+            let renewed = call!(con, "UNIQUE.LOCK", "many", id, "LIMIT", 0, "TTL", 60_000);
+            assert_eq!(token(renewed), *t);
+        }
+    };
+    check(con);
+    call!(con, "DEBUG", "RELOAD").expect("DEBUG RELOAD");
+    check(con);
+    // The same UUID in capitals is another jid.
+    assert_eq!(
+        call!(con, "UNIQUE.UNLOCK", "one:2", ids[3]),
+        Ok(Value::Int(0))
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.UNLOCK", "one:2", ids[2]),
+        Ok(Value::Int(1))
+    );
+    assert_eq!(
+        call!(con, "UNIQUE.UNLOCK", "one:3", ids[3]),
+        Ok(Value::Int(1))
+    );
+}
+
 #[test]
 fn options_are_case_insensitive_and_in_any_order() {
     let server = Server::start();

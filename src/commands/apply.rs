@@ -71,7 +71,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     lock.set_rate(rate);
                 }
                 fencing::observe(holder.token);
-                let new = lock.holder(holder.jid()).is_none();
+                let new = lock.holder(&holder.jid()).is_none();
                 lock.put(holder);
                 new.then_some(events::LOCK)
             }

@@ -82,7 +82,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
         if opts.with_meta {
             reply_holder(&reply, holder, now);
         } else {
-            reply.bulk(holder.jid());
+            reply.bulk(&holder.jid());
         }
     };
     match opts.page {
@@ -108,7 +108,7 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
 fn reply_holder(reply: &Stream<'_>, h: &Holder, now: i64) {
     reply.map(10);
     reply.bulk(b"jid");
-    reply.bulk(h.jid());
+    reply.bulk(&h.jid());
     reply.bulk(b"token");
     reply.int(h.token);
     reply.bulk(b"acquired_at");

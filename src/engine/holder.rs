@@ -6,6 +6,7 @@
 use std::fmt;
 
 use super::indexed::Indexed;
+use super::jid::{self, Jid, Shape};
 use super::{
     DEFAULT_TYPE, KNOWN_TYPES, LockRequest, MAX_GROUP_BYTES, MAX_JID_BYTES, MAX_TYPE_BYTES, Mode,
     Rate,
@@ -35,6 +36,8 @@ pub struct Holder {
 /// The lengths of the parts of a holder's [`Text`], and its type.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Parts {
+    /// The length of the jid as kept (bits 0-13) and how it is kept (bits
+    /// 14-15: `JID_HEX`, `JID_UUID`, or as given).
     jid_len: u16,
     owner_len: u16,
     /// Bits 0-3: an index in `KNOWN_TYPES`, or `CUSTOM_TYPE` (the name
@@ -54,6 +57,27 @@ const MODE_EXCLUSIVE: u8 = 2;
 const HAS_GROUP: u8 = 0x40;
 /// The group's length, after it at the end of the text.
 const GROUP_LEN_BYTES: usize = 2;
+const JID_SHAPE_SHIFT: u16 = 14;
+const JID_LEN_BITS: u16 = (1 << JID_SHAPE_SHIFT) - 1;
+const JID_HEX: u16 = 1;
+const JID_UUID: u16 = 2;
+
+impl Parts {
+    /// Bytes of the jid as kept.
+    #[inline]
+    fn jid_kept(self) -> usize {
+        usize::from(self.jid_len & JID_LEN_BITS)
+    }
+
+    #[inline]
+    fn jid_shape(self) -> Shape {
+        match self.jid_len >> JID_SHAPE_SHIFT {
+            JID_HEX => Shape::Hex,
+            JID_UUID => Shape::Uuid,
+            _ => Shape::Plain,
+        }
+    }
+}
 
 // The bounds the engine validates fit the fields of `Parts` and `Text`: a
 // bound raised past them fails the build here, instead of a length cut
@@ -61,6 +85,10 @@ const GROUP_LEN_BYTES: usize = 2;
 const _: () = assert!(
     MAX_JID_BYTES <= u16::MAX as usize,
     "a jid's or an owner's length is a u16"
+);
+const _: () = assert!(
+    MAX_JID_BYTES <= JID_LEN_BITS as usize,
+    "a jid's length leaves two bits of its u16 to how it is kept"
 );
 const _: () = assert!(
     MAX_TYPE_BYTES <= u8::MAX as usize,
@@ -169,10 +197,16 @@ impl Holder {
             Some(Mode::Shared) => MODE_SHARED,
             Some(Mode::Exclusive) => MODE_EXCLUSIVE,
         } << MODE_SHIFT;
+        let packed = jid::pack(jid);
+        let (shape, jid) = match &packed {
+            Some((Shape::Hex, p)) => (JID_HEX, p.as_bytes()),
+            Some((Shape::Uuid, p)) => (JID_UUID, p.as_bytes()),
+            _ => (0, jid),
+        };
         let parts = Parts {
             type_code: type_index | mode_bits | if group.is_some() { HAS_GROUP } else { 0 },
             custom_type_len: u8::try_from(custom.len()).unwrap_or(u8::MAX),
-            jid_len: u16::try_from(jid.len()).unwrap_or(u16::MAX),
+            jid_len: u16::try_from(jid.len()).unwrap_or(JID_LEN_BITS) | shape << JID_SHAPE_SHIFT,
             owner_len: u16::try_from(owner.len()).unwrap_or(u16::MAX),
         };
         self.text = match group {
@@ -251,22 +285,36 @@ impl Holder {
             .unwrap_or_default()
     }
 
-    pub fn jid(&self) -> &[u8] {
+    /// Its jid, as given (see `jid.rs` for how it is kept).
+    #[inline]
+    pub fn jid(&self) -> Jid<'_> {
         let p = self.text.parts();
-        self.part(usize::from(p.custom_type_len), usize::from(p.jid_len))
+        Jid::unpack(p.jid_shape(), self.kept_jid(p))
+    }
+
+    /// Whether it is the holder of `jid` (compared as kept, without spelling
+    /// its own jid out).
+    #[inline]
+    pub fn is(&self, jid: &[u8]) -> bool {
+        let p = self.text.parts();
+        jid::is(p.jid_shape(), self.kept_jid(p), jid)
+    }
+
+    #[inline]
+    fn kept_jid(&self, p: Parts) -> &[u8] {
+        self.part(usize::from(p.custom_type_len), p.jid_kept())
     }
 
     pub fn owner(&self) -> Option<&[u8]> {
         let p = self.text.parts();
-        let from = usize::from(p.custom_type_len) + usize::from(p.jid_len);
+        let from = usize::from(p.custom_type_len) + p.jid_kept();
         Some(self.part(from, usize::from(p.owner_len))).filter(|o| !o.is_empty())
     }
 
     /// The META JSON text, as given.
     pub fn meta(&self) -> Option<&[u8]> {
         let p = self.text.parts();
-        let from =
-            usize::from(p.custom_type_len) + usize::from(p.jid_len) + usize::from(p.owner_len);
+        let from = usize::from(p.custom_type_len) + p.jid_kept() + usize::from(p.owner_len);
         let bytes = self.text.as_bytes();
         let end = if p.type_code & HAS_GROUP == 0 {
             bytes.len()
@@ -558,17 +606,17 @@ impl Holders {
     pub(super) fn find(&self, jid: &[u8]) -> Option<&Holder> {
         match self.plain() {
             // The common key, first: one holder, no chain of iterators.
-            Self::One(h) => (h.jid() == jid).then_some(h),
+            Self::One(h) => h.is(jid).then_some(h),
             Self::Indexed(i) => i.find(jid),
-            _ => self.iter().find(|h| h.jid() == jid),
+            _ => self.iter().find(|h| h.is(jid)),
         }
     }
 
     /// Changes the holder of `jid` (never its jid) and returns its token.
     pub(super) fn update(&mut self, jid: &[u8], change: impl FnOnce(&mut Holder)) -> Option<i64> {
         let found = match self.plain_mut() {
-            Self::One(h) => Some(h).filter(|h| h.jid() == jid),
-            Self::Many(v) => v.iter_mut().find(|h| h.jid() == jid),
+            Self::One(h) => Some(h).filter(|h| h.is(jid)),
+            Self::Many(v) => v.iter_mut().find(|h| h.is(jid)),
             Self::Indexed(i) => return i.update(jid, change),
             Self::None | Self::Rated(_) => None,
         };
@@ -653,13 +701,13 @@ impl Holders {
     pub(super) fn remove(&mut self, jid: &[u8]) -> Option<Holder> {
         let removed = match self.plain_mut() {
             one @ Self::One(_) => match std::mem::take(one) {
-                Self::One(h) if h.jid() == jid => Some(h),
+                Self::One(h) if h.is(jid) => Some(h),
                 kept => {
                     *one = kept;
                     None
                 }
             },
-            Self::Many(v) => v.iter().position(|h| h.jid() == jid).map(|at| v.remove(at)),
+            Self::Many(v) => v.iter().position(|h| h.is(jid)).map(|at| v.remove(at)),
             Self::Indexed(i) => i.remove(jid),
             _ => None,
         };

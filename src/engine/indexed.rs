@@ -213,7 +213,7 @@ impl Indexed {
     }
 
     fn find_slot(&self, jid: &[u8]) -> Option<u32> {
-        let holds = |s: u32| self.holder_at(s).is_some_and(|h| h.jid() == jid);
+        let holds = |s: u32| self.holder_at(s).is_some_and(|h| h.is(jid));
         let last = self.last_found.get();
         if holds(last) {
             return Some(last);
@@ -255,7 +255,7 @@ impl Indexed {
                 _ => return Err(holder),
             },
         };
-        let hash = self.hash(holder.jid());
+        let hash = self.hash(&holder.jid());
         self.newest = if self.len == 0 {
             holder.token
         } else {
@@ -275,7 +275,7 @@ impl Indexed {
             slots
                 .get(s as usize)
                 .and_then(Option::as_ref)
-                .map_or(0, |h| hasher.hash_one(h.jid()))
+                .map_or(0, |h| hasher.hash_one(&*h.jid()))
         });
         self.len += 1;
         if leased.is_none() {
@@ -299,7 +299,7 @@ impl Indexed {
 
     /// Takes the holder out of `slot` and every index but the owners'.
     fn vacate(&mut self, slot: u32) -> Option<Holder> {
-        let hash = self.hash(self.holder_at(slot)?.jid());
+        let hash = self.hash(&self.holder_at(slot)?.jid());
         if let Ok(entry) = self.by_jid.find_entry(hash, |&s| s == slot) {
             entry.remove();
         }
@@ -765,7 +765,7 @@ impl Indexed {
             return Err(format!("{} holders, len {}", holders.len(), self.len));
         }
         for h in &holders {
-            if self.find(h.jid()).map(|f| f.token) != Some(h.token) {
+            if self.find(&h.jid()).map(|f| f.token) != Some(h.token) {
                 return Err("a holder not found by its jid".into());
             }
         }

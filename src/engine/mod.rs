@@ -14,10 +14,12 @@ use std::fmt;
 
 mod holder;
 mod indexed;
+mod jid;
 mod rate;
 
 use holder::Holders;
 pub use holder::{Holder, Ordered};
+pub use jid::Jid;
 pub use rate::{MAX_PER_MS, MAX_RATE, Rate, RateLimit};
 
 /// Largest job id (and owner id) accepted, in bytes.

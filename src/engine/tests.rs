@@ -21,7 +21,7 @@ fn req(jid: &str) -> LockRequest<'_> {
 
 fn jids(lock: &Lock, now: i64) -> Vec<String> {
     lock.live_holders(now)
-        .map(|h| String::from_utf8_lossy(h.jid()).into_owned())
+        .map(|h| String::from_utf8_lossy(&h.jid()).into_owned())
         .collect()
 }
 
@@ -494,7 +494,7 @@ fn a_holder_is_small_and_keeps_every_part() {
             Some(b"host:1"),
             Some(meta),
         );
-        assert_eq!(h.jid(), b"\x00jid");
+        assert_eq!(&*h.jid(), b"\x00jid");
         assert_eq!(h.lock_type(), lock_type);
         assert_eq!(h.owner(), Some(&b"host:1"[..]));
         assert_eq!(h.meta(), Some(&meta[..]));

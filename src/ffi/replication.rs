@@ -91,7 +91,7 @@ pub fn replicate_hold(
     // argument (LOCK's), else a string made for the call (a served waiter).
     let jid = match client_string(jid) {
         Some(string) => JidString::Client(string),
-        None => JidString::made(h.jid()),
+        None => JidString::made(&h.jid()),
     };
     let Some(jid) = jid.get() else {
         return;

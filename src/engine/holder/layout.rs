@@ -132,7 +132,7 @@ proptest! {
             prop_assert_eq!(holders.ordered().collect::<Vec<_>>(), model.iter().collect::<Vec<_>>());
             prop_assert_eq!(holders.len(), model.len());
             for h in &model {
-                prop_assert_eq!(holders.find(h.jid()), Some(h));
+                prop_assert_eq!(holders.find(&h.jid()), Some(h));
             }
             let leases = || model.iter().filter_map(Holder::expires_at);
             prop_assert_eq!(holders.earliest_lease(), leases().min());

@@ -92,7 +92,7 @@ proptest! {
                     prop_assert_eq!(indexed.remove(&jid.to_be_bytes()), expected);
                 }
                 Op::Relet(jid, lease) => {
-                    let relet = |h: &mut Holder| *h = Holder::new(h.jid(), h.token, 0, lease, "lock", None, None);
+                    let relet = |h: &mut Holder| *h = Holder::new(&h.jid(), h.token, 0, lease, "lock", None, None);
                     let expected = model.iter_mut().find(|h| h.jid() == jid.to_be_bytes()).map(|h| { relet(h); h.token });
                     prop_assert_eq!(indexed.update(&jid.to_be_bytes(), relet), expected);
                 }
