@@ -24,8 +24,9 @@ The floor is compiled per server against that server's redismodule.h (Debian's
 Redis 7.0.15 installs none: the 7.2.6 source's header, using only the 7.0
 module API). Servers: FLOOR_SERVERS (default "redis-7.0.15 redis-8.0.6
 valkey-9.1.2"; redis-7.0.15 is the redis-server on the PATH, the others are
-built by ../shared/servers/build.sh, SERVERS_DIR to change). Writes
-bench/results/floor.json.
+built by ../shared/servers/build.sh, SERVERS_DIR to change). Every contender
+holds the jid "job"; FLOOR_JID names another (a Sidekiq jid, a UUID: what job
+systems send). Writes bench/results/floor.json (floor-jid.json with FLOOR_JID).
 """
 
 import glob
@@ -88,17 +89,18 @@ def held(args):
     return prepare
 
 
+JID = os.environ.get("FLOOR_JID", "job")
 LOCKS = {
-    "UNIQUE.LOCK": (["UNIQUE.LOCK", "lock:{}", "job", "TTL", 600_000], None, bench.grants),
-    "floor.lock": (["FLOOR.LOCK", "lock:{}", "job", 600_000], None, bench.grants),
-    "SET NX PX": (["SET", "str:{}", "job", "NX", "PX", 600_000], None, bench.grants),
+    "UNIQUE.LOCK": (["UNIQUE.LOCK", "lock:{}", JID, "TTL", 600_000], None, bench.grants),
+    "floor.lock": (["FLOOR.LOCK", "lock:{}", JID, 600_000], None, bench.grants),
+    "SET NX PX": (["SET", "str:{}", JID, "NX", "PX", 600_000], None, bench.grants),
 }
 UNLOCKS = {
-    "UNIQUE.UNLOCK": (["UNIQUE.UNLOCK", "lock:{}", "job"],
-                      held(["UNIQUE.LOCK", "lock:{}", "job", "TTL", 600_000]), bench.releases),
-    "floor.unlock": (["FLOOR.UNLOCK", "lock:{}", "job"],
-                     held(["FLOOR.LOCK", "lock:{}", "job", 600_000]), bench.releases),
-    "DEL": (["DEL", "str:{}"], held(["SET", "str:{}", "job", "PX", 600_000]), bench.releases),
+    "UNIQUE.UNLOCK": (["UNIQUE.UNLOCK", "lock:{}", JID],
+                      held(["UNIQUE.LOCK", "lock:{}", JID, "TTL", 600_000]), bench.releases),
+    "floor.unlock": (["FLOOR.UNLOCK", "lock:{}", JID],
+                     held(["FLOOR.LOCK", "lock:{}", JID, 600_000]), bench.releases),
+    "DEL": (["DEL", "str:{}"], held(["SET", "str:{}", JID, "PX", 600_000]), bench.releases),
 }
 
 
@@ -202,11 +204,12 @@ def main():
         res["load_after"] = loadavg()
         results[name] = res
         report(name, res)
-    path = os.path.join(ROOT, "bench", "results", "floor.json")
+    path = os.path.join(ROOT, "bench", "results", "floor.json" if JID == "job" else "floor-jid.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                   "rounds": ROUNDS, "callgrind_requests": CG_REQUESTS, "clients": bench.CLIENTS,
+                   "jid": JID, "rounds": ROUNDS, "callgrind_requests": CG_REQUESTS,
+                   "clients": bench.CLIENTS,
                    "pipeline": 16, "servers": results,
                    "seconds": round(time.time() - started, 1)}, f, indent=2)
     print("\nwritten to %s" % os.path.relpath(path, ROOT))

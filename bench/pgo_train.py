@@ -28,6 +28,7 @@ import many_waiters  # noqa: E402
 
 TTL = 600_000
 META = bench.MODULE_META
+UUID = "8f14e45f-ceea-467a-9575-1f5e0e0c1b2d"
 
 # (requests, arguments): `{}` is loadgen's sequence number (a fresh key, jid or
 # holder per request); `--and` alternates two commands (a grant and its release).
@@ -39,10 +40,11 @@ SHAPES = [
     (20_000, ["UNIQUE.UNLOCK", "pgo:none:{}", "job"]),
     (20_000, ["UNIQUE.LOCK", "pgo:hot", "job", "TTL", TTL]),
     (20_000, ["UNIQUE.LOCK", "pgo:hot", "other:{}", "TTL", TTL]),
-    # The Sidekiq shape: a type, an owner and metadata; renewed with the same metadata.
-    (30_000, ["UNIQUE.LOCK", "pgo:meta:{}", "jid-{}", "TTL", TTL, "TYPE", "until_executed",
+    # The Sidekiq shape: its jid (24 hex digits, kept packed), a type, an owner and
+    # metadata; renewed with the same metadata.
+    (30_000, ["UNIQUE.LOCK", "pgo:meta:{}", "a1b2c3d4e5f6{}", "TTL", TTL, "TYPE", "until_executed",
               "OWNER", "host-1:42", "META", META]),
-    (10_000, ["UNIQUE.LOCK", "pgo:meta:{}", "jid-{}", "TTL", TTL, "TYPE", "until_executed",
+    (10_000, ["UNIQUE.LOCK", "pgo:meta:{}", "a1b2c3d4e5f6{}", "TTL", TTL, "TYPE", "until_executed",
               "OWNER", "host-1:42", "META", META]),
     (10_000, ["UNIQUE.LOCK", "pgo:pxat:{}", "job", "PXAT", 4_000_000_000_000]),
     # Semaphores and counted locks: one key of many holders.
@@ -50,7 +52,8 @@ SHAPES = [
     (30_000, ["UNIQUE.LOCK", "pgo:many", "g:{}", "LIMIT", 0, "TTL", TTL, "--and", "UNIQUE.UNLOCK", "pgo:many", "g:{}"]),
     (20_000, ["UNIQUE.LOCK", "pgo:many", "job:{}", "LIMIT", 0, "TTL", TTL], {"cycle": 30_000}),
     (20_000, ["UNIQUE.LOCK", "pgo:many", "new:{}", "LIMIT", 100, "TTL", TTL]),
-    (20_000, ["UNIQUE.LOCK", "pgo:sem:{}", "job", "LIMIT", 5, "TTL", TTL, "--and", "UNIQUE.UNLOCK", "pgo:sem:{}", "job"]),
+    # A semaphore's holder as redis-semaphore names it: a UUID (kept packed).
+    (20_000, ["UNIQUE.LOCK", "pgo:sem:{}", UUID, "LIMIT", 5, "TTL", TTL, "--and", "UNIQUE.UNLOCK", "pgo:sem:{}", UUID]),
     # Rates, alone and beside a limit; a key that refuses.
     (20_000, ["UNIQUE.LOCK", "pgo:rate:{}", "job", "LIMIT", 0, "TTL", TTL, "RATE", 100, "PER", 1000]),
     (10_000, ["UNIQUE.LOCK", "pgo:ratehot", "job:{}", "LIMIT", 0, "TTL", TTL, "RATE", 1, "PER", 3_600_000]),
