@@ -354,7 +354,12 @@ impl Holder {
         if let Some(at) = req.expires_at {
             self.expires_at = at;
         }
-        if req.lock_type.is_some() || req.owner.is_some() || req.meta.is_some() {
+        // A job renews with what it sent first (a heartbeat): nothing to
+        // rebuild when every field given is the one held.
+        let same = req.lock_type.is_none_or(|t| t == self.lock_type())
+            && req.owner.is_none_or(|o| Some(o) == self.owner())
+            && req.meta.is_none_or(|m| Some(m.as_bytes()) == self.meta());
+        if !same {
             let lock_type = req.lock_type.unwrap_or(self.lock_type()).to_string();
             let jid = self.jid().to_vec();
             let owner = req.owner.or(self.owner()).unwrap_or_default().to_vec();
