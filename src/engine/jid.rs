@@ -30,7 +30,7 @@ const MIN_HEX: usize = 18;
 /// kept as given.
 const MAX_HEX: usize = 64;
 /// The longest packed form.
-pub(super) const MAX_PACKED: usize = MAX_HEX / 2;
+const MAX_PACKED: usize = MAX_HEX / 2;
 const UUID_LEN: usize = 36;
 /// Where a UUID's dashes are.
 const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
