@@ -26,7 +26,7 @@ module API). Servers: FLOOR_SERVERS (default "redis-7.0.15 redis-8.0.6
 valkey-9.1.2"; redis-7.0.15 is the redis-server on the PATH, the others are
 built by ../shared/servers/build.sh, SERVERS_DIR to change). Every contender
 holds the jid "job"; FLOOR_JID names another (a Sidekiq jid, a UUID: what job
-systems send). Writes bench/results/floor.json (floor-jid.json with FLOOR_JID).
+systems send). FLOOR_RENEWALS=1 counts a renewal with META too. Writes bench/results/floor.json (floor-jid.json with FLOOR_JID).
 """
 
 import glob
@@ -102,6 +102,11 @@ UNLOCKS = {
                      held(["FLOOR.LOCK", "lock:{}", JID, 600_000]), bench.releases),
     "DEL": (["DEL", "str:{}"], held(["SET", "str:{}", JID, "PX", 600_000]), bench.releases),
 }
+# FLOOR_RENEWALS=1: also a job's heartbeat, a renewal of its held lock sending
+# what it sent first (TYPE, OWNER, the README's META), counted in instructions.
+RENEWAL = ["UNIQUE.LOCK", "lock:{}", JID, "TTL", 600_000, "TYPE", "until_executed",
+           "OWNER", "host-1:42", "META", bench.MODULE_META]
+RENEWALS = {"UNIQUE.LOCK renewal with META": (RENEWAL, held(RENEWAL), bench.grants)}
 
 
 def throughput(floor_so):
@@ -198,7 +203,8 @@ def main():
         floor_so = build_floor(name, include)
         res = {"binary": binary, "load_before": loadavg()}
         if which in ("both", "instructions"):
-            res["instructions"] = instructions(name, floor_so)
+            groups = (LOCKS, UNLOCKS) + ((RENEWALS,) if os.environ.get("FLOOR_RENEWALS") else ())
+            res["instructions"] = instructions(name, floor_so, groups)
         if which in ("both", "throughput"):
             res["throughput"] = throughput(floor_so)
         res["load_after"] = loadavg()
@@ -238,6 +244,9 @@ def report(name, res):
                 "%.2fx" % (p1 / tp[floor + " p1"]["rps"]) if p1 and tp.get(floor + " p1") else "-",
                 "%.2fx" % (p1 / tp[ref + " p1"]["rps"]) if p1 and tp.get(ref + " p1") else "-",
                 i1 if i1 is not None else "-"))
+    for label in RENEWALS:
+        if label in ins:
+            print("%s: %s instructions a request" % (label, ins[label]))
 
 
 if __name__ == "__main__":
