@@ -363,41 +363,31 @@ fn serve_pass<C>(
         .map(|(name, seqs)| Group::new(name, seqs, &queue))
         .collect();
     let mut denials = Denials::default();
-    let mut first = true;
-    // Whether each group's `held` is the key's: asked of the key for every
-    // group at once (through the oldest waiter: all wait on the one key),
-    // before the first retry and again after it (which removed the ended
-    // leases), then counted on as the pass grants.
-    let mut counted = false;
-    // Each group's head, best first (see `Turn`): all of them when the
-    // groups are counted, then only the group just tried goes back in (no
-    // other group changes), so that a turn costs O(log groups) and not a
-    // look at every group.
-    let mut turns: BinaryHeap<Turn> = BinaryHeap::new();
-    // Heads behind a waiting exclusive request, and the barrier and oldest
-    // waiter they were behind: they go back in when either moves.
+    // Each group's `held`, asked of the key for every group at once (through
+    // the oldest waiter: all wait on the one key) and counted on as the pass
+    // grants. The key counts live holders only, those whose lease has ended
+    // left out as the first retry's prune will remove them: no count again.
+    if let Some(oldest) = queue.values().next() {
+        holdings(oldest, &mut |held_by| {
+            for g in groups.iter_mut() {
+                g.held = held_by(g.name.as_deref());
+            }
+        });
+    }
+    // Each group's head, best first (see `Turn`): all of them at the start,
+    // then only the group just tried goes back in (no other group changes),
+    // so that a turn costs O(log groups) and not a look at every group.
+    let mut turns: BinaryHeap<Turn> = groups
+        .iter()
+        .enumerate()
+        .filter_map(|(i, g)| g.turn(i))
+        .collect();
     let mut behind: Vec<Turn> = Vec::new();
     let mut fence = None;
     loop {
         // Every kind still waiting was denied: so would the rest be.
         if kinds.as_ref().is_some_and(|k| denials.cover(k)) {
             break;
-        }
-        if !counted {
-            counted = true;
-            if let Some(oldest) = queue.values().next() {
-                holdings(oldest, &mut |held_by| {
-                    for g in groups.iter_mut() {
-                        g.held = held_by(g.name.as_deref());
-                    }
-                });
-            }
-            turns = groups
-                .iter()
-                .enumerate()
-                .filter_map(|(i, g)| g.turn(i))
-                .collect();
-            behind.clear();
         }
         let barrier = exclusive.first().copied();
         // The oldest still waiting: those whose wait ended left the queue.
@@ -450,11 +440,6 @@ fn serve_pass<C>(
                 None
             }
         };
-        if first {
-            // The first retry removed the ended leases: count afresh.
-            first = false;
-            counted = false;
-        }
         if let Some(reply) = reply {
             exclusive.remove(&seq);
             if let Some(kinds) = kinds.as_mut() {
@@ -520,8 +505,8 @@ struct Group<'a> {
     /// pass is over (they come before `head`).
     seqs: &'a BTreeSet<usize>,
     /// The number and weight of its next waiter: what places the group
-    /// among the others, kept so that counting the groups afresh reads no
-    /// waiter.
+    /// among the others, kept so that placing it again after its turn reads
+    /// no waiter.
     head: Option<(usize, u32)>,
     held: usize,
     /// Every kind of the group that waits was denied in this pass (which
