@@ -43,7 +43,7 @@
 //! without a server (`tests.rs`).
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::ops::Bound;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -358,9 +358,12 @@ fn serve_pass<C>(
     } else {
         BTreeSet::new()
     };
+    // The waiters after the pass's last one wait behind a multi-key waiter
+    // (the queue was cut there): none of them is a group's head.
+    let last = queue.keys().next_back().copied().unwrap_or(0);
     let mut groups: Vec<Group<'_>> = seqs
         .iter()
-        .map(|(name, seqs)| Group::new(name, seqs, &queue))
+        .map(|(name, seqs)| Group::new(name, seqs, last))
         .collect();
     let mut denials = Denials::default();
     // Each group's `held`, asked of the key for every group at once (through
@@ -461,7 +464,7 @@ fn serve_pass<C>(
                 .as_ref()
                 .is_some_and(|k| denials.cover_group(k, g.name));
             if !g.covered {
-                g.advance(&queue);
+                g.advance();
                 turns.extend(g.turn(i));
             }
         }
@@ -501,13 +504,14 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 /// group holds (asked of the key, then counted on).
 struct Group<'a> {
     name: &'a Option<Box<[u8]>>,
-    /// The group's waiters by number, the ended ones included until the
-    /// pass is over (they come before `head`).
-    seqs: &'a BTreeSet<usize>,
+    /// The group's waiters by number, with their weights, the ended ones
+    /// included until the pass is over (they come before `head`).
+    seqs: &'a BTreeMap<usize, u32>,
     /// The number and weight of its next waiter: what places the group
-    /// among the others, kept so that placing it again after its turn reads
-    /// no waiter.
+    /// among the others.
     head: Option<(usize, u32)>,
+    /// The last waiter of the pass: those after it are no head.
+    last: usize,
     held: usize,
     /// Every kind of the group that waits was denied in this pass (which
     /// stays so: a pass only adds denials and removes waiters).
@@ -515,30 +519,32 @@ struct Group<'a> {
 }
 
 impl<'a> Group<'a> {
-    fn new<C>(name: &'a Option<Box<[u8]>>, seqs: &'a BTreeSet<usize>, queue: &Queue<C>) -> Self {
-        Self {
+    fn new(name: &'a Option<Box<[u8]>>, seqs: &'a BTreeMap<usize, u32>, last: usize) -> Self {
+        let mut group = Self {
             name,
             seqs,
-            head: seqs.first().and_then(|&s| Self::waiting(s, queue)),
+            head: None,
+            last,
             held: 0,
             covered: false,
-        }
+        };
+        group.head = group.head_from(seqs.first_key_value());
+        group
     }
 
-    /// Waiter `seq` as a head, if it is in this pass's queue (a waiter
-    /// past it waits behind a multi-key waiter: so do all after it).
-    fn waiting<C>(seq: usize, queue: &Queue<C>) -> Option<(usize, u32)> {
-        queue.get(&seq).map(|w| (seq, w.share.weight.max(1)))
+    fn head_from(&self, next: Option<(&usize, &u32)>) -> Option<(usize, u32)> {
+        next.map(|(&seq, &weight)| (seq, weight))
+            .filter(|&(seq, _)| seq <= self.last)
     }
 
     /// Its head was tried: the group's next waiter becomes its head.
-    fn advance<C>(&mut self, queue: &Queue<C>) {
+    fn advance(&mut self) {
         self.head = self.head.and_then(|(seq, _)| {
-            let next = self
-                .seqs
-                .range((Bound::Excluded(seq), Bound::Unbounded))
-                .next()?;
-            Self::waiting(*next, queue)
+            self.head_from(
+                self.seqs
+                    .range((Bound::Excluded(seq), Bound::Unbounded))
+                    .next(),
+            )
         });
     }
 

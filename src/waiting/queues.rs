@@ -3,7 +3,7 @@
 //! and the timers counted. `C` stands for a blocked client's handle, so the
 //! unit tests use plain numbers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
 use super::denials::Kinds;
@@ -42,10 +42,11 @@ pub(super) fn leave_group<C>(groups: &mut GroupQueues, waiter: &Waiter<C>) {
 pub(super) type KeyId = (i32, Vec<u8>);
 
 /// The numbers of each group's waiters on a key (`None`: those without a
-/// group), never an empty set: how many wait in each (WAITERS ... GROUPS
-/// reads it without a walk), and each group's next waiter, found by a
-/// serving pass without a walk past the other groups' waiters.
-pub(super) type GroupQueues = BTreeMap<Option<Box<[u8]>>, BTreeSet<usize>>;
+/// group), each with its weight, never an empty map: how many wait in each
+/// (WAITERS ... GROUPS reads it without a walk), and each group's next
+/// waiter and its weight, found by a serving pass without a walk past the
+/// other groups' waiters or a look into the queue.
+pub(super) type GroupQueues = BTreeMap<Option<Box<[u8]>>, BTreeMap<usize, u32>>;
 
 /// What is kept of one queue as its waiters come and go: each group's
 /// waiters and their kinds (a serving pass stops once every kind left is
@@ -60,13 +61,16 @@ impl Tally {
     /// Counts `waiter` in.
     pub(super) fn join<C>(&mut self, waiter: &Waiter<C>) {
         self.kinds.add(waiter.call.admission(), &waiter.share);
+        let weight = waiter.share.weight.max(1);
         match self.groups.get_mut(&waiter.share.group) {
             Some(seqs) => {
-                seqs.insert(waiter.seq);
+                seqs.insert(waiter.seq, weight);
             }
             None => {
-                self.groups
-                    .insert(waiter.share.group.clone(), BTreeSet::from([waiter.seq]));
+                self.groups.insert(
+                    waiter.share.group.clone(),
+                    BTreeMap::from([(waiter.seq, weight)]),
+                );
             }
         }
     }
