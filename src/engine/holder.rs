@@ -17,7 +17,8 @@ use super::{
 /// Most locks have one holder, so a holder is kept small (48 bytes, held in
 /// the lock itself when it is the only one): its variable parts share one
 /// `Text` (a custom type name, the jid, the owner, the meta), kept in the
-/// holder itself up to 16 bytes, with their lengths; a known type name is an
+/// holder itself up to 16 bytes (the ids job systems send packed to half
+/// their bytes: `jid.rs`), with their lengths; a known type name is an
 /// index, and "no lease" is a sentinel. A GROUP and a MODE (fair sharing,
 /// shared/exclusive) cost a holder without them nothing: the mode and
 /// whether a group follows are bits of the type's code, and the group goes

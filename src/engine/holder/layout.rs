@@ -14,6 +14,16 @@ fn a_lock_of_one_holder_is_one_48_byte_allocation() {
     assert!(matches!(h.text, Text::Inline { .. }));
     let long = Holder::new(&[b'j'; 17], 1, 2, None, "lock", None, None);
     assert!(matches!(long.text, Text::Heap { .. }));
+    // The ids job systems send, packed, fit too.
+    for id in [
+        &b"2c34d9a1b2c3d4e5f6a7b8c9"[..],
+        b"0f4d6e2a9b8c47d1a3e5f60718293a4b",
+        b"8f14e45f-ceea-467a-9575-1f5e0e0c1b2d",
+    ] {
+        let h = Holder::new(id, 1, 2, Some(3), "lock", None, None);
+        assert!(matches!(h.text, Text::Inline { .. }), "{id:?}");
+        assert_eq!(&*h.jid(), id);
+    }
 }
 
 #[test]
