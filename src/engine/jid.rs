@@ -114,13 +114,23 @@ fn pack_hex(digits: &[u8], to: &mut [u8]) -> bool {
     }
     let mut seen = 0;
     for (byte, pair) in to.iter_mut().zip(digits.chunks_exact(2)) {
-        if let [high, low] = *pair {
-            let (high, low) = (NIBBLES[usize::from(high)], NIBBLES[usize::from(low)]);
-            seen |= high | low;
-            *byte = high << 4 | low;
-        }
+        let (packed, nibbles) = pack_pair(pair);
+        seen |= nibbles;
+        *byte = packed;
     }
     seen & 0xf0 == 0
+}
+
+/// The byte two digits pack to, and their nibbles OR'd together: high bits
+/// set when one is not a lowercase hex digit.
+fn pack_pair(pair: &[u8]) -> (u8, u8) {
+    match *pair {
+        [high, low] => {
+            let (high, low) = (NIBBLES[usize::from(high)], NIBBLES[usize::from(low)]);
+            (high << 4 | low, high | low)
+        }
+        _ => (0, 0xff),
+    }
 }
 
 /// Each byte's value as a lowercase hex digit, 0xff if it is not one.
@@ -153,11 +163,9 @@ pub(super) fn is(shape: Shape, stored: &[u8], jid: &[u8]) -> bool {
 fn packs_to(digits: &[u8], packed: &[u8]) -> bool {
     let (mut seen, mut differ) = (0, 0);
     for (pair, &byte) in digits.chunks_exact(2).zip(packed) {
-        if let [high, low] = *pair {
-            let (high, low) = (NIBBLES[usize::from(high)], NIBBLES[usize::from(low)]);
-            seen |= high | low;
-            differ |= (high << 4 | low) ^ byte;
-        }
+        let (mine, nibbles) = pack_pair(pair);
+        seen |= nibbles;
+        differ |= mine ^ byte;
     }
     seen & 0xf0 == 0 && differ == 0
 }
