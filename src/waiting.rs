@@ -360,7 +360,7 @@ fn serve_pass<C>(
     };
     // The waiters after the pass's last one wait behind a multi-key waiter
     // (the queue was cut there): none of them is a group's head.
-    let last = queue.keys().next_back().copied().unwrap_or(0);
+    let last = queue.keys().next_back().copied();
     let mut groups: Vec<Group<'_>> = seqs
         .iter()
         .map(|(name, seqs)| Group::new(name, seqs, last))
@@ -510,8 +510,9 @@ struct Group<'a> {
     /// The number and weight of its next waiter: what places the group
     /// among the others.
     head: Option<(usize, u32)>,
-    /// The last waiter of the pass: those after it are no head.
-    last: usize,
+    /// The last waiter of the pass (none: an empty pass): those after it
+    /// are no head.
+    last: Option<usize>,
     held: usize,
     /// Every kind of the group that waits was denied in this pass (which
     /// stays so: a pass only adds denials and removes waiters).
@@ -519,7 +520,11 @@ struct Group<'a> {
 }
 
 impl<'a> Group<'a> {
-    fn new(name: &'a Option<Box<[u8]>>, seqs: &'a BTreeMap<usize, u32>, last: usize) -> Self {
+    fn new(
+        name: &'a Option<Box<[u8]>>,
+        seqs: &'a BTreeMap<usize, u32>,
+        last: Option<usize>,
+    ) -> Self {
         let mut group = Self {
             name,
             seqs,
@@ -534,7 +539,7 @@ impl<'a> Group<'a> {
 
     fn head_from(&self, next: Option<(&usize, &u32)>) -> Option<(usize, u32)> {
         next.map(|(&seq, &weight)| (seq, weight))
-            .filter(|&(seq, _)| seq <= self.last)
+            .filter(|&(seq, _)| self.last.is_some_and(|last| seq <= last))
     }
 
     /// Its head was tried: the group's next waiter becomes its head.
