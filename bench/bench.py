@@ -844,9 +844,7 @@ def main():
     for name, r in hot.items():
         print("  %-22s %10.0f req/s  p50 %.3f ms  p99 %.3f ms" % (name, r["rps"], r["p50_ms"], r["p99_ms"]))
     print()
-    print("memory per lock (%d locks, used_memory delta):" % POPULATED)
-    for name, b in mem.items():
-        print("  %-34s %7.1f bytes" % (name, b))
+    print_memory(mem)
     print()
     print_scaling(scale)
     print("reaper tick (batch 100, all expired): p50 %(p50)s us, max %(max)s us" % reap["reaper_tick_usec"])
@@ -876,15 +874,19 @@ def main():
     }, started)
 
 
+def print_memory(mem, server=""):
+    print("memory per lock (%d locks, used_memory delta)%s:" % (POPULATED, server))
+    for name, b in mem.items():
+        print("  %-34s %7.1f bytes" % (name, b))
+
+
 def memory_only():
     """BENCH_MEMORY=1: only the bytes per lock of each layout, on the
     redis-server on the PATH (nothing written: the figures of a full run are
     in latest.json)."""
     server = Server()
     try:
-        print("memory per lock (%d locks, used_memory delta), %s:" % (POPULATED, server_name(server)))
-        for name, b in memory(server).items():
-            print("  %-34s %7.1f bytes" % (name, b))
+        print_memory(memory(server), ", " + server_name(server))
     finally:
         server.stop()
 

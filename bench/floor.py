@@ -26,7 +26,8 @@ module API). Servers: FLOOR_SERVERS (default "redis-7.0.15 redis-8.0.6
 valkey-9.1.2"; redis-7.0.15 is the redis-server on the PATH, the others are
 built by ../shared/servers/build.sh, SERVERS_DIR to change). Every contender
 holds the jid "job"; FLOOR_JID names another (a Sidekiq jid, a UUID: what job
-systems send). FLOOR_RENEWALS=1 counts a renewal with META too. Writes bench/results/floor.json (floor-jid.json with FLOOR_JID).
+systems send). FLOOR_RENEWALS=1 counts a renewal with META too. Writes
+bench/results/floor.json (floor-jid.json with FLOOR_JID).
 """
 
 import glob
