@@ -23,7 +23,7 @@
 //! renewed when it is retried: at the first pass where no waiter of its kind
 //! before it is denied and the key is not found full for its LIMIT.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::queues::gate;
 use super::{Served, Share, earliest};
@@ -148,10 +148,23 @@ impl Denials {
     /// their place (a jid granted in this pass among them included: it is
     /// renewed when next tried).
     pub(super) fn cover(&self, kinds: &Kinds) -> bool {
+        if kinds.unknown > 0 {
+            return false;
+        }
+        // The key full for the largest LIMIT waiting, and every kind with
+        // one: all answered, without a look at each group's kinds (what a
+        // pass of many tenants ends on, once a retry finds the key full).
+        if let (Some((&least, _)), Some((&most, _))) = (
+            kinds.limits.first_key_value(),
+            kinds.limits.last_key_value(),
+        ) && least != 0
+            && self.fills(most)
+        {
+            return true;
+        }
         // Each kind waiting must be one denied, or the key full for it:
         // with too few denied and the key not full, no need to look.
         (self.full.is_some() || (self.kinds > 0 && self.kinds >= kinds.waiting))
-            && kinds.unknown == 0
             && kinds
                 .known
                 .iter()
@@ -193,6 +206,9 @@ pub(super) struct Kinds {
     /// How many of them no GROUPLIMIT holds back ([`gate`]): while there is
     /// one, a newcomer queues behind them whatever the groups hold.
     ungated: usize,
+    /// How many of them give each LIMIT (0: none), never 0: the smallest
+    /// and the largest waiting, for [`Denials::cover`].
+    limits: BTreeMap<u32, usize>,
     /// Waiters whose call says no kind (see [`Admission`]).
     unknown: usize,
     /// Waiters that ask to hold alone (MODE exclusive).
@@ -219,6 +235,7 @@ impl Kinds {
                 list.push((terms, 1));
                 self.waiting += 1;
                 self.ungated += usize::from(terms.ungated());
+                *self.limits.entry(terms.limit).or_default() += 1;
             }
         }
     }
@@ -247,6 +264,12 @@ impl Kinds {
         let (terms, _) = list.swap_remove(i);
         self.waiting = self.waiting.saturating_sub(1);
         self.ungated = self.ungated.saturating_sub(usize::from(terms.ungated()));
+        if let Some(n) = self.limits.get_mut(&terms.limit) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.limits.remove(&terms.limit);
+            }
+        }
         if list.is_empty() {
             self.known.remove(&share.group);
         }
@@ -255,7 +278,7 @@ impl Kinds {
     /// No waiter counted.
     #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
-        self.unknown == 0 && self.known.is_empty()
+        self.unknown == 0 && self.known.is_empty() && self.limits.is_empty()
     }
 
     /// Some waiter asks to hold alone.
@@ -492,5 +515,41 @@ mod tests {
             None,
             "its retry renews"
         );
+    }
+
+    #[test]
+    fn the_key_full_covers_every_kind_with_a_limit_and_none_without() {
+        let mut kinds = Kinds::default();
+        let tenants: Vec<Share> = (0..100).map(|i| group(&format!("t{i}"), 2)).collect();
+        for (i, t) in tenants.iter().enumerate() {
+            kinds.add(call(b"w", 1 + (i % 4) as u32), t);
+        }
+        let mut d = Denials::default();
+        let full = |n| Served::Denied {
+            lease_end: None,
+            full: Some(n),
+        };
+        d.record(call(b"a", 3), &tenants[2], &full(3));
+        assert!(!d.cover(&kinds), "room for LIMIT 4");
+        d.record(call(b"b", 4), &tenants[3], &full(4));
+        assert!(d.cover(&kinds));
+        // A kind without LIMIT is answered only by its own denial.
+        let unlimited = group("u", 1);
+        kinds.add(call(b"c", 0), &unlimited);
+        assert!(!d.cover(&kinds));
+        d.record(
+            call(b"c", 0),
+            &unlimited,
+            &Served::Denied {
+                lease_end: None,
+                full: None,
+            },
+        );
+        assert!(d.cover(&kinds));
+        kinds.remove(call(b"c", 0), &unlimited);
+        for (i, t) in tenants.iter().enumerate() {
+            kinds.remove(call(b"w", 1 + (i % 4) as u32), t);
+        }
+        assert!(kinds.is_empty(), "every LIMIT counted out");
     }
 }
