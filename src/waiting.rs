@@ -43,8 +43,7 @@
 //! without a server (`tests.rs`).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
-use std::ops::Bound;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -65,7 +64,7 @@ pub use all::block_all;
 pub use denials::Admission;
 use denials::{Denials, Kinds};
 pub use multi::{AllCall, ServedAll};
-use queues::{KeyId, Queue, Tally, Waiter, Waiters};
+use queues::{GroupWaiters, KeyId, Queue, Tally, Waiter, Waiters};
 
 /// The longest delay given to a module timer, about 34.8 years: Redis adds a
 /// timer's delay, in microseconds, to a 64-bit clock, so a delay near
@@ -506,7 +505,7 @@ struct Group<'a> {
     name: &'a Option<Box<[u8]>>,
     /// The group's waiters by number, with their weights, the ended ones
     /// included until the pass is over (they come before `head`).
-    seqs: &'a BTreeMap<usize, u32>,
+    seqs: &'a GroupWaiters,
     /// The number and weight of its next waiter: what places the group
     /// among the others.
     head: Option<(usize, u32)>,
@@ -520,11 +519,7 @@ struct Group<'a> {
 }
 
 impl<'a> Group<'a> {
-    fn new(
-        name: &'a Option<Box<[u8]>>,
-        seqs: &'a BTreeMap<usize, u32>,
-        last: Option<usize>,
-    ) -> Self {
+    fn new(name: &'a Option<Box<[u8]>>, seqs: &'a GroupWaiters, last: Option<usize>) -> Self {
         let mut group = Self {
             name,
             seqs,
@@ -533,24 +528,19 @@ impl<'a> Group<'a> {
             held: 0,
             covered: false,
         };
-        group.head = group.head_from(seqs.first_key_value());
+        group.head = group.head_from(Some(seqs.first()));
         group
     }
 
-    fn head_from(&self, next: Option<(&usize, &u32)>) -> Option<(usize, u32)> {
-        next.map(|(&seq, &weight)| (seq, weight))
-            .filter(|&(seq, _)| self.last.is_some_and(|last| seq <= last))
+    fn head_from(&self, next: Option<(usize, u32)>) -> Option<(usize, u32)> {
+        next.filter(|&(seq, _)| self.last.is_some_and(|last| seq <= last))
     }
 
     /// Its head was tried: the group's next waiter becomes its head.
     fn advance(&mut self) {
-        self.head = self.head.and_then(|(seq, _)| {
-            self.head_from(
-                self.seqs
-                    .range((Bound::Excluded(seq), Bound::Unbounded))
-                    .next(),
-            )
-        });
+        self.head = self
+            .head
+            .and_then(|(seq, _)| self.head_from(self.seqs.after(seq)));
     }
 
     /// The group's place in the order of turns, as group `i`; `None` when

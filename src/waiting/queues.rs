@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+use std::ops::Bound;
 
 use super::denials::Kinds;
 use super::{Call, Share};
@@ -30,11 +31,10 @@ pub(super) struct Waiter<C> {
 /// `waiter` leaves its group's waiters in `groups` (the group goes with its
 /// last).
 pub(super) fn leave_group<C>(groups: &mut GroupQueues, waiter: &Waiter<C>) {
-    if let Some(seqs) = groups.get_mut(&waiter.share.group) {
-        seqs.remove(&waiter.seq);
-        if seqs.is_empty() {
-            groups.remove(&waiter.share.group);
-        }
+    if let Some(seqs) = groups.get_mut(&waiter.share.group)
+        && seqs.remove(waiter.seq)
+    {
+        groups.remove(&waiter.share.group);
     }
 }
 
@@ -46,7 +46,61 @@ pub(super) type KeyId = (i32, Vec<u8>);
 /// (WAITERS ... GROUPS reads it without a walk), and each group's next
 /// waiter and its weight, found by a serving pass without a walk past the
 /// other groups' waiters or a look into the queue.
-pub(super) type GroupQueues = BTreeMap<Option<Box<[u8]>>, BTreeMap<usize, u32>>;
+pub(super) type GroupQueues = BTreeMap<Option<Box<[u8]>>, GroupWaiters>;
+
+/// One group's waiters on a key: their numbers with their weights, the
+/// first of them also kept apart, beside the group's name: a pass reads
+/// every group's first at its start, without a descent into each group's
+/// map.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct GroupWaiters {
+    first: (usize, u32),
+    seqs: BTreeMap<usize, u32>,
+}
+
+impl GroupWaiters {
+    fn new(seq: usize, weight: u32) -> Self {
+        Self {
+            first: (seq, weight),
+            seqs: BTreeMap::from([(seq, weight)]),
+        }
+    }
+
+    fn insert(&mut self, seq: usize, weight: u32) {
+        self.seqs.insert(seq, weight);
+        if seq <= self.first.0 {
+            self.first = (seq, weight);
+        }
+    }
+
+    /// Removes waiter `seq`; whether none is left.
+    fn remove(&mut self, seq: usize) -> bool {
+        self.seqs.remove(&seq);
+        if seq == self.first.0
+            && let Some((&next, &weight)) = self.seqs.first_key_value()
+        {
+            self.first = (next, weight);
+        }
+        self.seqs.is_empty()
+    }
+
+    /// The first waiter's number and weight.
+    pub(super) fn first(&self) -> (usize, u32) {
+        self.first
+    }
+
+    /// The waiter after `seq`, with its weight.
+    pub(super) fn after(&self, seq: usize) -> Option<(usize, u32)> {
+        self.seqs
+            .range((Bound::Excluded(seq), Bound::Unbounded))
+            .next()
+            .map(|(&seq, &weight)| (seq, weight))
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.seqs.len()
+    }
+}
 
 /// What is kept of one queue as its waiters come and go: each group's
 /// waiters and their kinds (a serving pass stops once every kind left is
@@ -63,13 +117,11 @@ impl Tally {
         self.kinds.add(waiter.call.admission(), &waiter.share);
         let weight = waiter.share.weight.max(1);
         match self.groups.get_mut(&waiter.share.group) {
-            Some(seqs) => {
-                seqs.insert(waiter.seq, weight);
-            }
+            Some(seqs) => seqs.insert(waiter.seq, weight),
             None => {
                 self.groups.insert(
                     waiter.share.group.clone(),
-                    BTreeMap::from([(waiter.seq, weight)]),
+                    GroupWaiters::new(waiter.seq, weight),
                 );
             }
         }
