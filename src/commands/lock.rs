@@ -2,7 +2,7 @@
 //!             [RATE n PER ms [BURST b]] [GROUP name [WEIGHT w]] [GROUPLIMIT m]
 //!             [MODE shared|exclusive] [WAIT ms]
 
-use std::collections::HashMap;
+use std::cell::OnceCell;
 use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
@@ -305,15 +305,8 @@ impl waiting::Call for WaitingLock {
         let Some(Ok(Some(lock))) = key.as_ref().map(LockKey::lock) else {
             return each(&|_| 0);
         };
-        let now = now_ms();
-        if lock.has_expired(now) {
-            // From the lock's counts less its ended holders: no walk over
-            // the live ones of a key of many holders.
-            let live: HashMap<Option<&[u8]>, usize> = lock.live_by_group(now).into_iter().collect();
-            each(&|group| live.get(&group).copied().unwrap_or(0));
-        } else {
-            each(&|group| lock.group_holding(group));
-        }
+        let counts = lock.group_counts(now_ms());
+        each(&|group| counts.of(group));
     }
 }
 
@@ -351,8 +344,13 @@ fn attempt(
         mode: opts.mode,
     };
     // The waiters are looked at only for a call the key admits.
-    let waiters_first =
-        |lock: &Lock| waiting::holds_back(ctx, key_name, |group| lock.group_holding(group));
+    // The groups' holdings are counted when the first is asked, once.
+    let waiters_first = |lock: &Lock| {
+        let counts = OnceCell::new();
+        waiting::holds_back(ctx, key_name, |group| {
+            counts.get_or_init(|| lock.group_counts(now)).of(group)
+        })
+    };
     let queued = match queue {
         // Nobody waits (the common case): the key's name is not even read.
         Queue::Behind if waiting::nobody_waits() => Ahead::Nobody,

@@ -12,6 +12,31 @@ use super::{
     Rate,
 };
 
+/// How many live holders each group of a lock has (`None`: the holders
+/// without a group), as [`Holders::group_counts`] found them.
+pub struct GroupCounts<'a>(Counts<'a>);
+
+enum Counts<'a> {
+    /// The counts the index keeps, no lease having ended.
+    Kept(&'a Indexed),
+    /// Counted in one walk, by group.
+    Counted(Vec<(Option<&'a [u8]>, usize)>),
+}
+
+impl GroupCounts<'_> {
+    /// How many live holders `group` has.
+    pub fn of(&self, group: Option<&[u8]>) -> usize {
+        match &self.0 {
+            Counts::Kept(index) => index.group_holding(group),
+            Counts::Counted(counts) => counts
+                .binary_search_by(|(g, _)| g.cmp(&group))
+                .ok()
+                .and_then(|at| counts.get(at))
+                .map_or(0, |&(_, n)| n),
+        }
+    }
+}
+
 /// One job holding a lock.
 ///
 /// Most locks have one holder, so a holder is kept small (48 bytes, held in
@@ -819,6 +844,22 @@ impl Holders {
             }
         }
         counts
+    }
+
+    /// How many live holders each group has at `now`, for many questions in
+    /// a row (a serving pass asks for every waiting group): from the counts
+    /// the index keeps while no lease has ended, else counted once.
+    pub(super) fn group_counts(&self, now: i64) -> GroupCounts<'_> {
+        match self.indexed() {
+            Some(i) if self.earliest_lease().is_none_or(|at| at > now) => {
+                GroupCounts(Counts::Kept(i))
+            }
+            _ => {
+                let mut counts = self.live_by_group(now);
+                counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                GroupCounts(Counts::Counted(counts))
+            }
+        }
     }
 
     /// Whether a holder holds exclusively.

@@ -18,7 +18,7 @@ mod jid;
 mod rate;
 
 use holder::Holders;
-pub use holder::{Holder, Ordered};
+pub use holder::{GroupCounts, Holder, Ordered};
 pub use jid::Jid;
 pub use rate::{MAX_PER_MS, MAX_RATE, Rate, RateLimit};
 
@@ -474,6 +474,12 @@ impl Lock {
     /// Call after [`Lock::prune`] for the live ones.
     pub fn group_holding(&self, group: Option<&[u8]>) -> usize {
         self.holders.group_holding(group)
+    }
+
+    /// How many live holders each group has at `now`, for many questions
+    /// in a row: a key of a few holders is walked once, not once a question.
+    pub fn group_counts(&self, now: i64) -> GroupCounts<'_> {
+        self.holders.group_counts(now)
     }
 
     /// Per group (`None`: the holders without a group), how many live
