@@ -6,10 +6,12 @@ time per release (INFO commandstats' usec of UNIQUE.UNLOCK, which includes
 serving the queue), for each N of MANY_WAITERS_SIZES (default "1 100 1000
 10000"), on REDIS_SERVER (default: the redis-server on the PATH). Then, on
 that key, what a LOCK arriving from a new group costs (denied: the key is
-full). With groups, at the largest N, two more: a LOCK of a new group on a
-key of LIMIT 0 whose waiting groups each hold their GROUPLIMIT (granted: it
-asks every waiting group), and a REAP that frees 100 slots of a key of LIMIT
-100, served in one pass (usec of UNIQUE.REAP).
+full). With groups, at the largest N, three more: a release on a key of LIMIT
+30 (30 holders, each of its own group: the layout of a few holders, which a
+pass asks how much each waiting group holds), a LOCK of a new group on a key
+of LIMIT 0 whose waiting groups each hold their GROUPLIMIT (granted: it asks
+every waiting group), and a REAP that frees 100 slots of a key of LIMIT 100,
+served in one pass (usec of UNIQUE.REAP).
 
     python3 bench/many_waiters.py [module.so]   (default: bench.py's, the profile-guided build)
 
@@ -112,6 +114,40 @@ def close(server, conns):
         time.sleep(0.05)
 
 
+def release_at_limit(server, n, groups, limit=30):
+    """Server CPU µs per release on a key of LIMIT `limit`, held by `limit`
+    holders of groups of their own, `n` waiting in `groups` groups
+    (GROUPLIMIT 1): each release hands the slot to a waiter, and the client
+    that held it queues again."""
+    server.conn.call("FLUSHALL", "SYNC")
+
+    def lock_args(i):
+        group = i if i < limit else limit + i % groups
+        return ["UNIQUE.LOCK", "k", "c%d" % i, "LIMIT", limit, "TTL", 600_000,
+                "GROUP", "g%d" % group, "GROUPLIMIT", 1]
+    conns = [bench.Conn(server.port) for _ in range(n + limit)]
+    for i in range(limit):
+        assert isinstance(conns[i].call(*lock_args(i)), int)
+    for i in range(limit, n + limit):
+        conns[i].send(*lock_args(i), "WAIT", 600_000)
+    blocked_calls = set(range(limit, n + limit))  # whose reply is still to read
+    wait_for_waiters(server, n)
+    server.conn.call("CONFIG", "RESETSTAT")
+    for _ in range(RELEASES):
+        # The oldest holder goes; if it was a waiter, its token is read.
+        jid = server.conn.call("UNIQUE.LOCKEDBY", "k")[0]
+        i = int((jid.decode() if isinstance(jid, bytes) else jid)[1:])
+        assert server.conn.call("UNIQUE.UNLOCK", "k", "c%d" % i) == 1
+        if i in blocked_calls:
+            assert isinstance(conns[i].read(), int)
+        conns[i].send(*lock_args(i), "WAIT", 600_000)
+        blocked_calls.add(i)
+        wait_for_waiters(server, n)
+    usec, calls = command_usec(server, "unique.unlock")
+    close(server, conns)
+    return usec / calls
+
+
 def past_full_groups(server, n, groups):
     """µs per LOCK of a new group granted on a key of LIMIT 0 whose `groups`
     groups each hold their GROUPLIMIT 1, `n` waiting in them."""
@@ -177,6 +213,8 @@ def main():
                     format(n, ","), in_groups, release, arriving), flush=True)
             if groups and max(SIZES) >= groups:
                 n = max(SIZES)
+                print("%8s waiters%s, LIMIT 30: %.1f µs of server CPU per release" % (
+                    format(n, ","), in_groups, release_at_limit(server, n, groups)), flush=True)
                 print("%8s waiters%s at their GROUPLIMIT: %.1f µs per LOCK of a new group" % (
                     format(n, ","), in_groups, past_full_groups(server, n, groups)), flush=True)
                 # One slot per group at most (GROUPLIMIT 1).

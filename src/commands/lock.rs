@@ -2,7 +2,6 @@
 //!             [RATE n PER ms [BURST b]] [GROUP name [WEIGHT w]] [GROUPLIMIT m]
 //!             [MODE shared|exclusive] [WAIT ms]
 
-use std::cell::OnceCell;
 use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
@@ -344,12 +343,9 @@ fn attempt(
         mode: opts.mode,
     };
     // The waiters are looked at only for a call the key admits.
-    // The groups' holdings are counted when the first is asked, once.
     let waiters_first = |lock: &Lock| {
-        let counts = OnceCell::new();
-        waiting::holds_back(ctx, key_name, |group| {
-            counts.get_or_init(|| lock.group_counts(now)).of(group)
-        })
+        let counts = lock.group_counts(now);
+        waiting::holds_back(ctx, key_name, |group| counts.of(group))
     };
     let queued = match queue {
         // Nobody waits (the common case): the key's name is not even read.

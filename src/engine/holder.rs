@@ -25,6 +25,7 @@ enum Counts<'a> {
 
 impl GroupCounts<'_> {
     /// How many live holders `group` has.
+    #[inline(always)]
     pub fn of(&self, group: Option<&[u8]>) -> usize {
         match &self.0 {
             Counts::Kept(index) => index.group_holding(group),
