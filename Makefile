@@ -148,8 +148,8 @@ bench-many: deps build-pgo loadgen
 	BENCH_MANY=1 python3 bench/bench.py
 
 ## bench-waiters: the server's CPU per release and per LOCK arriving with 1 to 10,000 clients
-## waiting on the key, in no group and in 1,000 groups, and per pass serving 100 of them
-## (bench/many_waiters.py; MANY_WAITERS_GROUPS="0 4": other group counts)
+## waiting on the key, in no group and in 1,000 groups (also on a key of LIMIT 30), and per pass
+## serving 100 of them (bench/many_waiters.py; MANY_WAITERS_GROUPS="0 4": other group counts)
 bench-waiters: build-pgo
 	python3 bench/many_waiters.py
 
