@@ -1,4 +1,4 @@
-//! UNIQUE.LOCKEDBY key [WITHMETA] [CURSOR cursor] [COUNT n]
+//! UNIQUE.LOCKEDBY key \[WITHMETA\] [CURSOR cursor] [COUNT n]
 
 use std::ops::Deref;
 

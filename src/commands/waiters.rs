@@ -1,4 +1,4 @@
-//! UNIQUE.WAITERS key [GROUPS]
+//! UNIQUE.WAITERS key \[GROUPS\]
 
 use std::collections::BTreeMap;
 

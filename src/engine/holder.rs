@@ -13,7 +13,8 @@ use super::{
 };
 
 /// How many live holders each group of a lock has (`None`: the holders
-/// without a group), as [`Holders::group_counts`] found them.
+/// without a group), as [`Lock::group_counts`](super::Lock::group_counts)
+/// found them.
 pub struct GroupCounts<'a>(Counts<'a>);
 
 enum Counts<'a> {
