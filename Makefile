@@ -41,11 +41,12 @@ endif
 $(MODULE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock
 	cargo build --release --lib
 
-## lint: cargo fmt and clippy (warnings are errors)
+## lint: cargo fmt, clippy and rustdoc's links (warnings are errors)
 lint:
 	@echo "== TEST_SEED=$(TEST_SEED)"
 	$(SUITE) fmt -- cargo fmt --all -- --check
 	$(SUITE) clippy -- cargo clippy --all-targets -- -D warnings
+	$(SUITE) rustdoc -- env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
 ## test-ruby: the Ruby gem (clients/ruby) against real Sidekiq 6.4.1, 7.3.9 and 8.1.7 (Ruby 3.3,
 ## built once from ../shared/ruby) processes, and its gem build; SIDEKIQ_VERSIONS="6 7 8" picks
