@@ -570,8 +570,9 @@ struct Turn {
 
 impl Ord for Turn {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        let mine = self.held as u128 * u128::from(other.weight);
-        let theirs = other.held as u128 * u128::from(self.weight);
+        // A count of holders times a WEIGHT (at most 1,000) fits 64 bits.
+        let mine = (self.held as u64).saturating_mul(u64::from(other.weight));
+        let theirs = (other.held as u64).saturating_mul(u64::from(self.weight));
         // The smaller share, then the older head, is the greater.
         theirs.cmp(&mine).then(other.seq.cmp(&self.seq))
     }
