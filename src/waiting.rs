@@ -379,11 +379,11 @@ fn serve_pass<C>(
     // Each group's head, best first (see `Turn`): all of them at the start,
     // then only the group just tried goes back in (no other group changes),
     // so that a turn costs O(log groups) and not a look at every group.
-    let mut turns: BinaryHeap<Turn> = groups
-        .iter()
-        .enumerate()
-        .filter_map(|(i, g)| g.turn(i))
-        .collect();
+    // (Made in a vector of the groups' number: a filtered iterator gives no
+    // size, and the heap would grow by doubling.)
+    let mut heads = Vec::with_capacity(groups.len());
+    heads.extend(groups.iter().enumerate().filter_map(|(i, g)| g.turn(i)));
+    let mut turns = BinaryHeap::from(heads);
     let mut behind: Vec<Turn> = Vec::new();
     let mut fence = None;
     loop {
