@@ -150,7 +150,8 @@ bench-many: deps build-pgo loadgen
 
 ## bench-waiters: the server's CPU per release and per LOCK arriving with 1 to 10,000 clients
 ## waiting on the key, in no group and in 1,000 groups (also on a key of LIMIT 30), and per pass
-## serving 100 of them (bench/many_waiters.py; MANY_WAITERS_GROUPS="0 4": other group counts)
+## serving 100 of them (bench/many_waiters.py; MANY_WAITERS_GROUPS="0 4": other group counts;
+## MANY_WAITERS_CALLGRIND=1: the module's instructions per release instead, under callgrind)
 bench-waiters: build-pgo
 	python3 bench/many_waiters.py
 

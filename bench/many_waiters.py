@@ -16,10 +16,19 @@ served in one pass (usec of UNIQUE.REAP).
     python3 bench/many_waiters.py [module.so]   (default: bench.py's, the profile-guided build)
 
 MANY_WAITERS_GROUPS: each N of it, the waiters spread over N GROUPs (GROUPLIMIT 1
-each; 0: no GROUP), for fair serving's pass over many tenants (default "0 1000")."""
+each; 0: no GROUP), for fair serving's pass over many tenants (default "0 1000").
 
+MANY_WAITERS_CALLGRIND=1: instead, the server under callgrind, and for each N and
+groups the instructions the module's commands run per release cycle (the UNLOCK
+that serves a waiter, with its pass, and the LOCK that queues its client again;
+100 cycles): the steady figure on a shared machine, where the µs move by a third
+from run to run. Dumps in target/many-waiters/callgrind/."""
+
+import glob
 import os
+import re
 import resource
+import subprocess
 import sys
 import time
 
@@ -62,7 +71,7 @@ def blocked(server, n, lock_args):
     return conns
 
 
-def measure(server, n, groups=0, before_releases=None):
+def measure(server, n, groups=0, before_releases=None, releases=RELEASES):
     """Server CPU µs per release with `n` waiting (dealt round into `groups`
     GROUPs, if any): each release hands the slot to the oldest waiter, and
     the client that held it queues again, so that `n` wait at every release;
@@ -85,7 +94,7 @@ def measure(server, n, groups=0, before_releases=None):
     if before_releases:
         before_releases()
     queue = list(range(1, n + 1))  # who waits, oldest first
-    for _ in range(RELEASES):
+    for _ in range(releases):
         assert server.conn.call("UNIQUE.UNLOCK", "k", "c%d" % holder) == 1
         served = queue.pop(0)
         token = conns[served].read()
@@ -196,12 +205,68 @@ def wait_for_waiters(server, n):
             raise SystemExit("only %d of %d waiters blocked" % (waiting(server), n))
 
 
+def callgrind_cycles(n, groups, cycles=100):
+    """Instructions the module's commands run per release cycle of
+    `measure`, the server under callgrind: the inclusive cost of the module's
+    command entry point (so that the INFO polls between cycles, whose number
+    moves with the timing, count nothing)."""
+    dumps = os.path.join(bench.ROOT, "target", "many-waiters", "callgrind")
+    os.makedirs(dumps, exist_ok=True)
+    for old in glob.glob(os.path.join(dumps, "*")):
+        os.remove(old)
+    server = bench.Server(wrapper=["valgrind", "--tool=callgrind", "--dump-instr=no",
+                                   "--callgrind-out-file=%s/callgrind.out" % dumps])
+    dump = os.path.join(dumps, "n%d-groups%d.out" % (n, groups))
+
+    def control(*args):
+        subprocess.run(["callgrind_control", *args, str(server.proc.pid)], check=True,
+                       capture_output=True)
+
+    started = []
+
+    def zero_then_dump():
+        if not started:
+            started.append(True)
+            return control("-z")
+        before = set(glob.glob(os.path.join(dumps, "callgrind.out*")))
+        control("-d")
+        deadline = time.time() + 60
+        while not (new := set(glob.glob(os.path.join(dumps, "callgrind.out*"))) - before):
+            if time.time() > deadline:
+                raise SystemExit("no callgrind dump")
+            time.sleep(0.1)
+        time.sleep(0.3)  # let callgrind finish writing it
+        os.rename(new.pop(), dump)
+
+    try:
+        server.conn.call("CONFIG", "SET", "maxclients", n + 100)
+        # The reaper ticks on the clock, which callgrind slows 50 times.
+        server.conn.call("CONFIG", "SET", "unique.reap-interval", 0)
+        measure(server, n, groups, zero_then_dump, releases=cycles)
+    finally:
+        server.stop()
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
+                         capture_output=True, text=True, check=True).stdout
+    entry = sum(int(m.group(1).replace(",", "")) for m in re.finditer(
+        r"^\s*([\d,]+) \([ \d.]+%\)\s+\S*redis_unique::ffi::entry::entry_point\b", out, re.M))
+    if not entry:
+        raise SystemExit("the module's entry point is not in %s" % dump)
+    return entry / cycles
+
+
 def main():
     if len(sys.argv) > 1:
         bench.MODULE = os.path.abspath(sys.argv[1])
     bench.SERVER_BINARY = os.environ.get("REDIS_SERVER", bench.SERVER_BINARY)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, max(SIZES) + 1000)), hard))
+    if os.environ.get("MANY_WAITERS_CALLGRIND"):
+        for groups in GROUP_COUNTS:
+            in_groups = " in %d groups" % groups if groups else ""
+            for n in SIZES:
+                print("%8s waiters%s: %.0f instructions of the module's commands per release cycle" % (
+                    format(n, ","), in_groups, callgrind_cycles(n, groups)), flush=True)
+        return
     server = bench.Server()
     try:
         server.conn.call("CONFIG", "SET", "maxclients", max(SIZES) + 100)
