@@ -378,7 +378,13 @@ impl Indexed {
         };
         if added {
             self.grouped += 1;
-            *self.groups.entry(group.into()).or_default() += 1;
+            // The name copied only for a group new here.
+            match self.groups.get_mut(group) {
+                Some(n) => *n += 1,
+                None => {
+                    self.groups.insert(group.into(), 1);
+                }
+            }
         } else {
             self.grouped = self.grouped.saturating_sub(1);
             if let Some(n) = self.groups.get_mut(group) {
