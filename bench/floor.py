@@ -137,6 +137,29 @@ def totals(path):
     raise SystemExit("no total in %s" % path)
 
 
+def zero(server):
+    """Zeroes the counters of `server`, which runs under callgrind."""
+    subprocess.run(["callgrind_control", "-z", str(server.proc.pid)], check=True,
+                   capture_output=True)
+
+
+def dump(server, dumps, keep):
+    """Dumps the counters of `server` (which runs under callgrind, its dumps
+    going to the folder `dumps`) since the last zero into the file `keep`."""
+    before = set(glob.glob(os.path.join(dumps, "callgrind.out*")))
+    subprocess.run(["callgrind_control", "-d", str(server.proc.pid)], check=True,
+                   capture_output=True)
+    deadline = time.time() + 60
+    while not (new := set(glob.glob(os.path.join(dumps, "callgrind.out*"))) - before):
+        if time.time() > deadline:
+            raise SystemExit("no callgrind dump for %s" % keep)
+        time.sleep(0.1)
+    (path,) = new
+    time.sleep(0.3)  # let callgrind finish writing it
+    os.rename(path, keep)
+    return keep
+
+
 def instructions(name, floor_so, groups=(LOCKS, UNLOCKS), out_dir=OUT):
     """Instructions per request of each contender of `groups` (dicts of
     label: (args, prepare, check)), on a server with `floor_so` loaded too."""
@@ -162,23 +185,12 @@ def instructions(name, floor_so, groups=(LOCKS, UNLOCKS), out_dir=OUT):
                 server.flush()
                 if prepare:
                     prepare(server, CG_REQUESTS)
-                before = set(glob.glob(os.path.join(dumps, "callgrind.out*")))
-                subprocess.run(["callgrind_control", "-z", str(server.proc.pid)],
-                               check=True, capture_output=True)
+                zero(server)
                 r = bench.load(server, args, 16, CG_REQUESTS)
                 if not check(r["replies"]):
                     raise SystemExit("%s did not do what is measured: %s" % (label, r["replies"]))
-                subprocess.run(["callgrind_control", "-d", str(server.proc.pid)],
-                               check=True, capture_output=True)
-                deadline = time.time() + 30
-                while not (new := set(glob.glob(os.path.join(dumps, "callgrind.out*"))) - before):
-                    if time.time() > deadline:
-                        raise SystemExit("no callgrind dump for %s" % label)
-                    time.sleep(0.1)
-                (path,) = new
-                time.sleep(0.2)  # let callgrind finish writing it
-                keep = os.path.join(dumps, label.replace(" ", "_").replace(".", "_") + ".out")
-                os.rename(path, keep)
+                keep = dump(server, dumps,
+                            os.path.join(dumps, label.replace(" ", "_").replace(".", "_") + ".out"))
                 counted = totals(keep)
                 out[label] = round(counted["Ir"] / CG_REQUESTS)
                 if "I1mr" in counted:

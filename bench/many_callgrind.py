@@ -22,13 +22,11 @@ MANY_CG_REQUESTS: R (default 20,000); MANY_CG_SIZES: the N (default
 
 import glob
 import os
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
-from floor import totals  # noqa: E402
+from floor import dump, totals, zero  # noqa: E402
 
 OUT = os.path.join(bench.ROOT, "target", "many-callgrind")
 R = int(os.environ.get("MANY_CG_REQUESTS", "20000"))
@@ -51,19 +49,10 @@ def main():
     def measured(label, args, n, requests, cycle):
         server.conn.call("FLUSHALL", "SYNC")
         bench.fill(server, ["UNIQUE.LOCK", "many", "job:{}", "LIMIT", 0, "TTL", TTL], n)
-        before = set(glob.glob(os.path.join(OUT, "callgrind.out*")))
-        subprocess.run(["callgrind_control", "-z", str(server.proc.pid)], check=True, capture_output=True)
+        zero(server)
         replies = bench.load(server, args, 16, requests, clients=4, cycle=cycle)["replies"]
-        subprocess.run(["callgrind_control", "-d", str(server.proc.pid)], check=True, capture_output=True)
-        deadline = time.time() + 60
-        while not (new := set(glob.glob(os.path.join(OUT, "callgrind.out*"))) - before):
-            if time.time() > deadline:
-                raise SystemExit("no callgrind dump for %s" % label)
-            time.sleep(0.1)
-        time.sleep(0.3)  # let callgrind finish writing it
-        (path,) = new
-        keep = os.path.join(OUT, "%s_%d_%d.out" % (label.replace("+", "_"), n, requests))
-        os.rename(path, keep)
+        keep = dump(server, OUT, os.path.join(
+            OUT, "%s_%d_%d.out" % (label.replace("+", "_"), n, requests)))
         return totals(keep), replies
 
     print("holders  command        instructions  D1 misses  LL (1 MB) misses  (per request)")

@@ -34,6 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+import floor  # noqa: E402
 
 SIZES = [int(n) for n in os.environ.get("MANY_WAITERS_SIZES", "1 100 1000 10000").split()]
 GROUP_COUNTS = [int(n) for n in os.environ.get("MANY_WAITERS_GROUPS", "0 1000").split()]
@@ -216,27 +217,14 @@ def callgrind_cycles(n, groups, cycles=100):
         os.remove(old)
     server = bench.Server(wrapper=["valgrind", "--tool=callgrind", "--dump-instr=no",
                                    "--callgrind-out-file=%s/callgrind.out" % dumps])
-    dump = os.path.join(dumps, "n%d-groups%d.out" % (n, groups))
-
-    def control(*args):
-        subprocess.run(["callgrind_control", *args, str(server.proc.pid)], check=True,
-                       capture_output=True)
-
+    keep = os.path.join(dumps, "n%d-groups%d.out" % (n, groups))
     started = []
 
     def zero_then_dump():
         if not started:
             started.append(True)
-            return control("-z")
-        before = set(glob.glob(os.path.join(dumps, "callgrind.out*")))
-        control("-d")
-        deadline = time.time() + 60
-        while not (new := set(glob.glob(os.path.join(dumps, "callgrind.out*"))) - before):
-            if time.time() > deadline:
-                raise SystemExit("no callgrind dump")
-            time.sleep(0.1)
-        time.sleep(0.3)  # let callgrind finish writing it
-        os.rename(new.pop(), dump)
+            return floor.zero(server)
+        floor.dump(server, dumps, keep)
 
     try:
         server.conn.call("CONFIG", "SET", "maxclients", n + 100)
@@ -245,12 +233,12 @@ def callgrind_cycles(n, groups, cycles=100):
         measure(server, n, groups, zero_then_dump, releases=cycles)
     finally:
         server.stop()
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", keep],
                          capture_output=True, text=True, check=True).stdout
     entry = sum(int(m.group(1).replace(",", "")) for m in re.finditer(
         r"^\s*([\d,]+) \([ \d.]+%\)\s+\S*redis_unique::ffi::entry::entry_point\b", out, re.M))
     if not entry:
-        raise SystemExit("the module's entry point is not in %s" % dump)
+        raise SystemExit("the module's entry point is not in %s" % keep)
     return entry / cycles
 
 
