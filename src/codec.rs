@@ -267,8 +267,8 @@ pub fn read_key_hold(
 /// stream and the AOF. [`read_holder`] reads them back.
 pub fn write_holder(h: &Holder, out: &mut impl Sink) {
     out.buffer(&h.jid());
-    out.signed(h.token);
-    out.signed(h.acquired_at);
+    out.signed(h.token());
+    out.signed(h.acquired_at());
     out.signed(h.expires_at().unwrap_or(NO_EXPIRY));
     out.buffer(h.lock_type().as_bytes());
     out.buffer(h.owner().unwrap_or_default());

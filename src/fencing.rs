@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 
 /// Tokens per millisecond of clock floor: a token reads as unix microseconds.
-pub const TOKENS_PER_MS: i64 = 1000;
+pub use crate::engine::TOKENS_PER_MS;
 
 /// The next token after `last`, never below the clock floor for `now`.
 pub fn next_after(last: i64, now: i64) -> i64 {

@@ -43,7 +43,7 @@ fn check(lock: &Lock) -> Result<(), TestCaseError> {
     prop_assert!(!lock.is_empty());
     for h in lock.holders() {
         prop_assert!(!h.jid().is_empty() && h.jid().len() <= crate::engine::MAX_JID_BYTES);
-        prop_assert!(h.token > 0);
+        prop_assert!(h.token() > 0);
         prop_assert!(h.expires_at().is_none_or(|at| at >= 0));
     }
     let mut items = Items::default();

@@ -45,7 +45,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (now, effect) = if ApplyOp::parse(now_or_grant) == Some(ApplyOp::Grant) {
         // A new grant: `now` is the holder's acquired_at.
         let (holder, rate) = parse_leased(rest)?;
-        (holder.acquired_at, Effect::Hold(holder, rate))
+        (holder.acquired_at(), Effect::Hold(holder, rate))
     } else {
         let now = parse_int(now_or_grant)?;
         let [op, rest @ ..] = rest else {
@@ -70,7 +70,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 if rate.is_some() {
                     lock.set_rate(rate);
                 }
-                fencing::observe(holder.token);
+                fencing::observe(holder.token());
                 let new = lock.holder(&holder.jid()).is_none();
                 lock.put(holder);
                 new.then_some(events::LOCK)

@@ -110,9 +110,9 @@ fn reply_holder(reply: &Stream<'_>, h: &Holder, now: i64) {
     reply.bulk(b"jid");
     reply.bulk(&h.jid());
     reply.bulk(b"token");
-    reply.int(h.token);
+    reply.int(h.token());
     reply.bulk(b"acquired_at");
-    reply.int(h.acquired_at);
+    reply.int(h.acquired_at());
     reply.bulk(b"expires_at");
     reply.int(h.expires_at().unwrap_or(NO_EXPIRY));
     reply.bulk(b"ttl");

@@ -41,7 +41,7 @@ impl GroupCounts<'_> {
 
 /// One job holding a lock.
 ///
-/// Most locks have one holder, so a holder is kept small (48 bytes, held in
+/// Most locks have one holder, so a holder is kept small (40 bytes, held in
 /// the lock itself when it is the only one): its variable parts share one
 /// `Text` (a custom type name, the jid, the owner, the meta), kept in the
 /// holder itself up to 16 bytes (the ids job systems send packed to half
@@ -51,14 +51,38 @@ impl GroupCounts<'_> {
 /// whether a group follows are bits of the type's code, and the group goes
 /// at the end of the text with its length (two bytes), only when there is
 /// one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// The time of the grant costs nothing either, most of the time: a token
+/// reads as the unix microseconds of its grant ([`TOKENS_PER_MS`]), so a
+/// holder whose `acquired_at` is its token's millisecond keeps no
+/// `acquired_at` of its own. One granted when tokens ran ahead of the clock
+/// (over a thousand grants in a millisecond, a replicated token from a
+/// clock ahead) keeps it, 8 bytes at the head of its text (`OWN_ACQUIRED`).
+/// Either way it reads the same, and saves, loads and replicates unchanged.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Holder {
-    pub token: i64,
-    pub acquired_at: i64,
+    token: i64,
     /// End of the lease (unix ms), or `NO_LEASE`.
     expires_at: i64,
-    /// custom type name ‖ jid ‖ owner ‖ meta, and where each ends
+    /// [acquired_at] ‖ custom type name ‖ jid ‖ owner ‖ meta [‖ group ‖ its
+    /// length], and where each ends
     text: Text,
+}
+
+/// Tokens per millisecond of the clock: a token issued at `now` (unix ms)
+/// is at least `now * TOKENS_PER_MS`, and more only by the grants already
+/// made in that millisecond (see `fencing.rs`, which issues them).
+pub const TOKENS_PER_MS: i64 = 1000;
+
+impl fmt::Debug for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Holder")
+            .field("token", &self.token)
+            .field("acquired_at", &self.acquired_at())
+            .field("expires_at", &self.expires_at())
+            .field("text", &self.text)
+            .finish()
+    }
 }
 
 /// The lengths of the parts of a holder's [`Text`], and its type.
@@ -70,7 +94,8 @@ struct Parts {
     owner_len: u16,
     /// Bits 0-3: an index in `KNOWN_TYPES`, or `CUSTOM_TYPE` (the name
     /// leads the text); bits 4-5: the mode (`MODE_*`); bit 6: `HAS_GROUP`
-    /// (the text ends with the group and its length).
+    /// (the text ends with the group and its length); bit 7:
+    /// `OWN_ACQUIRED` (the text starts with the holder's `acquired_at`).
     type_code: u8,
     custom_type_len: u8,
 }
@@ -85,6 +110,9 @@ const MODE_EXCLUSIVE: u8 = 2;
 const HAS_GROUP: u8 = 0x40;
 /// The group's length, after it at the end of the text.
 const GROUP_LEN_BYTES: usize = 2;
+const OWN_ACQUIRED: u8 = 0x80;
+/// An `acquired_at` kept in the text (little-endian).
+const ACQUIRED_BYTES: usize = 8;
 const JID_SHAPE_SHIFT: u16 = 14;
 const JID_LEN_BITS: u16 = (1 << JID_SHAPE_SHIFT) - 1;
 const JID_HEX: u16 = 1;
@@ -178,11 +206,11 @@ impl Holder {
     ) -> Self {
         let mut h = Self {
             token,
-            acquired_at,
             expires_at: expires_at.unwrap_or(NO_LEASE),
             text: Text::default(),
         };
         h.set_all(
+            acquired_at,
             lock_type,
             jid,
             owner.unwrap_or_default(),
@@ -195,12 +223,24 @@ impl Holder {
 
     fn set_text(&mut self, lock_type: &str, jid: &[u8], owner: &[u8], meta: &[u8]) {
         let (group, mode) = (self.group().map(<[u8]>::to_vec), self.mode());
-        self.set_all(lock_type, jid, owner, meta, group.as_deref(), mode);
+        let acquired_at = self.acquired_at();
+        self.set_all(
+            acquired_at,
+            lock_type,
+            jid,
+            owner,
+            meta,
+            group.as_deref(),
+            mode,
+        );
     }
 
+    /// Lays out its text (its token already set).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn set_all(
         &mut self,
+        acquired_at: i64,
         lock_type: &str,
         jid: &[u8],
         owner: &[u8],
@@ -231,18 +271,26 @@ impl Holder {
             Some((Shape::Uuid, p)) => (JID_UUID, p.as_bytes()),
             _ => (0, jid),
         };
+        // Kept only when the token does not tell it.
+        let own_acquired = acquired_at != self.token.div_euclid(TOKENS_PER_MS);
+        let acquired = acquired_at.to_le_bytes();
         let parts = Parts {
-            type_code: type_index | mode_bits | if group.is_some() { HAS_GROUP } else { 0 },
+            type_code: type_index
+                | mode_bits
+                | if group.is_some() { HAS_GROUP } else { 0 }
+                | if own_acquired { OWN_ACQUIRED } else { 0 },
             custom_type_len: u8::try_from(custom.len()).unwrap_or(u8::MAX),
             jid_len: u16::try_from(jid.len()).unwrap_or(JID_LEN_BITS) | shape << JID_SHAPE_SHIFT,
             owner_len: u16::try_from(owner.len()).unwrap_or(u16::MAX),
         };
         self.text = match group {
             // A holder without a group: its four strings, as before groups.
-            None => Text::new(parts, [custom, jid, owner, meta]),
+            None if !own_acquired => Text::new(parts, [custom, jid, owner, meta]),
+            None => Text::new(parts, [&acquired, custom, jid, owner, meta]),
             Some(group) => {
                 let len = u16::try_from(group.len()).unwrap_or(u16::MAX).to_le_bytes();
-                Text::new(parts, [custom, jid, owner, meta, group, &len])
+                let acquired: &[u8] = if own_acquired { &acquired } else { &[] };
+                Text::new(parts, [acquired, custom, jid, owner, meta, group, &len])
             }
         };
     }
@@ -259,7 +307,8 @@ impl Holder {
             self.owner().unwrap_or_default().to_vec(),
             self.meta().unwrap_or_default().to_vec(),
         );
-        self.set_all(&lock_type, &jid, &owner, &meta, group, mode);
+        let acquired_at = self.acquired_at();
+        self.set_all(acquired_at, &lock_type, &jid, &owner, &meta, group, mode);
         self
     }
 
@@ -275,7 +324,7 @@ impl Holder {
         if p.type_code & HAS_GROUP == 0 {
             return None;
         }
-        let bytes = self.text.as_bytes();
+        let bytes = self.strings();
         let end = bytes.len().checked_sub(GROUP_LEN_BYTES)?;
         let len = match bytes.get(end..) {
             Some(&[a, b]) => usize::from(u16::from_le_bytes([a, b])),
@@ -306,11 +355,34 @@ impl Holder {
         }
     }
 
+    /// Its fencing token.
+    #[inline]
+    pub fn token(&self) -> i64 {
+        self.token
+    }
+
+    /// When it was granted (unix ms): its token's millisecond, unless it
+    /// keeps its own.
+    #[inline]
+    pub fn acquired_at(&self) -> i64 {
+        if self.text.parts().type_code & OWN_ACQUIRED != 0
+            && let Some(kept) = self.text.as_bytes().first_chunk::<ACQUIRED_BYTES>()
+        {
+            return i64::from_le_bytes(*kept);
+        }
+        self.token.div_euclid(TOKENS_PER_MS)
+    }
+
+    /// Its strings, after its own `acquired_at` if it keeps one.
+    #[inline(always)]
+    fn strings(&self) -> &[u8] {
+        let own = self.text.parts().type_code & OWN_ACQUIRED != 0;
+        let skip = usize::from(own) * ACQUIRED_BYTES;
+        self.text.as_bytes().get(skip..).unwrap_or_default()
+    }
+
     fn part(&self, from: usize, len: usize) -> &[u8] {
-        self.text
-            .as_bytes()
-            .get(from..from + len)
-            .unwrap_or_default()
+        self.strings().get(from..from + len).unwrap_or_default()
     }
 
     /// Its jid, as given (see `jid.rs` for how it is kept).
@@ -343,7 +415,7 @@ impl Holder {
     pub fn meta(&self) -> Option<&[u8]> {
         let p = self.text.parts();
         let from = usize::from(p.custom_type_len) + p.jid_kept() + usize::from(p.owner_len);
-        let bytes = self.text.as_bytes();
+        let bytes = self.strings();
         let end = if p.type_code & HAS_GROUP == 0 {
             bytes.len()
         } else {
@@ -408,8 +480,8 @@ impl Holder {
 }
 
 /// Bytes of [`Text`] kept in the holder itself: with the tag, the lengths
-/// and the length, 24 bytes, as much as the heap form, so that a holder is 48
-/// bytes and a lock of one holder one 48-byte allocation.
+/// and the length, 24 bytes, as much as the heap form, so that a holder is 40
+/// bytes and a lock of one holder one 40-byte allocation.
 const INLINE_TEXT: usize = 16;
 
 /// A holder's strings, one after the other, with their [`Parts`]: in place
@@ -506,7 +578,7 @@ pub(super) const SHRINK_AT: usize = 16;
 /// then one allocation), several in a vector in grant order, or, past
 /// [`GROW_AT`], indexed by jid and by end of lease. A lock with a rate keeps
 /// the rate and its holders behind one more pointer, so that the locks
-/// without one (most) stay one 48-byte allocation.
+/// without one (most) stay one 40-byte allocation.
 #[derive(Debug, Clone, Default)]
 pub(super) enum Holders {
     #[default]

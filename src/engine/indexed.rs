@@ -23,7 +23,7 @@
 //!   lease) is the later of the list's tail and the heap's largest end. A
 //!   renewal leaves its neighbours and joins the tail: no walk down and up
 //!   a heap, each step of which would read a lease elsewhere in megabytes
-//!   of slots. A holder costs its 48 bytes and about 16 more (its two links,
+//!   of slots. A holder costs its 40 bytes and about 16 more (its two links,
 //!   which a holder in the heap uses for its place, and its share of the
 //!   hash table; 4 more in the heap), which keeps a big lock about as small
 //!   as the vector it replaces.
@@ -53,7 +53,7 @@ use super::Holder;
 use owners::Owners;
 
 /// A holder's slot (its place in the heap is kept apart, so that a slot is
-/// the holder's 48 bytes and nothing more).
+/// the holder's 40 bytes and nothing more).
 type Slot = Option<Holder>;
 
 /// Which end of the heap a level of it orders: the earliest end of lease at
@@ -165,7 +165,7 @@ impl Indexed {
     /// The holders in grant order, leaving this empty.
     pub(super) fn into_ordered(self) -> Vec<Holder> {
         let mut holders: Vec<Holder> = self.slots.into_iter().flatten().collect();
-        holders.sort_by_key(|h| h.token);
+        holders.sort_by_key(|h| h.token());
         holders
     }
 
@@ -181,7 +181,7 @@ impl Indexed {
     /// Every holder in grant order (a sort: for what lists them all).
     pub(super) fn ordered(&self) -> Vec<&Holder> {
         let mut holders: Vec<&Holder> = self.iter().collect();
-        holders.sort_by_key(|h| h.token);
+        holders.sort_by_key(|h| h.token());
         holders
     }
 
@@ -239,7 +239,7 @@ impl Indexed {
     /// Puts a new holder in a slot and the hash table, not yet in order of
     /// end of lease: its slot, and its end of lease if it has one.
     fn seat(&mut self, holder: Holder) -> Result<(u32, Option<i64>), Holder> {
-        if holder.token <= self.newest && self.len > 0 {
+        if holder.token() <= self.newest && self.len > 0 {
             return Err(holder);
         }
         let slot = match self.free.pop() {
@@ -257,9 +257,9 @@ impl Indexed {
         };
         let hash = self.hash(&holder.jid());
         self.newest = if self.len == 0 {
-            holder.token
+            holder.token()
         } else {
-            self.newest.max(holder.token)
+            self.newest.max(holder.token())
         };
         let leased = holder.expires_at();
         self.count(holder.group(), holder.is_exclusive(), true);
@@ -338,7 +338,7 @@ impl Indexed {
         }
         let holder = self.slots.get(slot as usize)?.as_ref()?;
         debug_assert_eq!(holder.jid(), jid);
-        let (after, token) = (holder.expires_at(), holder.token);
+        let (after, token) = (holder.expires_at(), holder.token());
         let (new_group, new_exclusive) =
             (holder.group().map(<[u8]>::to_vec), holder.is_exclusive());
         if old_group != new_group || old_exclusive != new_exclusive {
@@ -472,7 +472,7 @@ impl Indexed {
     /// `removed`: only those are visited.
     pub(super) fn remove_owner(&mut self, owner: &[u8], mut removed: impl FnMut(&Holder)) -> usize {
         let mut picked = self.owners.take(&self.slots, &self.hasher, owner);
-        picked.sort_unstable_by_key(|&s| self.holder_at(s).map_or(0, |h| h.token));
+        picked.sort_unstable_by_key(|&s| self.holder_at(s).map_or(0, |h| h.token()));
         for &slot in &picked {
             if let Some(h) = self.vacate(slot) {
                 removed(&h);
@@ -771,7 +771,7 @@ impl Indexed {
             return Err(format!("{} holders, len {}", holders.len(), self.len));
         }
         for h in &holders {
-            if self.find(&h.jid()).map(|f| f.token) != Some(h.token) {
+            if self.find(&h.jid()).map(|f| f.token()) != Some(h.token()) {
                 return Err("a holder not found by its jid".into());
             }
         }
@@ -904,7 +904,7 @@ fn owner_in(slot: &Slot) -> Option<&[u8]> {
 /// token order).
 pub(super) fn in_token_order(holders: &[Holder]) -> bool {
     holders.windows(2).all(|w| match w {
-        [a, b] => a.token < b.token,
+        [a, b] => a.token() < b.token(),
         _ => true,
     })
 }

@@ -18,7 +18,7 @@ mod jid;
 mod rate;
 
 use holder::Holders;
-pub use holder::{GroupCounts, Holder, Ordered};
+pub use holder::{GroupCounts, Holder, Ordered, TOKENS_PER_MS};
 pub use jid::Jid;
 pub use rate::{MAX_PER_MS, MAX_RATE, Rate, RateLimit};
 
@@ -535,7 +535,7 @@ impl Lock {
 
     /// The highest token of any holder (0 when none).
     pub fn max_token(&self) -> i64 {
-        self.holders.iter().map(|h| h.token).max().unwrap_or(0)
+        self.holders.iter().map(|h| h.token()).max().unwrap_or(0)
     }
 
     /// Approximate memory owned by this lock, for MEMORY USAGE: the lock,

@@ -71,7 +71,7 @@ proptest! {
                     lock.prune(now);
                     let before = live(&lock, now);
                     let rate_before = lock.rate().copied();
-                    let held = before.iter().find(|h| h.is(&jid)).map(|h| h.token);
+                    let held = before.iter().find(|h| h.is(&jid)).map(|h| h.token());
                     let req = LockRequest {
                         limit,
                         expires_at: ttl.map(|t| now + t),
@@ -98,7 +98,7 @@ proptest! {
                                 prop_assert!(after.len() <= limit as usize, "more holders than LIMIT {limit}");
                             }
                             let h = lock.holder(&jid);
-                            prop_assert_eq!(h.map(|h| (h.token, h.acquired_at)), Some((t, now)));
+                            prop_assert_eq!(h.map(|h| (h.token(), h.acquired_at())), Some((t, now)));
                         }
                         Acquired::Renewed(t) => prop_assert_eq!(held, Some(t)),
                         Acquired::Denied => {
@@ -129,7 +129,7 @@ proptest! {
             // Never shown once its lease has run out; one hold per jid;
             // oldest grant first; the key expires with the latest lease.
             prop_assert!(lock.live_holders(now).all(|h| h.expires_at().is_none_or(|at| now < at)));
-            let tokens: Vec<i64> = lock.holders().map(|h| h.token).collect();
+            let tokens: Vec<i64> = lock.holders().map(|h| h.token()).collect();
             prop_assert!(tokens.windows(2).all(|w| w[0] < w[1]));
             let mut jids: Vec<Vec<u8>> = lock.holders().map(|h| h.jid().to_vec()).collect();
             jids.sort();
@@ -241,7 +241,7 @@ proptest! {
                                 return Err(TestCaseError::fail("a renewal of nothing"));
                             };
                             prop_assert_eq!(new.group(), old.group(), "a renewal keeps its group");
-                            prop_assert_eq!(new.token, old.token);
+                            prop_assert_eq!(new.token(), old.token());
                             prop_assert_eq!(new.mode(), mode.or(old.mode()));
                             if mode == Some(Mode::Exclusive) && !old.is_exclusive() {
                                 prop_assert_eq!(before.len(), 1, "an upgrade beside others");
@@ -389,10 +389,10 @@ proptest! {
                             let Some(old) = old else {
                                 return Err(TestCaseError::fail("a renewal of nothing"));
                             };
-                            prop_assert_eq!(old.token, t);
+                            prop_assert_eq!(old.token(), t);
                             let owner = req.owner.or(old.owner()).map(<[u8]>::to_vec);
                             let expires = req.expires_at.or(old.expires_at());
-                            *old = Holder::new(&name, t, old.acquired_at, expires, DEFAULT_TYPE, owner.as_deref(), None);
+                            *old = Holder::new(&name, t, old.acquired_at(), expires, DEFAULT_TYPE, owner.as_deref(), None);
                         }
                         other => prop_assert!(false, "{:?}", other),
                     }
@@ -403,7 +403,7 @@ proptest! {
                     let name = jid_name(jid);
                     let owner = owner.map(owner_name);
                     let token = match model.iter().find(|h| h.is(&name)) {
-                        Some(h) => h.token,
+                        Some(h) => h.token(),
                         None => { counter += 1; counter }
                     };
                     let h = Holder::new(&name, token, now, Some(now + 50), DEFAULT_TYPE, owner.as_deref(), None);
@@ -448,8 +448,8 @@ proptest! {
                 let owner = owner_name(o);
                 let mut copy = lock.clone();
                 let mut seen = Vec::new();
-                copy.remove_owner_each(&owner, |h| seen.push(h.token));
-                let expected: Vec<i64> = model.iter().filter(|h| h.owner() == Some(owner.as_slice())).map(|h| h.token).collect();
+                copy.remove_owner_each(&owner, |h| seen.push(h.token()));
+                let expected: Vec<i64> = model.iter().filter(|h| h.owner() == Some(owner.as_slice())).map(|h| h.token()).collect();
                 prop_assert_eq!(seen, expected);
                 prop_assert!(copy.holders().all(|h| h.owner() != Some(owner.as_slice())));
                 if let Holders::Indexed(i) = &copy.holders {

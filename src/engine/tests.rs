@@ -35,7 +35,7 @@ fn first_grant_gets_a_token_with_defaults() {
     );
     let h = lock.holder(b"a").cloned();
     let h = h.as_ref();
-    assert_eq!(h.map(|h| h.acquired_at), Some(NOW));
+    assert_eq!(h.map(|h| h.acquired_at()), Some(NOW));
     assert_eq!(h.map(|h| h.lock_type()), Some(DEFAULT_TYPE));
     assert_eq!(h.and_then(|h| h.expires_at()), None);
     assert_eq!(h.and_then(|h| h.owner()), None);
@@ -119,7 +119,7 @@ fn renewal_keeps_token_and_acquired_at_and_ignores_limit() {
         Acquired::Renewed(1)
     );
     let h = lock.holder(b"a");
-    assert_eq!(h.map(|h| h.acquired_at), Some(NOW));
+    assert_eq!(h.map(|h| h.acquired_at()), Some(NOW));
     assert_eq!(h.and_then(|h| h.expires_at()), Some(NOW + 5000));
     assert_eq!(t.0, 1);
 }
@@ -260,7 +260,7 @@ fn an_expired_jid_gets_a_new_grant_not_a_renewal() {
     lock.prune(NOW + 5);
     let again = lock.acquire(&req("a"), NOW + 5, t.next());
     assert_eq!(again, Acquired::Granted(2));
-    assert_eq!(lock.holder(b"a").map(|h| h.acquired_at), Some(NOW + 5));
+    assert_eq!(lock.holder(b"a").map(|h| h.acquired_at()), Some(NOW + 5));
 }
 
 #[test]
@@ -277,7 +277,7 @@ fn release_removes_only_the_named_holder() {
             t.next(),
         );
     }
-    assert_eq!(lock.release(b"b").map(|h| h.token), Some(2));
+    assert_eq!(lock.release(b"b").map(|h| h.token()), Some(2));
     assert!(lock.release(b"b").is_none());
     assert!(lock.release(b"zzz").is_none());
     assert_eq!(jids(&lock, NOW), ["a", "c"], "grant order is kept");
@@ -334,8 +334,8 @@ fn put_replaces_in_place_or_appends() {
     let a = lock.holder(b"a").cloned().expect("a holds");
     let a = Holder::new(
         b"a",
-        a.token,
-        a.acquired_at,
+        a.token(),
+        a.acquired_at(),
         Some(NOW + 7),
         "lock",
         None,

@@ -125,11 +125,12 @@ pub fn replicate_hold(
         0
     };
     let expires_at = h.expires_at().unwrap_or(NO_EXPIRY);
+    let acquired_at = h.acquired_at();
     let lease_text = match rate {
-        None => Numbers::of(&[h.token, h.acquired_at, expires_at]),
+        None => Numbers::of(&[h.token(), acquired_at, expires_at]),
         Some(r) => Numbers::of(&[
-            h.token,
-            h.acquired_at,
+            h.token(),
+            acquired_at,
             expires_at,
             r.limit.n,
             r.limit.per,
@@ -140,7 +141,7 @@ pub fn replicate_hold(
     let lease = lease_text.bytes();
     // A new grant's acquired_at is `now`: GRANT says so, and `now` is not
     // sent. A renewal sends `now` apart, before LEASE.
-    let now_text = (h.acquired_at != now).then(|| Numbers::of(&[now]));
+    let now_text = (acquired_at != now).then(|| Numbers::of(&[now]));
     let op_word = match now_text {
         None => ApplyOp::Grant,
         Some(_) => ApplyOp::Lease,

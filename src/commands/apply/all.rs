@@ -74,7 +74,7 @@ fn hold_all(ctx: &Context, now: i64, holds: Vec<KeyHold>) -> RedisResult {
         };
         let new = tracked(lock, |lock| {
             lock.prune(now);
-            fencing::observe(holder.token);
+            fencing::observe(holder.token());
             let new = lock.holder(&holder.jid()).is_none();
             lock.put(holder);
             if let Some(rate) = rate {

@@ -370,7 +370,7 @@ proptest! {
                 (Attempt::Granted(t), Change::Hold { new: false, spent_rate, .. }) => {
                     prop_assert!(held && !spent_rate);
                     prop_assert_eq!(out.tokens_drawn, drawn);
-                    prop_assert_eq!(lock.holder(&jid).map(|h| h.token), Some(t));
+                    prop_assert_eq!(lock.holder(&jid).map(|h| h.token()), Some(t));
                     prop_assert_eq!(outcomes.len(), 1);
                     prop_assert_eq!(outcomes[0].1, Event::Renewed);
                 }

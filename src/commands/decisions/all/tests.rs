@@ -300,7 +300,7 @@ proptest! {
                             let mut new_token = None;
                             for ((&i, grant), was_held) in picked.iter().zip(&grants).zip(&held) {
                                 let lock = &locks[i];
-                                prop_assert_eq!(lock.holder(&jid).map(|h| h.token), Some(grant.token));
+                                prop_assert_eq!(lock.holder(&jid).map(|h| h.token()), Some(grant.token));
                                 prop_assert_eq!(grant.new, !was_held);
                                 if grant.new {
                                     prop_assert!(limits[i] == 0 || lock.len() <= limits[i] as usize);
