@@ -474,8 +474,17 @@ impl Holder {
     }
 
     /// The bytes of its strings (wherever they are kept).
+    #[cfg(test)]
     pub(super) fn text_bytes(&self) -> usize {
         self.text.as_bytes().len()
+    }
+
+    /// The bytes of its strings kept on the heap, beside it.
+    pub(super) fn heap_bytes(&self) -> usize {
+        match &self.text {
+            Text::Inline { .. } => 0,
+            Text::Heap { bytes, .. } => bytes.len(),
+        }
     }
 }
 
@@ -977,6 +986,7 @@ impl Holders {
     }
 
     /// Holder slots held (a vector may hold more than it uses).
+    #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
         match self.plain() {
             Self::None => 0,
@@ -987,15 +997,20 @@ impl Holders {
         }
     }
 
-    /// Bytes held beyond the lock itself, for MEMORY USAGE.
+    /// Bytes held beyond the lock itself, for MEMORY USAGE: a lone holder
+    /// is inside the lock (or the rate's box), and a text kept in place is
+    /// inside its holder, so only a vector and texts on the heap add.
     pub(super) fn mem_usage(&self) -> usize {
         let rated = self.rate().map_or(0, |_| std::mem::size_of::<Rated>());
         rated
             + match self.indexed() {
                 Some(i) => i.mem_usage(),
                 None => {
-                    self.capacity() * std::mem::size_of::<Holder>()
-                        + self.iter().map(Holder::text_bytes).sum::<usize>()
+                    let vector = match self.plain() {
+                        Self::Many(v) => v.capacity() * std::mem::size_of::<Holder>(),
+                        _ => 0,
+                    };
+                    vector + self.iter().map(Holder::heap_bytes).sum::<usize>()
                 }
             }
     }

@@ -535,7 +535,7 @@ impl Indexed {
             + (self.free.capacity() + self.leases.capacity()) * 4
             // a slot number and a control byte a bucket
             + self.by_jid.capacity() * 5
-            + self.iter().map(Holder::text_bytes).sum::<usize>()
+            + self.iter().map(Holder::heap_bytes).sum::<usize>()
             + self
                 .groups
                 .keys()

@@ -470,9 +470,11 @@ impl Lock {
         true
     }
 
-    /// How many holders `group` has (`None`: the holders without a group).
-    /// Call after [`Lock::prune`] for the live ones.
-    pub fn group_holding(&self, group: Option<&[u8]>) -> usize {
+    /// How many holders `group` has (`None`: the holders without a group),
+    /// ended leases included: the oracle the properties check
+    /// [`Lock::group_counts`] against (serving asks that, for live ones).
+    #[cfg(test)]
+    pub(crate) fn group_holding(&self, group: Option<&[u8]>) -> usize {
         self.holders.group_holding(group)
     }
 

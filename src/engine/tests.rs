@@ -535,12 +535,28 @@ fn one_holder_takes_one_slot() {
 #[test]
 fn mem_usage_grows_with_holders_and_meta() {
     let mut lock = Lock::default();
-    let mut t = Tokens(0);
+    // Tokens of the grant's millisecond, as the server issues them: no
+    // holder keeps an acquired_at of its own.
+    let mut t = Tokens(NOW * TOKENS_PER_MS);
     let empty = lock.mem_usage();
     let r = LockRequest {
         meta: Some(r#"{"x":"0123456789"}"#),
         ..req("a")
     };
     lock.acquire(&r, NOW, t.next());
-    assert!(lock.mem_usage() >= empty + std::mem::size_of::<Holder>() + 18);
+    // The holder is inside the lock; its jid and META (19 bytes) beside it.
+    assert_eq!(lock.mem_usage(), empty + 19);
+    // Two holders are a vector beside the lock.
+    lock.acquire(
+        &LockRequest {
+            limit: 0,
+            ..req("b")
+        },
+        NOW,
+        t.next(),
+    );
+    assert_eq!(
+        lock.mem_usage(),
+        empty + 2 * std::mem::size_of::<Holder>() + 19
+    );
 }
