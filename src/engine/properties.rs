@@ -287,9 +287,12 @@ proptest! {
             let mut counted: Vec<(Option<Vec<u8>>, usize)> = lock.live_by_group(now).into_iter().map(|(g, n)| (g.map(<[u8]>::to_vec), n)).collect();
             walked.sort();
             counted.sort();
-            // What a serving pass asks of every waiting group, the same.
+            // What a serving pass asks of every waiting group, the same:
+            // asked in order of name (as a pass does), out of it, and in
+            // order again, of one set of counts.
             let counts = lock.group_counts(now);
-            for g in [None, Some(&b"g\x00"[..]), Some(b"g\x01"), Some(b"g\x02"), Some(b"none")] {
+            let asked = [None, Some(&b"a"[..]), Some(b"g\x00"), Some(b"g\x01"), Some(b"g\x01\x00"), Some(b"g\x02"), Some(b"none")];
+            for &g in asked.iter().chain(asked.iter().rev()).chain(&asked) {
                 let live = walked.iter().find(|(w, _)| w.as_deref() == g).map_or(0, |&(_, n)| n);
                 prop_assert_eq!(counts.of(g), live, "{:?}", g);
             }

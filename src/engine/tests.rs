@@ -560,3 +560,40 @@ fn mem_usage_grows_with_holders_and_meta() {
         empty + 2 * std::mem::size_of::<Holder>() + 19
     );
 }
+
+#[test]
+fn group_counts_answer_in_order_of_name_or_out_of_it() {
+    // 60 holders (the indexed layout) in the groups b, d and f, 20 each, no
+    // lease: the counts the index keeps answer.
+    let mut lock = Lock::default();
+    let mut t = Tokens(NOW * TOKENS_PER_MS);
+    for i in 0..60 {
+        let jid = format!("j{i}");
+        let group = [b'b' + 2 * (i % 3) as u8];
+        lock.acquire(
+            &LockRequest {
+                limit: 0,
+                group: Some(&group),
+                ..req(&jid)
+            },
+            NOW,
+            t.next(),
+        );
+    }
+    assert_eq!(lock.len(), 60);
+    let names: Vec<&[u8]> = vec![b"a", b"b", b"c", b"d", b"dd", b"f", b"g"];
+    let expected = |g: &[u8]| {
+        if matches!(g, b"b" | b"d" | b"f") {
+            20
+        } else {
+            0
+        }
+    };
+    let counts = lock.group_counts(NOW);
+    // In order (a serving pass), backwards, the same again, and each twice.
+    for &g in names.iter().chain(names.iter().rev()).chain(&names) {
+        assert_eq!(counts.of(Some(g)), expected(g), "{g:?}");
+        assert_eq!(counts.of(Some(g)), expected(g), "{g:?} again");
+    }
+    assert_eq!(counts.of(None), 0);
+}
