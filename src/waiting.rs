@@ -50,6 +50,7 @@ use std::time::Duration;
 
 use redis_module::{Context, RedisResult, RedisValue};
 
+use crate::engine::GroupName;
 use crate::ffi::{
     self, AclUser, BlockHandler, Blocked, TimerHandler, WaiterReply, now_ms, select_db, selected_db,
 };
@@ -122,7 +123,7 @@ pub trait Call {
 
 /// What [`Call::holdings`] shows its lookup to (how many live holders a
 /// group has).
-pub type Holdings<'a> = &'a mut dyn FnMut(&dyn Fn(Option<&[u8]>) -> usize);
+pub type Holdings<'a> = &'a mut dyn FnMut(&dyn Fn(Option<&GroupName>) -> usize);
 
 /// What the serving rule needs to know of a waiter besides its call: the
 /// group it waits for (`None`: the waiters without GROUP, which compete as
@@ -130,7 +131,7 @@ pub type Holdings<'a> = &'a mut dyn FnMut(&dyn Fn(Option<&[u8]>) -> usize);
 /// to hold alone (MODE exclusive).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Share {
-    pub group: Option<Box<[u8]>>,
+    pub group: Option<GroupName>,
     pub weight: u32,
     pub group_limit: Option<u32>,
     pub exclusive: bool,
@@ -188,7 +189,11 @@ pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
 /// waiter without GROUPLIMIT or exclusive, or a waiting group that holds
 /// fewer (`holding`: how many holders a group has) than the largest
 /// GROUPLIMIT its waiters gave.
-pub fn holds_back(ctx: &Context, key: &[u8], holding: impl Fn(Option<&[u8]>) -> usize) -> bool {
+pub fn holds_back(
+    ctx: &Context,
+    key: &[u8],
+    holding: impl Fn(Option<&GroupName>) -> usize,
+) -> bool {
     if nobody_waits() {
         return false;
     }
@@ -201,7 +206,7 @@ pub fn holds_back(ctx: &Context, key: &[u8], holding: impl Fn(Option<&[u8]>) -> 
 
 /// Per group (`None` first, then by name), how many wait on `key`
 /// (selected database).
-pub fn waiting_by_group(ctx: &Context, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
+pub fn waiting_by_group(ctx: &Context, key: &[u8]) -> Vec<(Option<GroupName>, usize)> {
     let db = selected_db(ctx);
     let mut groups: std::collections::BTreeMap<_, usize> =
         with_waiters(|w| w.by_group(db, key)).into_iter().collect();
@@ -372,7 +377,7 @@ fn serve_pass<C>(
     if let Some(oldest) = queue.values().next() {
         holdings(oldest, &mut |held_by| {
             for g in groups.iter_mut() {
-                g.held = held_by(g.name.as_deref());
+                g.held = held_by(g.name.as_ref());
             }
         });
     }
@@ -502,7 +507,7 @@ fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
 /// within the group), found in the group's own waiters, and the slots the
 /// group holds (asked of the key, then counted on).
 struct Group<'a> {
-    name: &'a Option<Box<[u8]>>,
+    name: &'a Option<GroupName>,
     /// The group's waiters by number, with their weights, the ended ones
     /// included until the pass is over (they come before `head`).
     seqs: &'a GroupWaiters,
@@ -519,7 +524,7 @@ struct Group<'a> {
 }
 
 impl<'a> Group<'a> {
-    fn new(name: &'a Option<Box<[u8]>>, seqs: &'a GroupWaiters, last: Option<usize>) -> Self {
+    fn new(name: &'a Option<GroupName>, seqs: &'a GroupWaiters, last: Option<usize>) -> Self {
         let mut group = Self {
             name,
             seqs,

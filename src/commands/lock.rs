@@ -10,6 +10,7 @@ use super::decisions::{Ahead, Attempt, InRedis, count_denial, decide_lock, decid
 use super::{ArgError, Freed, finish, is_keyword, parse_int, tracked};
 use crate::config;
 use crate::datatype::LockKey;
+use crate::engine::GroupName;
 use crate::engine::{
     DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode,
     RateLimit, meta_text, validate_group, validate_jid, validate_meta_json, validate_owner,
@@ -212,7 +213,7 @@ struct WaitingLock {
     owner: Option<Box<[u8]>>,
     meta: Option<Box<str>>,
     rate: Option<RateLimit>,
-    group: Option<Box<[u8]>>,
+    group: Option<GroupName>,
     weight: Option<u32>,
     group_limit: Option<u32>,
     mode: Option<Mode>,
@@ -305,7 +306,7 @@ impl waiting::Call for WaitingLock {
             return each(&|_| 0);
         };
         let counts = lock.group_counts(now_ms());
-        each(&|group| counts.of(group));
+        each(&|group| counts.of_group(group));
     }
 }
 
@@ -345,7 +346,7 @@ fn attempt(
     // The waiters are looked at only for a call the key admits.
     let waiters_first = |lock: &Lock| {
         let counts = lock.group_counts(now);
-        waiting::holds_back(ctx, key_name, |group| counts.of(group))
+        waiting::holds_back(ctx, key_name, |group| counts.of_group(group))
     };
     let queued = match queue {
         // Nobody waits (the common case): the key's name is not even read.

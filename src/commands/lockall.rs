@@ -20,6 +20,7 @@ use super::{ArgError, events, is_keyword, parse_int, settle};
 use crate::codec::ApplyOp;
 use crate::config;
 use crate::datatype::LockKey;
+use crate::engine::GroupName;
 use crate::engine::{
     DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, Rate,
     RateLimit, validate_group, validate_jid, validate_meta_json,
@@ -36,7 +37,7 @@ pub const MAX_KEYS: usize = 64;
 /// One key's GROUP, WEIGHT, GROUPLIMIT and MODE, as LOCK takes them.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct KeyShare {
-    group: Option<Box<[u8]>>,
+    group: Option<GroupName>,
     weight: Option<u32>,
     group_limit: Option<u32>,
     mode: Option<Mode>,

@@ -7,6 +7,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use super::reply::Stream;
 use super::{ArgError, is_keyword};
 use crate::datatype::LockKey;
+use crate::engine::GroupName;
 use crate::ffi::command_now_ms;
 use crate::waiting;
 
@@ -37,7 +38,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::Integer(i64::try_from(n).unwrap_or(i64::MAX)));
     }
     // group -> (waiting, holding), in the order of the reply.
-    let mut rows: BTreeMap<Option<Box<[u8]>>, (usize, usize)> = BTreeMap::new();
+    let mut rows: BTreeMap<Option<GroupName>, (usize, usize)> = BTreeMap::new();
     for (group, n) in waiting::waiting_by_group(ctx, key) {
         rows.entry(group).or_default().0 = n;
     }

@@ -5,6 +5,7 @@
 
 use std::fmt;
 
+use super::group::GroupName;
 use super::indexed::Indexed;
 use super::jid::{self, Jid, Shape};
 use super::{
@@ -25,6 +26,16 @@ enum Counts<'a> {
 }
 
 impl GroupCounts<'_> {
+    /// How many live holders `group` has: as [`Self::of`], without hashing
+    /// the name again for the counts an index keeps.
+    #[inline(always)]
+    pub fn of_group(&self, group: Option<&GroupName>) -> usize {
+        match (&self.0, group) {
+            (Counts::Kept(index), Some(g)) => index.named_holding(g, g.hash()),
+            _ => self.of(group.map(|g| &**g)),
+        }
+    }
+
     /// How many live holders `group` has.
     #[inline(always)]
     pub fn of(&self, group: Option<&[u8]>) -> usize {

@@ -44,12 +44,14 @@
 //! what lists every holder anyway (saving, LOCKEDBY without COUNT) pays it.
 
 use std::cell::Cell;
+#[cfg(test)]
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 
 use hashbrown::HashTable;
 
 use super::Holder;
+use super::group::group_hash;
 use owners::Owners;
 
 /// A holder's slot (its place in the heap is kept apart, so that a slot is
@@ -90,8 +92,9 @@ pub(super) struct Indexed {
     newest: i64,
     len: usize,
     /// Holders per group, an entry only while the group has one (empty,
-    /// and unallocated, when no holder has a group).
-    groups: HashMap<Box<[u8]>, usize>,
+    /// and unallocated, when no holder has a group), by [`group_hash`]: a
+    /// caller that hashed the name once asks without hashing it again.
+    groups: HashTable<(Box<[u8]>, usize)>,
     /// Holders with a group.
     grouped: usize,
     /// Holders in MODE exclusive.
@@ -155,7 +158,7 @@ impl Indexed {
             no_lease: 0,
             newest: 0,
             len: 0,
-            groups: HashMap::new(),
+            groups: HashTable::new(),
             grouped: 0,
             exclusive: 0,
             owners: Owners::default(),
@@ -376,22 +379,26 @@ impl Indexed {
         let Some(group) = group else {
             return;
         };
+        let hash = group_hash(group);
+        let named = |(g, _): &(Box<[u8]>, usize)| **g == *group;
         if added {
             self.grouped += 1;
             // The name copied only for a group new here.
-            match self.groups.get_mut(group) {
-                Some(n) => *n += 1,
+            match self.groups.find_mut(hash, named) {
+                Some((_, n)) => *n += 1,
                 None => {
-                    self.groups.insert(group.into(), 1);
+                    self.groups
+                        .insert_unique(hash, (group.into(), 1), |(g, _)| group_hash(g));
                 }
             }
         } else {
             self.grouped = self.grouped.saturating_sub(1);
-            if let Some(n) = self.groups.get_mut(group) {
+            if let Ok(mut entry) = self.groups.find_entry(hash, named) {
+                let n = &mut entry.get_mut().1;
                 *n = n.saturating_sub(1);
                 if *n == 0 {
                     // An idle group keeps no state.
-                    self.groups.remove(group);
+                    entry.remove();
                 }
             }
         }
@@ -400,9 +407,16 @@ impl Indexed {
     /// How many holders `group` has (`None`: the holders without a group).
     pub(super) fn group_holding(&self, group: Option<&[u8]>) -> usize {
         match group {
-            Some(g) => self.groups.get(g).copied().unwrap_or(0),
+            Some(g) => self.named_holding(g, group_hash(g)),
             None => self.len - self.grouped,
         }
+    }
+
+    /// How many holders the group `name` has, `hash` its [`group_hash`].
+    pub(super) fn named_holding(&self, name: &[u8], hash: u64) -> usize {
+        self.groups
+            .find(hash, |(g, _)| **g == *name)
+            .map_or(0, |&(_, n)| n)
     }
 
     /// Per group (`None`: no group), how many holders it has, from the
@@ -411,7 +425,7 @@ impl Indexed {
         let ungrouped = (self.len > self.grouped).then(|| (None, self.len - self.grouped));
         ungrouped
             .into_iter()
-            .chain(self.groups.iter().map(|(g, &n)| (Some(&**g), n)))
+            .chain(self.groups.iter().map(|(g, n)| (Some(&**g), *n)))
     }
 
     /// Shows `ended` every holder whose lease ended at `now`, in no
@@ -538,8 +552,8 @@ impl Indexed {
             + self.iter().map(Holder::heap_bytes).sum::<usize>()
             + self
                 .groups
-                .keys()
-                .map(|g| g.len() + 2 * std::mem::size_of::<usize>())
+                .iter()
+                .map(|(g, _)| g.len() + 3 * std::mem::size_of::<usize>())
                 .sum::<usize>()
             + self.owners.mem_usage()
     }
@@ -824,7 +838,14 @@ impl Indexed {
             }
         }
         let grouped: usize = groups.values().sum();
-        if groups != self.groups || grouped != self.grouped {
+        let kept: HashMap<Box<[u8]>, usize> = self.groups.iter().cloned().collect();
+        if groups != kept
+            || grouped != self.grouped
+            || self
+                .groups
+                .iter()
+                .any(|(g, n)| self.named_holding(g, group_hash(g)) != *n)
+        {
             return Err("groups miscounted".into());
         }
         if holders.iter().filter(|h| h.is_exclusive()).count() != self.exclusive {

@@ -12,11 +12,13 @@
 
 use std::fmt;
 
+mod group;
 mod holder;
 mod indexed;
 mod jid;
 mod rate;
 
+pub use group::{GroupName, group_hash};
 use holder::Holders;
 pub use holder::{GroupCounts, Holder, Ordered, TOKENS_PER_MS};
 pub use jid::Jid;

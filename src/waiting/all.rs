@@ -15,6 +15,7 @@ use super::{
     INTERNAL_ERROR, KeyId, LONGEST_TIMER_MS, NO_KEY_PERMISSION, arm_wake_up, serve_key,
     serve_queue, wake_at, with_waiters,
 };
+use crate::engine::GroupName;
 use crate::ffi::{
     self, AclUser, BlockHandler, Blocked, TimerHandler, WaiterReply, now_ms, selected_db,
 };
@@ -47,7 +48,7 @@ pub(super) fn waiting_on(db: i32, key: &[u8]) -> usize {
 }
 
 /// Multi-key waiters on `key`, per group they wait under there.
-pub(super) fn waiting_by_group(db: i32, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
+pub(super) fn waiting_by_group(db: i32, key: &[u8]) -> Vec<(Option<GroupName>, usize)> {
     with_multi(|m| {
         if m.len() == 0 {
             Vec::new()
@@ -90,7 +91,7 @@ pub(super) fn reserved_for(id: &KeyId) -> Option<usize> {
 pub fn block_all(
     ctx: &Context,
     keys: &[&[u8]],
-    groups: Vec<Option<Box<[u8]>>>,
+    groups: Vec<Option<GroupName>>,
     call: Box<dyn AllCall>,
     timeout_ms: i64,
     wake: Option<(usize, i64)>,

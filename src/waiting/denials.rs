@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::queues::gate;
 use super::{Served, Share, earliest};
+use crate::engine::GroupName;
 
 /// A waiter's call as far as a new hold is decided, besides its [`Share`]:
 /// its jid, LIMIT and RATE (`[n, per, burst]`: this layer knows no engine).
@@ -67,9 +68,9 @@ impl Terms {
 /// Kinds of waiter, each with a `T`: by group, found by hashing the group a
 /// waiter already carries (a queue of many tenants costs no search of the
 /// others), then the few terms a group's waiters give, in a list.
-type ByGroup<T> = HashMap<Option<Box<[u8]>>, Vec<(Terms, T)>>;
+type ByGroup<T> = HashMap<Option<GroupName>, Vec<(Terms, T)>>;
 
-fn find<'m, T>(map: &'m ByGroup<T>, group: &Option<Box<[u8]>>, terms: Terms) -> Option<&'m T> {
+fn find<'m, T>(map: &'m ByGroup<T>, group: &Option<GroupName>, terms: Terms) -> Option<&'m T> {
     map.get(group)?
         .iter()
         .find(|(t, _)| *t == terms)
@@ -175,7 +176,7 @@ impl Denials {
     /// without a retry: the pass then tries that group no more (its kinds
     /// being denied, it is not the one to take a slot, however little it
     /// holds).
-    pub(super) fn cover_group(&self, kinds: &Kinds, group: &Option<Box<[u8]>>) -> bool {
+    pub(super) fn cover_group(&self, kinds: &Kinds, group: &Option<GroupName>) -> bool {
         (self.kinds > 0 || self.full.is_some())
             && kinds.unknown == 0
             && kinds
@@ -184,7 +185,7 @@ impl Denials {
                 .is_none_or(|list| self.cover_list(group, list))
     }
 
-    fn cover_list(&self, group: &Option<Box<[u8]>>, list: &[(Terms, usize)]) -> bool {
+    fn cover_list(&self, group: &Option<GroupName>, list: &[(Terms, usize)]) -> bool {
         list.iter().all(|&(terms, _)| {
             self.fills(terms.limit) || find(&self.denied, group, terms).is_some()
         })
@@ -295,7 +296,7 @@ impl Kinds {
     /// walked).
     pub(super) fn hold_back(
         &self,
-        mut room: impl FnMut(&Option<Box<[u8]>>, u32) -> bool,
+        mut room: impl FnMut(&Option<GroupName>, u32) -> bool,
     ) -> Option<bool> {
         (self.unknown == 0).then(|| {
             self.ungated > 0

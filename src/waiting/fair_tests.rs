@@ -56,8 +56,8 @@ impl Call for Asked {
     }
 }
 
-fn name(group: Option<u8>) -> Option<Box<[u8]>> {
-    group.map(|g| vec![b'g', g].into_boxed_slice())
+fn name(group: Option<u8>) -> Option<GroupName> {
+    group.map(|g| GroupName::new(&[b'g', g]))
 }
 
 /// One key: its lock, its LIMIT (every caller gives the same), its queue.
@@ -141,7 +141,7 @@ impl Sim {
                 let lock = lock.borrow();
                 each(&|group| {
                     lock.live_holders(now)
-                        .filter(|h| h.group() == group)
+                        .filter(|h| h.group() == group.map(|g| &**g))
                         .count()
                 })
             },

@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 
 use super::KeyId;
+use crate::engine::GroupName;
 use crate::ffi::TimerId;
 
 /// What retrying a multi-key waiter gave.
@@ -58,7 +59,7 @@ pub(super) struct MultiWaiter<C> {
     pub(super) keys: Vec<KeyId>,
     /// Its GROUP on each key, in the same order (for WAITERS GROUPS only:
     /// it is served by the reservation, not by group order).
-    pub(super) groups: Vec<Option<Box<[u8]>>>,
+    pub(super) groups: Vec<Option<GroupName>>,
     pub(super) lock_type: Box<str>,
     pub(super) seq: usize,
     pub(super) deadline: Option<TimerId>,
@@ -66,7 +67,7 @@ pub(super) struct MultiWaiter<C> {
 }
 
 /// How many waiters of each group (`None`: without one) a key has.
-pub(super) type GroupCounts = BTreeMap<Option<Box<[u8]>>, usize>;
+pub(super) type GroupCounts = BTreeMap<Option<GroupName>, usize>;
 
 /// Every multi-key waiter, by arrival number, and the numbers queued on
 /// each key.
@@ -101,7 +102,7 @@ impl<C: Copy + Eq + Hash> Multi<C> {
     }
 
     /// Multi-key waiters queued on `id`, per group they wait under there.
-    pub(super) fn by_group_on(&self, id: &KeyId) -> Vec<(Option<Box<[u8]>>, usize)> {
+    pub(super) fn by_group_on(&self, id: &KeyId) -> Vec<(Option<GroupName>, usize)> {
         self.groups_on
             .get(id)
             .map(|groups| groups.iter().map(|(g, &n)| (g.clone(), n)).collect())
@@ -233,7 +234,7 @@ mod tests {
             groups: (0..keys.len())
                 .map(|at| {
                     let g = (client as usize + at) % 3;
-                    (g != 0).then(|| vec![b'g', g as u8].into_boxed_slice())
+                    (g != 0).then(|| GroupName::new(&[b'g', g as u8]))
                 })
                 .collect(),
             lock_type: "lock".into(),
@@ -317,7 +318,7 @@ mod tests {
             for (key, set) in &m.on_key {
                 prop_assert_eq!(m.reserved_for(key), set.first().copied());
                 // The counts per group, against a walk of the key's waiters.
-                let mut walked: BTreeMap<Option<Box<[u8]>>, usize> = BTreeMap::new();
+                let mut walked: BTreeMap<Option<GroupName>, usize> = BTreeMap::new();
                 for w in set.iter().filter_map(|seq| m.waiters.get(seq)) {
                     let at = w.keys.iter().position(|k| k == key);
                     *walked.entry(at.and_then(|i| w.groups.get(i).cloned()).flatten()).or_default() += 1;

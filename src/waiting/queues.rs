@@ -9,6 +9,7 @@ use std::ops::Bound;
 
 use super::denials::Kinds;
 use super::{Call, Share};
+use crate::engine::GroupName;
 use crate::ffi::TimerId;
 
 /// One blocked call: its client, its call, and the lock type it asked for
@@ -46,7 +47,7 @@ pub(super) type KeyId = (i32, Vec<u8>);
 /// (WAITERS ... GROUPS reads it without a walk), and each group's next
 /// waiter and its weight, found by a serving pass without a walk past the
 /// other groups' waiters or a look into the queue.
-pub(super) type GroupQueues = BTreeMap<Option<Box<[u8]>>, GroupWaiters>;
+pub(super) type GroupQueues = BTreeMap<Option<GroupName>, GroupWaiters>;
 
 /// One group's waiters on a key: their numbers with their weights, the
 /// first of them also kept apart, beside the group's name: a pass reads
@@ -215,13 +216,13 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         &self,
         db: i32,
         key: &[u8],
-        holding: impl Fn(Option<&[u8]>) -> usize,
+        holding: impl Fn(Option<&GroupName>) -> usize,
     ) -> bool {
         let id = (db, key.to_vec());
         let Some(queue) = self.queues.get(&id) else {
             return false;
         };
-        let room = |group: &Option<Box<[u8]>>, max: u32| holding(group.as_deref()) < max as usize;
+        let room = |group: &Option<GroupName>, max: u32| holding(group.as_ref()) < max as usize;
         if let Some(held) = self.tallies.get(&id).and_then(|t| t.kinds.hold_back(room)) {
             return held;
         }
@@ -234,7 +235,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     }
 
     /// How many wait on `key`, per group (`None` first, then by name).
-    pub(super) fn by_group(&self, db: i32, key: &[u8]) -> Vec<(Option<Box<[u8]>>, usize)> {
+    pub(super) fn by_group(&self, db: i32, key: &[u8]) -> Vec<(Option<GroupName>, usize)> {
         if self.tallies.is_empty() {
             return Vec::new();
         }
@@ -405,11 +406,11 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
 /// group pass them, while each of their groups holds that many); `None`
 /// otherwise. The one rule for a walk of a queue and for its counted kinds.
 pub(super) fn group_limits<'a>(
-    waiters: impl Iterator<Item = (&'a Option<Box<[u8]>>, Option<u32>, bool)>,
-) -> Option<BTreeMap<&'a Option<Box<[u8]>>, u32>> {
+    waiters: impl Iterator<Item = (&'a Option<GroupName>, Option<u32>, bool)>,
+) -> Option<BTreeMap<&'a Option<GroupName>, u32>> {
     // By group, so that a queue of many tenants costs one lookup a waiter,
     // not a search of every group seen so far.
-    let mut groups: BTreeMap<&Option<Box<[u8]>>, u32> = BTreeMap::new();
+    let mut groups: BTreeMap<&Option<GroupName>, u32> = BTreeMap::new();
     for (group, group_limit, exclusive) in waiters {
         let max = gate(group_limit, exclusive)?;
         let m = groups.entry(group).or_insert(max);

@@ -291,7 +291,7 @@ mod groups_counted {
                     Op::Push { key, group } => {
                         client += 1;
                         let mut waiter = waiter(client);
-                        waiter.share.group = group.map(|g| vec![b'g', g].into_boxed_slice());
+                        waiter.share.group = group.map(|g| GroupName::new(&[b'g', g]));
                         w.push(name(key), waiter);
                     }
                     Op::Forget(c) => {
@@ -310,7 +310,7 @@ mod groups_counted {
                     }
                 }
                 for key in 0..2 {
-                    let mut walked: std::collections::BTreeMap<Option<Box<[u8]>>, usize> = Default::default();
+                    let mut walked: std::collections::BTreeMap<Option<GroupName>, usize> = Default::default();
                     for waiter in w.queues.get(&name(key)).into_iter().flat_map(|q| q.values()) {
                         *walked.entry(waiter.share.group.clone()).or_default() += 1;
                     }
@@ -461,7 +461,13 @@ fn a_newcomer_sees_the_same_queue_from_the_kinds_as_from_a_walk() {
             }
         }
         for (a_holds, &first) in expected.iter().enumerate() {
-            let holding = |g: Option<&[u8]>| if g == Some(b"a") { a_holds } else { 1 };
+            let holding = |g: Option<&GroupName>| {
+                if g.is_some_and(|g| **g == *b"a") {
+                    a_holds
+                } else {
+                    1
+                }
+            };
             for name in ["known", "walked"] {
                 assert_eq!(
                     w.holds_back(0, name.as_bytes(), holding),

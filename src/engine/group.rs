@@ -1,0 +1,112 @@
+//! A GROUP's name with its hash, worked out once when a call names the group.
+//!
+//! A serving pass, and a LOCK that the waiters may hold back, ask a key how
+//! much each waiting group holds: a thousand tenants waiting is a thousand
+//! questions. Each used to hash the group's name to find its count, and the
+//! waiting side's own maps hashed it again. One hasher for the process (keyed
+//! at random, as every map here is, so that chosen names cannot collide on
+//! purpose) lets a name be hashed once, when its call arrives, and found by
+//! that hash everywhere after.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::ops::Deref;
+use std::sync::OnceLock;
+
+/// The hash of a group's name, the same for every key of the process.
+pub fn group_hash(name: &[u8]) -> u64 {
+    static HASHER: OnceLock<RandomState> = OnceLock::new();
+    HASHER.get_or_init(RandomState::new).hash_one(name)
+}
+
+/// A group's name and its [`group_hash`]. Equal, ordered and hashed as the
+/// name is (its hash stands for the name's in a map: a map hashes 8 bytes
+/// instead of the name).
+#[derive(Clone)]
+pub struct GroupName {
+    name: Box<[u8]>,
+    hash: u64,
+}
+
+impl GroupName {
+    pub fn new(name: &[u8]) -> Self {
+        Self {
+            name: name.into(),
+            hash: group_hash(name),
+        }
+    }
+
+    /// Its [`group_hash`].
+    #[inline]
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+}
+
+impl From<&[u8]> for GroupName {
+    fn from(name: &[u8]) -> Self {
+        Self::new(name)
+    }
+}
+
+impl Deref for GroupName {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.name
+    }
+}
+
+impl Borrow<[u8]> for GroupName {
+    fn borrow(&self) -> &[u8] {
+        &self.name
+    }
+}
+
+impl PartialEq for GroupName {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.name == other.name
+    }
+}
+
+impl Eq for GroupName {}
+
+impl PartialOrd for GroupName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for GroupName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name.cmp(&other.name)
+    }
+}
+
+impl Hash for GroupName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl fmt::Debug for GroupName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(&self.name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_hashes_the_same_wherever_it_is_made() {
+        let a = GroupName::new(b"tenant-1");
+        let b: GroupName = (&b"tenant-1"[..]).into();
+        assert_eq!(a, b);
+        assert_eq!(a.hash(), group_hash(b"tenant-1"));
+        assert_ne!(a, GroupName::new(b"tenant-2"));
+        assert!(GroupName::new(b"a") < GroupName::new(b"b"));
+        assert_eq!(&*a, b"tenant-1");
+    }
+}
