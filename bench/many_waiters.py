@@ -21,8 +21,9 @@ each; 0: no GROUP), for fair serving's pass over many tenants (default "0 1000")
 MANY_WAITERS_CALLGRIND=1: instead, the server under callgrind, and for each N and
 groups the instructions the module's commands run per release cycle (the UNLOCK
 that serves a waiter, with its pass, and the LOCK that queues its client again;
-100 cycles): the steady figure on a shared machine, where the µs move by a third
-from run to run. Dumps in target/many-waiters/callgrind/."""
+100 cycles), and with groups, those of a LOCK of a new group past the groups at
+their GROUPLIMIT (100 of them): the steady figures on a shared machine, where the
+µs move by a third from run to run. Dumps in target/many-waiters/callgrind/."""
 
 import glob
 import os
@@ -158,9 +159,10 @@ def release_at_limit(server, n, groups, limit=30):
     return usec / calls
 
 
-def past_full_groups(server, n, groups):
+def past_full_groups(server, n, groups, around=None, calls=RELEASES):
     """µs per LOCK of a new group granted on a key of LIMIT 0 whose `groups`
-    groups each hold their GROUPLIMIT 1, `n` waiting in them."""
+    groups each hold their GROUPLIMIT 1, `n` waiting in them; with `around`,
+    called just before the `calls` LOCKs and just after them, nothing."""
     server.conn.call("FLUSHALL", "SYNC")
 
     def lock_args(jid, group):
@@ -169,8 +171,15 @@ def past_full_groups(server, n, groups):
     for g in range(groups):
         assert isinstance(server.conn.call(*lock_args("h%d" % g, g)), int)
     conns = blocked(server, n, lambda i: lock_args("w%d" % i, i % groups) + ["WAIT", 600_000])
-    us = per_call(server, "unique.lock", (
-        lock_args("new%d" % i, groups + i) for i in range(RELEASES)), lambda r: isinstance(r, int))
+    new_groups = [lock_args("new%d" % i, groups + i) for i in range(calls)]
+    us = None
+    if around:
+        around()
+        for args in new_groups:
+            assert isinstance(server.conn.call(*args), int)
+        around()
+    else:
+        us = per_call(server, "unique.lock", new_groups, lambda r: isinstance(r, int))
     close(server, conns)
     return us
 
@@ -208,16 +217,31 @@ def wait_for_waiters(server, n):
 
 def callgrind_cycles(n, groups, cycles=100):
     """Instructions the module's commands run per release cycle of
-    `measure`, the server under callgrind: the inclusive cost of the module's
-    command entry point (so that the INFO polls between cycles, whose number
-    moves with the timing, count nothing)."""
+    `measure`, the server under callgrind."""
+    return callgrind_count("n%d-groups%d" % (n, groups), n, cycles, lambda server, around: measure(
+        server, n, groups, around, releases=cycles))
+
+
+def callgrind_past_full_groups(n, groups, calls=100):
+    """Instructions the module's commands run per LOCK of
+    `past_full_groups`, the server under callgrind."""
+    return callgrind_count("n%d-groups%d-past-full" % (n, groups), n, calls,
+                           lambda server, around: past_full_groups(server, n, groups, around, calls))
+
+
+def callgrind_count(label, n, count, run):
+    """What the module's commands run between the two calls of `around` in
+    `run(server, around)`, per one of `count`, the server under callgrind
+    (room for `n` clients): the inclusive cost of the module's command
+    entry point, so that the INFO polls between, whose number moves with
+    the timing, count nothing. Dumps in target/many-waiters/callgrind/."""
     dumps = os.path.join(bench.ROOT, "target", "many-waiters", "callgrind")
     os.makedirs(dumps, exist_ok=True)
-    for old in glob.glob(os.path.join(dumps, "*")):
+    for old in glob.glob(os.path.join(dumps, "callgrind.out*")):
         os.remove(old)
     server = bench.Server(wrapper=["valgrind", "--tool=callgrind", "--dump-instr=no",
                                    "--callgrind-out-file=%s/callgrind.out" % dumps])
-    keep = os.path.join(dumps, "n%d-groups%d.out" % (n, groups))
+    keep = os.path.join(dumps, label + ".out")
     started = []
 
     def zero_then_dump():
@@ -230,7 +254,7 @@ def callgrind_cycles(n, groups, cycles=100):
         server.conn.call("CONFIG", "SET", "maxclients", n + 100)
         # The reaper ticks on the clock, which callgrind slows 50 times.
         server.conn.call("CONFIG", "SET", "unique.reap-interval", 0)
-        measure(server, n, groups, zero_then_dump, releases=cycles)
+        run(server, zero_then_dump)
     finally:
         server.stop()
     out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", keep],
@@ -239,7 +263,7 @@ def callgrind_cycles(n, groups, cycles=100):
         r"^\s*([\d,]+) \([ \d.]+%\)\s+\S*redis_unique::ffi::entry::entry_point\b", out, re.M))
     if not entry:
         raise SystemExit("the module's entry point is not in %s" % keep)
-    return entry / cycles
+    return entry / count
 
 
 def main():
@@ -254,6 +278,10 @@ def main():
             for n in SIZES:
                 print("%8s waiters%s: %.0f instructions of the module's commands per release cycle" % (
                     format(n, ","), in_groups, callgrind_cycles(n, groups)), flush=True)
+            if groups and max(SIZES) >= groups:
+                n = max(SIZES)
+                print("%8s waiters%s at their GROUPLIMIT: %.0f instructions per LOCK of a new group" % (
+                    format(n, ","), in_groups, callgrind_past_full_groups(n, groups)), flush=True)
         return
     server = bench.Server()
     try:
