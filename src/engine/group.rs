@@ -8,7 +8,6 @@
 //! purpose) lets a name be hashed once, when its call arrives, and found by
 //! that hash everywhere after.
 
-use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::ops::Deref;
@@ -20,9 +19,10 @@ pub fn group_hash(name: &[u8]) -> u64 {
     HASHER.get_or_init(RandomState::new).hash_one(name)
 }
 
-/// A group's name and its [`group_hash`]. Equal, ordered and hashed as the
-/// name is (its hash stands for the name's in a map: a map hashes 8 bytes
-/// instead of the name).
+/// A group's name and its [`group_hash`]. Equal and ordered as the name
+/// is; in a map its hash stands for the name's (a map hashes 8 bytes
+/// instead of the name). So it is no `Borrow<[u8]>`: a bare name would hash
+/// otherwise, and a map keyed by it is asked with a `GroupName`.
 #[derive(Clone)]
 pub struct GroupName {
     name: Box<[u8]>,
@@ -53,12 +53,6 @@ impl From<&[u8]> for GroupName {
 impl Deref for GroupName {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.name
-    }
-}
-
-impl Borrow<[u8]> for GroupName {
-    fn borrow(&self) -> &[u8] {
         &self.name
     }
 }
