@@ -11,7 +11,9 @@ full). With groups, at the largest N, three more: a release on a key of LIMIT
 pass asks how much each waiting group holds), a LOCK of a new group on a key
 of LIMIT 0 whose waiting groups each hold their GROUPLIMIT (granted: it asks
 every waiting group), and a REAP that frees 100 slots of a key of LIMIT 100,
-served in one pass (usec of UNIQUE.REAP).
+served in one pass (usec of UNIQUE.REAP). Last, how late a waiter is served
+when a lease ends on a key of MANY_WAITERS_HOLDERS (default 100,000) holders in
+as many groups (ms, as its client sees it).
 
     python3 bench/many_waiters.py [module.so]   (default: bench.py's, the profile-guided build)
 
@@ -40,6 +42,7 @@ import floor  # noqa: E402
 SIZES = [int(n) for n in os.environ.get("MANY_WAITERS_SIZES", "1 100 1000 10000").split()]
 GROUP_COUNTS = [int(n) for n in os.environ.get("MANY_WAITERS_GROUPS", "0 1000").split()]
 RELEASES = 200
+HOLDERS = int(os.environ.get("MANY_WAITERS_HOLDERS", "100000"))
 
 
 def waiting(server):
@@ -208,6 +211,33 @@ def many_slots_once(server, n, groups, slots):
     return us
 
 
+def lease_end_past_groups(server, holders=HOLDERS, lease_ms=200, rounds=3):
+    """ms from the end of a lease to the grant of the waiter it frees, on a
+    key of `holders` holders in as many groups (LIMIT 0): the waiter waits
+    for its group's GROUPLIMIT 1, which the lease holds, and is served by the
+    wake-up timer armed for that lease, whose pass asks every waiting group's
+    holders while the lease is not pruned yet (the median of `rounds`; the
+    end of the lease taken from when it was asked for, so an upper bound)."""
+    server.conn.call("FLUSHALL", "SYNC")
+
+    def lock_args(jid, group, *more):
+        return ["UNIQUE.LOCK", "k", jid, "LIMIT", 0, "TTL", 600_000, "GROUP", group] + list(more)
+    server.conn.pipeline([lock_args("h%d" % i, "g%d" % i) for i in range(1, holders)])
+    waiter = bench.Conn(server.port)
+    late = []
+    for _ in range(rounds):
+        asked = time.time()
+        short = ["UNIQUE.LOCK", "k", "short", "LIMIT", 0, "TTL", lease_ms, "GROUP", "g0"]
+        assert isinstance(server.conn.call(*short), int)
+        waiter.send(*lock_args("w", "g0", "GROUPLIMIT", 1, "WAIT", 60_000))
+        reply = waiter.read()
+        late.append((time.time() - asked) * 1000 - lease_ms)
+        assert isinstance(reply, int), reply
+        assert server.conn.call("UNIQUE.UNLOCK", "k", "w") == 1
+    close(server, [waiter])
+    return sorted(late)[rounds // 2]
+
+
 def wait_for_waiters(server, n):
     deadline = time.time() + 120
     while waiting(server) < n:
@@ -302,6 +332,9 @@ def main():
                 slots = min(100, groups)
                 print("%8s waiters%s: %.1f µs for a REAP serving %d of them in one pass (median of 3)" % (
                     format(n, ","), in_groups, many_slots(server, n, groups, slots), slots), flush=True)
+        print("a waiter served when a lease ends on a key of %s holders in as many groups: "
+              "%.1f ms after the lease (median of 3)" % (
+                  format(HOLDERS, ","), lease_end_past_groups(server)), flush=True)
     finally:
         server.stop()
 

@@ -19,10 +19,21 @@ use super::{
 pub struct GroupCounts<'a>(Counts<'a>);
 
 enum Counts<'a> {
-    /// The counts the index keeps, no lease having ended.
-    Kept(&'a Indexed),
-    /// Counted in one walk, by group.
+    /// The counts the index keeps, less its holders whose lease has ended
+    /// (not pruned yet), by group in order of name: found without a walk
+    /// over the others, and most often none.
+    Kept(&'a Indexed, Vec<(Option<&'a [u8]>, usize)>),
+    /// Counted in one walk, by group in order of name.
     Counted(Vec<(Option<&'a [u8]>, usize)>),
+}
+
+/// The count of `group` in `counts` (sorted by group), 0 if not there.
+fn count_of(counts: &[(Option<&[u8]>, usize)], group: Option<&[u8]>) -> usize {
+    counts
+        .binary_search_by(|(g, _)| g.cmp(&group))
+        .ok()
+        .and_then(|at| counts.get(at))
+        .map_or(0, |&(_, n)| n)
 }
 
 impl GroupCounts<'_> {
@@ -31,7 +42,14 @@ impl GroupCounts<'_> {
     #[inline(always)]
     pub fn of_group(&self, group: Option<&GroupName>) -> usize {
         match (&self.0, group) {
-            (Counts::Kept(index), Some(g)) => index.named_holding(g, g.hash()),
+            (Counts::Kept(index, ended), Some(g)) => {
+                let kept = index.named_holding(g, g.hash());
+                if ended.is_empty() {
+                    kept
+                } else {
+                    kept.saturating_sub(count_of(ended, Some(g)))
+                }
+            }
             _ => self.of(group.map(|g| &**g)),
         }
     }
@@ -40,12 +58,10 @@ impl GroupCounts<'_> {
     #[inline(always)]
     pub fn of(&self, group: Option<&[u8]>) -> usize {
         match &self.0 {
-            Counts::Kept(index) => index.group_holding(group),
-            Counts::Counted(counts) => counts
-                .binary_search_by(|(g, _)| g.cmp(&group))
-                .ok()
-                .and_then(|at| counts.get(at))
-                .map_or(0, |&(_, n)| n),
+            Counts::Kept(index, ended) => index
+                .group_holding(group)
+                .saturating_sub(count_of(ended, group)),
+            Counts::Counted(counts) => count_of(counts, group),
         }
     }
 }
@@ -941,19 +957,30 @@ impl Holders {
     }
 
     /// How many live holders each group has at `now`, for many questions in
-    /// a row (a serving pass asks for every waiting group): from the counts
-    /// the index keeps while no lease has ended, else counted once.
+    /// a row (a serving pass asks for every waiting group): indexed, from
+    /// the counts the index keeps less the holders whose lease has ended
+    /// (found without a walk over the others: a key of 100,000 holders whose
+    /// first lease just ended costs what its ended holders do); otherwise
+    /// counted once, a few dozen holders at most.
     pub(super) fn group_counts(&self, now: i64) -> GroupCounts<'_> {
-        match self.indexed() {
-            Some(i) if self.earliest_lease().is_none_or(|at| at > now) => {
-                GroupCounts(Counts::Kept(i))
-            }
-            _ => {
-                let mut counts = self.live_by_group(now);
-                counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                GroupCounts(Counts::Counted(counts))
-            }
+        let Some(i) = self.indexed() else {
+            let mut counts = self.live_by_group(now);
+            counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            return GroupCounts(Counts::Counted(counts));
+        };
+        let mut ended: Vec<(Option<&[u8]>, usize)> = Vec::new();
+        if self.earliest_lease().is_some_and(|at| at <= now) {
+            i.for_each_ended(now, |h| ended.push((h.group(), 1)));
+            ended.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            ended.dedup_by(|later, kept| {
+                let same = later.0 == kept.0;
+                if same {
+                    kept.1 += later.1;
+                }
+                same
+            });
         }
+        GroupCounts(Counts::Kept(i, ended))
     }
 
     /// Whether a holder holds exclusively.

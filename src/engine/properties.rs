@@ -295,6 +295,7 @@ proptest! {
             for &g in asked.iter().chain(asked.iter().rev()).chain(&asked) {
                 let live = walked.iter().find(|(w, _)| w.as_deref() == g).map_or(0, |&(_, n)| n);
                 prop_assert_eq!(counts.of(g), live, "{:?}", g);
+                prop_assert_eq!(counts.of_group(g.map(GroupName::new).as_ref()), live, "{:?}", g);
             }
             prop_assert_eq!(counted, walked);
         }

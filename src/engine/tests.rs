@@ -597,3 +597,42 @@ fn group_counts_answer_in_order_of_name_or_out_of_it() {
     }
     assert_eq!(counts.of(None), 0);
 }
+
+#[test]
+fn group_counts_leave_out_the_holders_whose_lease_ended() {
+    // 60 holders (the indexed layout) in the groups b, d and f, 20 each;
+    // in b and d, 5 and 1 leases end at NOW + 10, not pruned yet.
+    let mut lock = Lock::default();
+    let mut t = Tokens(NOW * TOKENS_PER_MS);
+    for i in 0..60 {
+        let jid = format!("j{i}");
+        let group = [b'b' + 2 * (i % 3) as u8];
+        let short = (i % 3 == 0 && i < 15) || i == 1;
+        lock.acquire(
+            &LockRequest {
+                limit: 0,
+                group: Some(&group),
+                expires_at: Some(if short { NOW + 10 } else { NOW + 60_000 }),
+                ..req(&jid)
+            },
+            NOW,
+            t.next(),
+        );
+    }
+    assert_eq!(lock.len(), 60);
+    for (now, live) in [(NOW + 9, [20, 20, 20]), (NOW + 10, [15, 19, 20])] {
+        let counts = lock.group_counts(now);
+        for (g, n) in [&b"b"[..], b"d", b"f"].into_iter().zip(live) {
+            assert_eq!(counts.of(Some(g)), n, "{g:?} at {now}");
+            assert_eq!(
+                counts.of_group(Some(&GroupName::new(g))),
+                n,
+                "{g:?} at {now}"
+            );
+        }
+        assert_eq!(counts.of(Some(b"c")), 0);
+        assert_eq!(counts.of(None), 0);
+    }
+    // Nothing was pruned by counting.
+    assert_eq!(lock.len(), 60);
+}
