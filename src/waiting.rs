@@ -187,11 +187,13 @@ pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
 /// Whether a client waiting on `key` (selected database) may be served
 /// before a new call that the key's holders admit: a multi-key waiter, a
 /// waiter without GROUPLIMIT or exclusive, or a waiting group that holds
-/// fewer (`holding`: how many holders a group has) than the largest
-/// GROUPLIMIT its waiters gave.
+/// fewer (`holding`: how many holders a group has, the key pruned) than the
+/// largest GROUPLIMIT its waiters gave. `stamp`: the key's
+/// [`holdings_stamp`](crate::engine::Lock::holdings_stamp).
 pub fn holds_back(
     ctx: &Context,
     key: &[u8],
+    stamp: Option<u64>,
     holding: impl Fn(Option<&GroupName>) -> usize,
 ) -> bool {
     if nobody_waits() {
@@ -201,7 +203,7 @@ pub fn holds_back(
     if all::waiting_on(selected_db(ctx), key) > 0 {
         return true;
     }
-    with_waiters(|w| w.holds_back(selected_db(ctx), key, holding))
+    with_waiters(|w| w.holds_back(selected_db(ctx), key, stamp, holding))
 }
 
 /// Per group (`None` first, then by name), how many wait on `key`
@@ -349,6 +351,7 @@ fn serve_pass<C>(
     let Tally {
         groups: mut seqs,
         kinds,
+        ..
     } = tally.unwrap_or_else(|| Tally::of(&queue));
     let mut kinds = known.then_some(kinds);
     // The exclusive waiters still waiting (untried or denied in this pass);
@@ -491,6 +494,8 @@ fn serve_pass<C>(
         tally: kinds.map(|kinds| Tally {
             groups: seqs,
             kinds,
+            // Looked at again after a pass, which served and pruned.
+            full_at: None,
         }),
     }
 }

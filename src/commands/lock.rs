@@ -346,7 +346,9 @@ fn attempt(
     // The waiters are looked at only for a call the key admits.
     let waiters_first = |lock: &Lock| {
         let counts = lock.group_counts(now);
-        waiting::holds_back(ctx, key_name, |group| counts.of_group(group))
+        waiting::holds_back(ctx, key_name, lock.holdings_stamp(), |group| {
+            counts.of_group(group)
+        })
     };
     let queued = match queue {
         // Nobody waits (the common case): the key's name is not even read.

@@ -983,6 +983,12 @@ impl Holders {
         GroupCounts(Counts::Kept(i, ended))
     }
 
+    /// The index's [`Indexed::holdings_stamp`]; `None` for a compact lock
+    /// (a few dozen holders, looked at again).
+    pub(super) fn holdings_stamp(&self) -> Option<u64> {
+        self.indexed().map(Indexed::holdings_stamp)
+    }
+
     /// Whether a holder holds exclusively.
     pub(super) fn exclusive_held(&self) -> bool {
         match self.indexed() {

@@ -47,6 +47,7 @@ use std::cell::Cell;
 #[cfg(test)]
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 
@@ -101,6 +102,31 @@ pub(super) struct Indexed {
     exclusive: usize,
     /// The slots of each owner.
     owners: Owners,
+    /// Taken afresh whenever a group's count goes down (see
+    /// [`Indexed::holdings_stamp`]).
+    stamp: Stamp,
+}
+
+/// A number that names one state of one index's group counts: no two
+/// indexes, and no two states of one index between which a count went
+/// down, share it. A copy of an index (COPY, a clone kept by a test) takes
+/// a number of its own, since the two go their own ways.
+#[derive(Debug)]
+struct Stamp(u64);
+
+/// The next [`Stamp`]: a 64-bit count does not wrap.
+static NEXT_STAMP: AtomicU64 = AtomicU64::new(1);
+
+impl Stamp {
+    fn fresh() -> Self {
+        Self(NEXT_STAMP.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl Clone for Stamp {
+    fn clone(&self) -> Self {
+        Self::fresh()
+    }
 }
 
 /// A heap place that no slot has (a holder not in the heap).
@@ -162,6 +188,7 @@ impl Indexed {
             grouped: 0,
             exclusive: 0,
             owners: Owners::default(),
+            stamp: Stamp::fresh(),
         }
     }
 
@@ -369,6 +396,9 @@ impl Indexed {
     /// Counts a holder of `group` (exclusive or not) in (`added`) or out of
     /// the per-group and exclusive counts.
     fn count(&mut self, group: Option<&[u8]>, exclusive: bool, added: bool) {
+        if !added {
+            self.stamp = Stamp::fresh();
+        }
         if exclusive {
             self.exclusive = if added {
                 self.exclusive + 1
@@ -402,6 +432,15 @@ impl Indexed {
                 }
             }
         }
+    }
+
+    /// A number that stays the same only while no group's count goes down
+    /// (a holder released, pruned, reaped or moved to another group; `None`
+    /// counts as a group): under the same stamp every group holds at least
+    /// what it held. What the waiters keep of a look at every waiting
+    /// group's holdings is good while it stays.
+    pub(super) fn holdings_stamp(&self) -> u64 {
+        self.stamp.0
     }
 
     /// How many holders `group` has (`None`: the holders without a group).

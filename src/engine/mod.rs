@@ -486,6 +486,14 @@ impl Lock {
         self.holders.group_counts(now)
     }
 
+    /// A number that stays the same only while no group's count of holders
+    /// goes down, and that no other lock shares: while it stays, whatever
+    /// was found full (a group at its GROUPLIMIT) still is. `None` for a
+    /// lock of a few holders, whose groups are few enough to ask again.
+    pub fn holdings_stamp(&self) -> Option<u64> {
+        self.holders.holdings_stamp()
+    }
+
     /// Per group (`None`: the holders without a group), how many live
     /// holders it has at `now`, groups with none left out, in no particular
     /// order: on a lock of many holders, from the counts it keeps and its

@@ -636,3 +636,49 @@ fn group_counts_leave_out_the_holders_whose_lease_ended() {
     // Nothing was pruned by counting.
     assert_eq!(lock.len(), 60);
 }
+
+#[test]
+fn the_holdings_stamp_changes_when_a_group_holds_fewer() {
+    let mut lock = Lock::default();
+    let mut t = Tokens(NOW * TOKENS_PER_MS);
+    let mut grant = |lock: &mut Lock, jid: &str, group: Option<&[u8]>, ttl: i64| {
+        lock.acquire(
+            &LockRequest {
+                limit: 0,
+                group,
+                expires_at: Some(NOW + ttl),
+                ..req(jid)
+            },
+            NOW,
+            t.next(),
+        );
+    };
+    grant(&mut lock, "j0", Some(b"a"), 60_000);
+    assert_eq!(lock.holdings_stamp(), None, "a few holders: none");
+    for i in 1..60 {
+        let group = (i % 2 == 0).then_some(&b"a"[..]);
+        grant(&mut lock, &format!("j{i}"), group, 60_000 + i);
+    }
+    let stamp = lock.holdings_stamp();
+    assert!(stamp.is_some(), "indexed");
+    // A grant and a renewal add or keep: the same stamp.
+    grant(&mut lock, "j60", Some(b"b"), 10);
+    grant(&mut lock, "j1", None, 70_000);
+    assert_eq!(lock.holdings_stamp(), stamp);
+    // A copy goes its own way: a stamp of its own.
+    let copy = lock.clone();
+    assert!(copy.holdings_stamp().is_some_and(|s| Some(s) != stamp));
+    // A release (of a holder without a group too) and a prune: a new one
+    // each time.
+    let mut seen = vec![stamp, copy.holdings_stamp()];
+    lock.release(b"j1");
+    assert!(!seen.contains(&lock.holdings_stamp()));
+    seen.push(lock.holdings_stamp());
+    assert_eq!(lock.prune(NOW + 10), 1);
+    assert!(!seen.contains(&lock.holdings_stamp()));
+    // Nothing removed: the same.
+    let pruned = lock.holdings_stamp();
+    assert_eq!(lock.release(b"nobody"), None);
+    assert_eq!(lock.prune(NOW + 10), 0);
+    assert_eq!(lock.holdings_stamp(), pruned);
+}

@@ -110,11 +110,18 @@ impl GroupWaiters {
 pub(super) struct Tally {
     pub(super) groups: GroupQueues,
     pub(super) kinds: Kinds,
+    /// The key's holdings stamp when every waiting group was last found
+    /// holding its GROUPLIMIT, with no waiter joined since: while the key
+    /// keeps that stamp (no group's count went down), they all still do,
+    /// and a newcomer the key admits passes them without a look at each.
+    pub(super) full_at: Option<u64>,
 }
 
 impl Tally {
     /// Counts `waiter` in.
     pub(super) fn join<C>(&mut self, waiter: &Waiter<C>) {
+        // A new waiter, perhaps of a group with room: look again.
+        self.full_at = None;
         self.kinds.add(waiter.call.admission(), &waiter.share);
         let weight = waiter.share.weight.max(1);
         match self.groups.get_mut(&waiter.share.group) {
@@ -207,31 +214,44 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     }
 
     /// Whether a waiter of `key` may be served before a new call that the
-    /// key's holders admit (`holding`: how many a group holds): one without
-    /// GROUPLIMIT or exclusive, or one of a group that holds fewer than the
-    /// largest GROUPLIMIT its waiters gave. From the counted kinds when they
-    /// are all known (no walk; a look at each waiting group at most, and
-    /// only while each one looked at is full), from a walk otherwise.
+    /// key's holders admit (`holding`: how many a group holds, the key
+    /// pruned): one without GROUPLIMIT or exclusive, or one of a group that
+    /// holds fewer than the largest GROUPLIMIT its waiters gave. From the
+    /// counted kinds when they are all known (no walk; a look at each
+    /// waiting group at most, and only while each one looked at is full),
+    /// from a walk otherwise. `stamp`, the key's holdings stamp, if any:
+    /// under the stamp of the last answer that every group was full, the
+    /// answer is the same, without a look (a stream of newcomers past a
+    /// thousand tenants at their GROUPLIMIT pays one look, not one each).
     pub(super) fn holds_back(
-        &self,
+        &mut self,
         db: i32,
         key: &[u8],
+        stamp: Option<u64>,
         holding: impl Fn(Option<&GroupName>) -> usize,
     ) -> bool {
         let id = (db, key.to_vec());
         let Some(queue) = self.queues.get(&id) else {
             return false;
         };
-        let room = |group: &Option<GroupName>, max: u32| holding(group.as_ref()) < max as usize;
-        if let Some(held) = self.tallies.get(&id).and_then(|t| t.kinds.hold_back(room)) {
-            return held;
+        let mut tally = self.tallies.get_mut(&id);
+        if stamp.is_some() && tally.as_ref().is_some_and(|t| t.full_at == stamp) {
+            return false;
         }
-        group_limits(
-            queue
-                .values()
-                .map(|w| (&w.share.group, w.share.group_limit, w.share.exclusive)),
-        )
-        .is_none_or(|limits| limits.into_iter().any(|(group, max)| room(group, max)))
+        let room = |group: &Option<GroupName>, max: u32| holding(group.as_ref()) < max as usize;
+        let held = match tally.as_ref().and_then(|t| t.kinds.hold_back(room)) {
+            Some(held) => held,
+            None => group_limits(
+                queue
+                    .values()
+                    .map(|w| (&w.share.group, w.share.group_limit, w.share.exclusive)),
+            )
+            .is_none_or(|limits| limits.into_iter().any(|(group, max)| room(group, max))),
+        };
+        if let Some(tally) = tally.as_mut() {
+            tally.full_at = if held { None } else { stamp };
+        }
+        held
     }
 
     /// How many wait on `key`, per group (`None` first, then by name).

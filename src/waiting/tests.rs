@@ -470,11 +470,69 @@ fn a_newcomer_sees_the_same_queue_from_the_kinds_as_from_a_walk() {
             };
             for name in ["known", "walked"] {
                 assert_eq!(
-                    w.holds_back(0, name.as_bytes(), holding),
+                    w.holds_back(0, name.as_bytes(), None, holding),
                     first,
                     "case {i}, a holds {a_holds}, {name}"
                 );
             }
         }
     }
+}
+
+#[test]
+fn a_newcomer_passes_groups_found_full_under_the_same_stamp_without_a_look() {
+    let mut w: Waiters<u32> = Waiters::default();
+    let join = |w: &mut Waiters<u32>, c: u32, group: &str| {
+        let seq = w.next_seq();
+        let share = Share {
+            group: Some(group.as_bytes().into()),
+            group_limit: Some(1),
+            ..Share::default()
+        };
+        let call = Box::new(Alike(format!("j{c}").into_bytes()));
+        w.push(
+            key("k"),
+            Waiter {
+                call,
+                share,
+                seq,
+                ..waiter(c)
+            },
+        );
+    };
+    for (c, group) in [(1, "a"), (2, "b"), (3, "a")] {
+        join(&mut w, c, group);
+    }
+    let looks = std::cell::Cell::new(0);
+    let each_holds = |n: usize| {
+        let looks = &looks;
+        move |_: Option<&GroupName>| {
+            looks.set(looks.get() + 1);
+            n
+        }
+    };
+    let holds_back = |w: &mut Waiters<u32>, stamp, held| {
+        looks.set(0);
+        let first = w.holds_back(0, b"k", stamp, each_holds(held));
+        (first, looks.get())
+    };
+    // Both groups full: asked of each, the answer kept under stamp 7.
+    assert_eq!(holds_back(&mut w, Some(7), 1), (false, 2));
+    assert_eq!(holds_back(&mut w, Some(7), 1), (false, 0), "kept");
+    // Another stamp (a count went down): looked at again, and kept anew.
+    assert_eq!(holds_back(&mut w, Some(8), 0), (true, 1));
+    assert_eq!(
+        holds_back(&mut w, Some(8), 1),
+        (false, 2),
+        "room is not kept"
+    );
+    assert_eq!(holds_back(&mut w, Some(8), 1), (false, 0));
+    // A waiter joins, perhaps of a group with room: looked at again.
+    join(&mut w, 4, "c");
+    assert_eq!(holds_back(&mut w, Some(8), 1), (false, 3));
+    // A lock of a few holders has no stamp: looked at every time.
+    assert_eq!(holds_back(&mut w, None, 1), (false, 3));
+    assert_eq!(holds_back(&mut w, None, 1), (false, 3));
+    // Another key's stamp is not this one's.
+    assert!(!w.holds_back(0, b"other", Some(8), each_holds(0)));
 }
