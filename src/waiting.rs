@@ -107,10 +107,12 @@ pub trait Call {
 
     /// How many live holders each group (`None`: no group) has on the key
     /// now, what fair serving weighs: shown to `each` as one lookup, so that
-    /// a pass over many groups opens the key once, not once a group. A call
-    /// that knows no groups says 0 for all.
+    /// a pass over many groups opens the key once, not once a group; with
+    /// the earliest end of a live lease on the key, when a group found at
+    /// its GROUPLIMIT may hold fewer. A call that knows no groups says 0 for
+    /// all.
     fn holdings(&self, _ctx: &Context, each: Holdings<'_>) {
-        each(&|_| 0)
+        each(&|_| 0, None)
     }
 
     /// What decides this call's new hold besides its [`Share`], when nothing
@@ -122,8 +124,8 @@ pub trait Call {
 }
 
 /// What [`Call::holdings`] shows its lookup to (how many live holders a
-/// group has).
-pub type Holdings<'a> = &'a mut dyn FnMut(&dyn Fn(Option<&GroupName>) -> usize);
+/// group has) and the earliest end of a live lease on the key.
+pub type Holdings<'a> = &'a mut dyn FnMut(&dyn Fn(Option<&GroupName>) -> usize, Option<i64>);
 
 /// What the serving rule needs to know of a waiter besides its call: the
 /// group it waits for (`None`: the waiters without GROUP, which compete as
@@ -377,12 +379,31 @@ fn serve_pass<C>(
     // the oldest waiter: all wait on the one key) and counted on as the pass
     // grants. The key counts live holders only, those whose lease has ended
     // left out as the first retry's prune will remove them: no count again.
+    let mut next_lease = None;
     if let Some(oldest) = queue.values().next() {
-        holdings(oldest, &mut |held_by| {
+        holdings(oldest, &mut |held_by, lease| {
+            next_lease = lease;
             for g in groups.iter_mut() {
                 g.held = held_by(g.name.as_ref());
             }
         });
+    }
+    // A group that holds the largest GROUPLIMIT its waiters gave has no
+    // waiter a retry would grant (a pass only adds holders): it is not
+    // tried, and the earliest end of a lease on the key, when it may hold
+    // fewer, is when to look again. Many tenants at their GROUPLIMIT cost a
+    // pass a look each, not a retry each.
+    let mut skipped = false;
+    if let Some(kinds) = kinds.as_ref() {
+        for g in groups.iter_mut().filter(|g| g.held > 0) {
+            if kinds
+                .group_gate(g.name)
+                .is_some_and(|max| g.held >= max as usize)
+            {
+                g.covered = true;
+                skipped = true;
+            }
+        }
     }
     // Each group's head, best first (see `Turn`): all of them at the start,
     // then only the group just tried goes back in (no other group changes),
@@ -482,8 +503,11 @@ fn serve_pass<C>(
     for (waiter, _) in &ended {
         queues::leave_group(&mut seqs, waiter);
     }
-    // The denied, the untried (behind a waiting exclusive request, or of a
-    // kind denied) keep their place.
+    if skipped {
+        wake_at = earliest(wake_at, next_lease);
+    }
+    // The denied, the untried (behind a waiting exclusive request, of a
+    // kind denied, or of a group at its GROUPLIMIT) keep their place.
     if queue.is_empty() {
         wake_at = None;
     }

@@ -277,6 +277,54 @@ fn forty_tenants_at_their_grouplimit_leave_a_free_slot_to_a_newcomer_and_get_the
     drop(waiters);
 }
 
+/// Tenants at their GROUPLIMIT are not retried by a pass, which looks at
+/// each one's holders instead: a release serves the one tenant it freed,
+/// and a tenant whose holder's lease then ends is served at that end, woken
+/// by the pass that passed it over.
+#[test]
+fn tenants_passed_over_at_their_grouplimit_are_served_when_a_lease_of_theirs_ends() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let args = |tenant: &str, ttl: &str| -> Vec<String> {
+        ["LIMIT", "0", "GROUP", tenant, "GROUPLIMIT", "1", "TTL", ttl]
+            .map(String::from)
+            .to_vec()
+    };
+    // 40 holders: the layout of many, whose counts a pass reads.
+    for i in 0..40 {
+        let a = args(&format!("t{i}"), "600000");
+        token(call!(con, "UNIQUE.LOCK", "k", format!("h{i}"), &a[..]));
+    }
+    let waiters: Vec<_> = (0..40)
+        .map(|i| {
+            let a = args(&format!("t{i}"), "600000");
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            waiter(&server, "k", &format!("w{i}"), &a)
+        })
+        .collect();
+    assert_eq!(waiting(con, "k"), 40, "each tenant waits at its limit");
+    // t5's holder now ends its lease in a second; then t7's releases.
+    token(call!(
+        con,
+        "UNIQUE.LOCK",
+        "k",
+        "h5",
+        &args("t5", "1000")[..]
+    ));
+    call!(con, "UNIQUE.UNLOCK", "k", "h7").expect("unlock");
+    wait_for("t7's waiter", || {
+        holders(con, "k").contains(&"w7".to_string())
+    });
+    wait_for("t5's waiter, once h5's lease ended", || {
+        holders(con, "k").contains(&"w5".to_string())
+    });
+    assert_eq!(waiting(con, "k"), 38);
+    assert_eq!(of(con, "k", "t5"), (0, 1));
+    assert_eq!(of(con, "k", "t0"), (1, 1), "the others still wait");
+    drop(server);
+    drop(waiters);
+}
+
 /// Weights: with LIMIT 9, a tenant of weight 2 and one of weight 1, both
 /// waiting with more than enough jobs, fill the slots 6 and 3.
 #[test]

@@ -298,15 +298,16 @@ impl waiting::Call for WaitingLock {
     }
 
     /// The live holders of each group on its key (read only: a holder whose
-    /// lease ended is not counted, removed or not), the key opened once.
+    /// lease ended is not counted, removed or not), the key opened once, and
+    /// the earliest end of a live lease.
     fn holdings(&self, ctx: &Context, each: Holdings<'_>) {
         let key_name = ctx.create_string(&*self.key);
         let key = LockKey::open(ctx, &key_name, false);
         let Some(Ok(Some(lock))) = key.as_ref().map(LockKey::lock) else {
-            return each(&|_| 0);
+            return each(&|_| 0, None);
         };
         let counts = lock.group_counts(now_ms());
-        each(&|group| counts.of_group(group));
+        each(&|group| counts.of_group(group), counts.next_lease_end());
     }
 }
 

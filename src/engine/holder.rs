@@ -16,7 +16,11 @@ use super::{
 /// How many live holders each group of a lock has (`None`: the holders
 /// without a group), as [`Lock::group_counts`](super::Lock::group_counts)
 /// found them.
-pub struct GroupCounts<'a>(Counts<'a>);
+pub struct GroupCounts<'a> {
+    counts: Counts<'a>,
+    /// The earliest end of a lease that has not ended.
+    next_lease_end: Option<i64>,
+}
 
 enum Counts<'a> {
     /// The counts the index keeps, less its holders whose lease has ended
@@ -41,7 +45,7 @@ impl GroupCounts<'_> {
     /// the name again for the counts an index keeps.
     #[inline(always)]
     pub fn of_group(&self, group: Option<&GroupName>) -> usize {
-        match (&self.0, group) {
+        match (&self.counts, group) {
             (Counts::Kept(index, ended), Some(g)) => {
                 let kept = index.named_holding(g, g.hash());
                 if ended.is_empty() {
@@ -54,10 +58,17 @@ impl GroupCounts<'_> {
         }
     }
 
+    /// The earliest end of a lease that had not ended when counted: when a
+    /// holder that is counted may leave first (what a denial now gives as
+    /// the time to try again).
+    pub fn next_lease_end(&self) -> Option<i64> {
+        self.next_lease_end
+    }
+
     /// How many live holders `group` has.
     #[inline(always)]
     pub fn of(&self, group: Option<&[u8]>) -> usize {
-        match &self.0 {
+        match &self.counts {
             Counts::Kept(index, ended) => index
                 .group_holding(group)
                 .saturating_sub(count_of(ended, group)),
@@ -966,11 +977,16 @@ impl Holders {
         let Some(i) = self.indexed() else {
             let mut counts = self.live_by_group(now);
             counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            return GroupCounts(Counts::Counted(counts));
+            let live_ends = self.iter().filter_map(Holder::expires_at);
+            return GroupCounts {
+                counts: Counts::Counted(counts),
+                next_lease_end: live_ends.filter(|&end| now < end).min(),
+            };
         };
         let mut ended: Vec<(Option<&[u8]>, usize)> = Vec::new();
-        if self.earliest_lease().is_some_and(|at| at <= now) {
-            i.for_each_ended(now, |h| ended.push((h.group(), 1)));
+        let mut next_lease_end = i.earliest_lease();
+        if next_lease_end.is_some_and(|at| at <= now) {
+            next_lease_end = i.for_each_ended(now, |h| ended.push((h.group(), 1)));
             ended.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             ended.dedup_by(|later, kept| {
                 let same = later.0 == kept.0;
@@ -980,7 +996,10 @@ impl Holders {
                 same
             });
         }
-        GroupCounts(Counts::Kept(i, ended))
+        GroupCounts {
+            counts: Counts::Kept(i, ended),
+            next_lease_end,
+        }
     }
 
     /// The index's [`Indexed::holdings_stamp`]; `None` for a compact lock

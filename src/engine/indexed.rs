@@ -472,13 +472,28 @@ impl Indexed {
     /// the list from its head, and in the heap the places below an ended
     /// lease (a lease at an even level ends no later than any below it, so
     /// one that has not ended closes its subtree; an odd level, the latest
-    /// of its subtree, is passed through).
-    pub(super) fn for_each_ended<'a>(&'a self, now: i64, mut ended: impl FnMut(&'a Holder)) {
+    /// of its subtree, is passed through). Returns the earliest end of a
+    /// lease that has not ended: one of the neighbours visited, since every
+    /// lease not visited ends no earlier than one that was.
+    pub(super) fn for_each_ended<'a>(
+        &'a self,
+        now: i64,
+        mut ended: impl FnMut(&'a Holder),
+    ) -> Option<i64> {
+        let mut next: Option<i64> = None;
+        let mut live = |end: i64| next = Some(next.map_or(end, |n| n.min(end)));
         let mut at = self.head;
         while at != NIL {
-            match self.holder_at(at) {
-                Some(h) if h.expires_at().is_some_and(|end| end <= now) => ended(h),
-                _ => break,
+            let Some(h) = self.holder_at(at) else {
+                break;
+            };
+            match h.expires_at() {
+                Some(end) if end <= now => ended(h),
+                Some(end) => {
+                    live(end);
+                    break;
+                }
+                None => break,
             }
             at = self.link(at)[1];
         }
@@ -487,14 +502,20 @@ impl Indexed {
             let Some(h) = self.leases.get(place).and_then(|&s| self.holder_at(s)) else {
                 continue;
             };
-            let done = h.expires_at().is_some_and(|end| end <= now);
-            if done {
-                ended(h);
-            } else if Self::side(place) == Side::Soonest {
-                continue;
+            match h.expires_at() {
+                Some(end) if end <= now => ended(h),
+                not_ended => {
+                    if let Some(end) = not_ended {
+                        live(end);
+                    }
+                    if Self::side(place) == Side::Soonest {
+                        continue;
+                    }
+                }
             }
             places.extend([2 * place + 1, 2 * place + 2]);
         }
+        next
     }
 
     /// How many holders hold exclusively.

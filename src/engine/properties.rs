@@ -291,6 +291,8 @@ proptest! {
             // asked in order of name (as a pass does), out of it, and in
             // order again, of one set of counts.
             let counts = lock.group_counts(now);
+            let live_ends = all.iter().filter(|h| h.is_live(now)).filter_map(Holder::expires_at);
+            prop_assert_eq!(counts.next_lease_end(), live_ends.min());
             let asked = [None, Some(&b"a"[..]), Some(b"g\x00"), Some(b"g\x01"), Some(b"g\x01\x00"), Some(b"g\x02"), Some(b"none")];
             for &g in asked.iter().chain(asked.iter().rev()).chain(&asked) {
                 let live = walked.iter().find(|(w, _)| w.as_deref() == g).map_or(0, |&(_, n)| n);

@@ -620,8 +620,12 @@ fn group_counts_leave_out_the_holders_whose_lease_ended() {
         );
     }
     assert_eq!(lock.len(), 60);
-    for (now, live) in [(NOW + 9, [20, 20, 20]), (NOW + 10, [15, 19, 20])] {
+    for (now, live, next) in [
+        (NOW + 9, [20, 20, 20], NOW + 10),
+        (NOW + 10, [15, 19, 20], NOW + 60_000),
+    ] {
         let counts = lock.group_counts(now);
+        assert_eq!(counts.next_lease_end(), Some(next));
         for (g, n) in [&b"b"[..], b"d", b"f"].into_iter().zip(live) {
             assert_eq!(counts.of(Some(g)), n, "{g:?} at {now}");
             assert_eq!(

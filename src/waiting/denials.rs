@@ -21,7 +21,9 @@
 //! waiter whose jid was granted earlier in the pass (its retry renews). A
 //! jid that came to hold the key through another call while it waited is
 //! renewed when it is retried: at the first pass where no waiter of its kind
-//! before it is denied and the key is not found full for its LIMIT.
+//! before it is denied, the key is not found full for its LIMIT, and its
+//! group is not found holding the largest GROUPLIMIT its waiters gave (a
+//! pass tries no such group: `serve_pass`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -280,6 +282,19 @@ impl Kinds {
     #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
         self.unknown == 0 && self.known.is_empty() && self.limits.is_empty()
+    }
+
+    /// The largest GROUPLIMIT of `group`'s waiters, when a GROUPLIMIT holds
+    /// back every one of them ([`gate`]) and every waiter's kind is known:
+    /// a group that holds that many has no waiter to grant. `None`
+    /// otherwise.
+    pub(super) fn group_gate(&self, group: &Option<GroupName>) -> Option<u32> {
+        if self.unknown > 0 {
+            return None;
+        }
+        self.known.get(group)?.iter().try_fold(0, |max, (t, _)| {
+            gate(t.group_limit, t.exclusive).map(|m| max.max(m))
+        })
     }
 
     /// Some waiter asks to hold alone.

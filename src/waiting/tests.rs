@@ -24,7 +24,7 @@ fn waiter(client: u32) -> Waiter<u32> {
 
 /// A key on which no group holds anything.
 fn nothing_held<C>(_: &Waiter<C>, each: Holdings<'_>) {
-    each(&|_| 0)
+    each(&|_| 0, None)
 }
 
 fn key(name: &str) -> KeyId {
@@ -535,4 +535,72 @@ fn a_newcomer_passes_groups_found_full_under_the_same_stamp_without_a_look() {
     assert_eq!(holds_back(&mut w, None, 1), (false, 3));
     // Another key's stamp is not this one's.
     assert!(!w.holds_back(0, b"other", Some(8), each_holds(0)));
+}
+
+#[test]
+fn a_pass_tries_no_group_that_holds_its_grouplimit() {
+    // 1,000 tenants, two waiters each, GROUPLIMIT 1 (and 2 for the second
+    // waiter of g7): every tenant holds 1 but g3, which holds none, and
+    // g7, whose second waiter may take a second slot.
+    let mut w: Waiters<u32> = Waiters::default();
+    for c in 1..=2000u32 {
+        let seq = w.next_seq();
+        let g = c % 1000;
+        let group_limit = if g == 7 && c > 1000 { 2 } else { 1 };
+        w.push(
+            key("k"),
+            Waiter {
+                call: Box::new(Alike(format!("j{c}").into_bytes())),
+                share: Share {
+                    group: Some(format!("g{g}").as_bytes().into()),
+                    group_limit: Some(group_limit),
+                    ..Share::default()
+                },
+                seq,
+                ..waiter(c)
+            },
+        );
+    }
+    let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
+    let held = |_: &Waiter<u32>, each: Holdings<'_>| {
+        each(&|g| usize::from(g.is_none_or(|g| **g != *b"g3")), Some(70))
+    };
+    let mut tried = Vec::new();
+    let pass = serve_pass(queue, Some(tally), held, |w| {
+        tried.push(w.client);
+        Served::Denied {
+            lease_end: Some(50),
+            full: None,
+        }
+    });
+    assert_eq!(tried, [3, 7, 1007], "g3's first, then g7's two");
+    assert_eq!(pass.still.len(), 2000);
+    assert_eq!(
+        pass.wake_at,
+        Some(50),
+        "the earliest of the denials and the lease"
+    );
+
+    // With no retry at all, the earliest end of a live lease wakes the key.
+    let mut w: Waiters<u32> = Waiters::default();
+    let seq = w.next_seq();
+    w.push(
+        key("k"),
+        Waiter {
+            call: Box::new(Alike(b"j".to_vec())),
+            share: Share {
+                group: Some(b"g".as_slice().into()),
+                group_limit: Some(1),
+                ..Share::default()
+            },
+            seq,
+            ..waiter(1)
+        },
+    );
+    let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
+    let held = |_: &Waiter<u32>, each: Holdings<'_>| each(&|_| 1, Some(70));
+    let pass = serve_pass(queue, Some(tally), held, |_| -> Served {
+        panic!("a group at its GROUPLIMIT is not retried")
+    });
+    assert_eq!((pass.still.len(), pass.wake_at), (1, Some(70)));
 }

@@ -120,10 +120,12 @@ proptest! {
             // The ended holders, found without a walk, at a few times.
             for now in [0, 10, 25, 49] {
                 let mut ended = Vec::new();
-                indexed.for_each_ended(now, |h| ended.push(h.token()));
+                let next = indexed.for_each_ended(now, |h| ended.push(h.token()));
                 ended.sort_unstable();
                 let expected: Vec<i64> = model.iter().filter(|h| !h.is_live(now)).map(|h| h.token()).collect();
                 prop_assert_eq!(ended, expected, "ended at {}", now);
+                let live_ends = model.iter().filter(|h| h.is_live(now)).filter_map(Holder::expires_at);
+                prop_assert_eq!(next, live_ends.min(), "the next lease to end at {}", now);
             }
             // A walk in pages meets every holder once.
             let (mut cursor, mut seen) = (0, Vec::new());
