@@ -6,12 +6,14 @@ time per release (INFO commandstats' usec of UNIQUE.UNLOCK, which includes
 serving the queue), for each N of MANY_WAITERS_SIZES (default "1 100 1000
 10000"), on REDIS_SERVER (default: the redis-server on the PATH). Then, on
 that key, what a LOCK arriving from a new group costs (denied: the key is
-full). With groups, at the largest N, three more: a release on a key of LIMIT
+full). With groups, at the largest N, four more: a release on a key of LIMIT
 30 (30 holders, each of its own group: the layout of a few holders, which a
 pass asks how much each waiting group holds), a LOCK of a new group on a key
 of LIMIT 0 whose waiting groups each hold their GROUPLIMIT (granted: it asks
-every waiting group), and a REAP that frees 100 slots of a key of LIMIT 100,
-served in one pass (usec of UNIQUE.REAP). Last, how late a waiter is served
+every waiting group), a release on that key, which frees its own group's
+slot (the pass passes over the groups at their GROUPLIMIT), and a REAP that
+frees 100 slots of a key of LIMIT 100, served in one pass (usec of
+UNIQUE.REAP). Last, how late a waiter is served
 when a lease ends on a key of MANY_WAITERS_HOLDERS (default 100,000) holders in
 as many groups (ms, as its client sees it).
 
@@ -187,6 +189,27 @@ def past_full_groups(server, n, groups, around=None, calls=RELEASES):
     return us
 
 
+def release_past_full_groups(server, n, groups, releases=50):
+    """µs per release of a holder on a key of LIMIT 0 whose `groups` groups
+    each hold their GROUPLIMIT 1, `n` waiting in them: each release frees
+    its own group, whose waiter takes the slot; the others are passed over."""
+    server.conn.call("FLUSHALL", "SYNC")
+
+    def lock_args(jid, group):
+        return ["UNIQUE.LOCK", "k", jid, "LIMIT", 0, "TTL", 600_000, "GROUP", "g%d" % group,
+                "GROUPLIMIT", 1]
+    for g in range(groups):
+        assert isinstance(server.conn.call(*lock_args("h%d" % g, g)), int)
+    conns = blocked(server, n, lambda i: lock_args("w%d" % i, i % groups) + ["WAIT", 600_000])
+    us = per_call(server, "unique.unlock",
+                  [("UNIQUE.UNLOCK", "k", "h%d" % g) for g in range(min(releases, groups))],
+                  lambda r: r == 1)
+    if waiting(server) != n - min(releases, groups):
+        raise SystemExit("the releases served %d waiters" % (n - waiting(server)))
+    close(server, conns)
+    return us
+
+
 def many_slots(server, n, groups, slots=100, rounds=3):
     """µs of a REAP that frees `slots` slots of a key of LIMIT `slots`, whose
     `n` waiters in `groups` groups are then served in one pass (the median
@@ -328,6 +351,9 @@ def main():
                     format(n, ","), in_groups, release_at_limit(server, n, groups)), flush=True)
                 print("%8s waiters%s at their GROUPLIMIT: %.1f µs per LOCK of a new group" % (
                     format(n, ","), in_groups, past_full_groups(server, n, groups)), flush=True)
+                print("%8s waiters%s at their GROUPLIMIT: %.1f µs per release of one of them" % (
+                    format(n, ","), in_groups, release_past_full_groups(server, n, groups)),
+                      flush=True)
                 # One slot per group at most (GROUPLIMIT 1).
                 slots = min(100, groups)
                 print("%8s waiters%s: %.1f µs for a REAP serving %d of them in one pass (median of 3)" % (
