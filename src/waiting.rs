@@ -394,24 +394,27 @@ fn serve_pass<C>(
     // fewer, is when to look again. Many tenants at their GROUPLIMIT cost a
     // pass a look each, not a retry each.
     let mut skipped = false;
-    if let Some(kinds) = kinds.as_ref() {
-        for g in groups.iter_mut().filter(|g| g.held > 0) {
-            if kinds
-                .group_gate(g.name)
+    let at_group_limit = |g: &Group<'_>| {
+        g.held > 0
+            && kinds
+                .as_ref()
+                .and_then(|k| k.group_gate(g.name))
                 .is_some_and(|max| g.held >= max as usize)
-            {
-                g.covered = true;
-                skipped = true;
-            }
-        }
-    }
+    };
     // Each group's head, best first (see `Turn`): all of them at the start,
     // then only the group just tried goes back in (no other group changes),
     // so that a turn costs O(log groups) and not a look at every group.
     // (Made in a vector of the groups' number: a filtered iterator gives no
     // size, and the heap would grow by doubling.)
     let mut heads = Vec::with_capacity(groups.len());
-    heads.extend(groups.iter().enumerate().filter_map(|(i, g)| g.turn(i)));
+    for (i, g) in groups.iter_mut().enumerate() {
+        if at_group_limit(g) {
+            g.covered = true;
+            skipped = true;
+        } else {
+            heads.extend(g.turn(i));
+        }
+    }
     let mut turns = BinaryHeap::from(heads);
     let mut behind: Vec<Turn> = Vec::new();
     let mut fence = None;
