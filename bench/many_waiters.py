@@ -164,10 +164,10 @@ def release_at_limit(server, n, groups, limit=30):
     return usec / calls
 
 
-def past_full_groups(server, n, groups, around=None, calls=RELEASES):
-    """µs per LOCK of a new group granted on a key of LIMIT 0 whose `groups`
-    groups each hold their GROUPLIMIT 1, `n` waiting in them; with `around`,
-    called just before the `calls` LOCKs and just after them, nothing."""
+def full_groups(server, n, groups):
+    """A fresh key of LIMIT 0 whose `groups` groups each hold their GROUPLIMIT
+    1 (holders hG), `n` clients waiting in them (wI); returns the LOCK's
+    arguments for a jid and group number, and the waiting connections."""
     server.conn.call("FLUSHALL", "SYNC")
 
     def lock_args(jid, group):
@@ -176,6 +176,14 @@ def past_full_groups(server, n, groups, around=None, calls=RELEASES):
     for g in range(groups):
         assert isinstance(server.conn.call(*lock_args("h%d" % g, g)), int)
     conns = blocked(server, n, lambda i: lock_args("w%d" % i, i % groups) + ["WAIT", 600_000])
+    return lock_args, conns
+
+
+def past_full_groups(server, n, groups, around=None, calls=RELEASES):
+    """µs per LOCK of a new group granted on a key of LIMIT 0 whose `groups`
+    groups each hold their GROUPLIMIT 1, `n` waiting in them; with `around`,
+    called just before the `calls` LOCKs and just after them, nothing."""
+    lock_args, conns = full_groups(server, n, groups)
     new_groups = [lock_args("new%d" % i, groups + i) for i in range(calls)]
     us = None
     if around:
@@ -193,14 +201,7 @@ def release_past_full_groups(server, n, groups, releases=50):
     """µs per release of a holder on a key of LIMIT 0 whose `groups` groups
     each hold their GROUPLIMIT 1, `n` waiting in them: each release frees
     its own group, whose waiter takes the slot; the others are passed over."""
-    server.conn.call("FLUSHALL", "SYNC")
-
-    def lock_args(jid, group):
-        return ["UNIQUE.LOCK", "k", jid, "LIMIT", 0, "TTL", 600_000, "GROUP", "g%d" % group,
-                "GROUPLIMIT", 1]
-    for g in range(groups):
-        assert isinstance(server.conn.call(*lock_args("h%d" % g, g)), int)
-    conns = blocked(server, n, lambda i: lock_args("w%d" % i, i % groups) + ["WAIT", 600_000])
+    _, conns = full_groups(server, n, groups)
     us = per_call(server, "unique.unlock",
                   [("UNIQUE.UNLOCK", "k", "h%d" % g) for g in range(min(releases, groups))],
                   lambda r: r == 1)
