@@ -561,10 +561,9 @@ fn mem_usage_grows_with_holders_and_meta() {
     );
 }
 
-#[test]
-fn group_counts_answer_in_order_of_name_or_out_of_it() {
-    // 60 holders (the indexed layout) in the groups b, d and f, 20 each, no
-    // lease: the counts the index keeps answer.
+/// 60 holders (the indexed layout) in the groups b, d and f, 20 each (holder
+/// `i` in the `i % 3`th), holder `i`'s lease ending at `lease(i)`.
+fn sixty_in_groups_b_d_f(lease: impl Fn(usize) -> Option<i64>) -> Lock {
     let mut lock = Lock::default();
     let mut t = Tokens(NOW * TOKENS_PER_MS);
     for i in 0..60 {
@@ -574,6 +573,7 @@ fn group_counts_answer_in_order_of_name_or_out_of_it() {
             &LockRequest {
                 limit: 0,
                 group: Some(&group),
+                expires_at: lease(i),
                 ..req(&jid)
             },
             NOW,
@@ -581,6 +581,13 @@ fn group_counts_answer_in_order_of_name_or_out_of_it() {
         );
     }
     assert_eq!(lock.len(), 60);
+    lock
+}
+
+#[test]
+fn group_counts_answer_in_order_of_name_or_out_of_it() {
+    // No lease: the counts the index keeps answer.
+    let lock = sixty_in_groups_b_d_f(|_| None);
     let names: Vec<&[u8]> = vec![b"a", b"b", b"c", b"d", b"dd", b"f", b"g"];
     let expected = |g: &[u8]| {
         if matches!(g, b"b" | b"d" | b"f") {
@@ -600,26 +607,11 @@ fn group_counts_answer_in_order_of_name_or_out_of_it() {
 
 #[test]
 fn group_counts_leave_out_the_holders_whose_lease_ended() {
-    // 60 holders (the indexed layout) in the groups b, d and f, 20 each;
-    // in b and d, 5 and 1 leases end at NOW + 10, not pruned yet.
-    let mut lock = Lock::default();
-    let mut t = Tokens(NOW * TOKENS_PER_MS);
-    for i in 0..60 {
-        let jid = format!("j{i}");
-        let group = [b'b' + 2 * (i % 3) as u8];
+    // In b and d, 5 and 1 leases end at NOW + 10, not pruned yet.
+    let lock = sixty_in_groups_b_d_f(|i| {
         let short = (i % 3 == 0 && i < 15) || i == 1;
-        lock.acquire(
-            &LockRequest {
-                limit: 0,
-                group: Some(&group),
-                expires_at: Some(if short { NOW + 10 } else { NOW + 60_000 }),
-                ..req(&jid)
-            },
-            NOW,
-            t.next(),
-        );
-    }
-    assert_eq!(lock.len(), 60);
+        Some(if short { NOW + 10 } else { NOW + 60_000 })
+    });
     for (now, live, next) in [
         (NOW + 9, [20, 20, 20], NOW + 10),
         (NOW + 10, [15, 19, 20], NOW + 60_000),
