@@ -411,6 +411,9 @@ fn serve_pass<C>(
         if at_group_limit(g) {
             g.covered = true;
             skipped = true;
+            if let Some(kinds) = kinds.as_ref() {
+                denials.pass_over(g.name, kinds);
+            }
         } else {
             heads.extend(g.turn(i));
         }
@@ -419,8 +422,12 @@ fn serve_pass<C>(
     let mut behind: Vec<Turn> = Vec::new();
     let mut fence = None;
     loop {
-        // Every kind still waiting was denied: so would the rest be.
-        if kinds.as_ref().is_some_and(|k| denials.cover(k)) {
+        // Every kind still waiting was denied (or passed over): so would the
+        // rest be. Not asked once no group is left to try (the pass ends
+        // anyway).
+        if (turns.is_empty() && behind.is_empty())
+            || kinds.as_ref().is_some_and(|k| denials.cover(k))
+        {
             break;
         }
         let barrier = exclusive.first().copied();

@@ -83,7 +83,7 @@ fn find<'m, T>(map: &'m ByGroup<T>, group: &Option<GroupName>, terms: Terms) -> 
 /// denial gave, how full a denial by LIMIT found the key, and the jids the
 /// pass granted.
 #[derive(Default)]
-pub(super) struct Denials {
+pub(super) struct Denials<'a> {
     denied: ByGroup<Option<i64>>,
     /// How many kinds `denied` holds.
     kinds: usize,
@@ -93,9 +93,44 @@ pub(super) struct Denials {
     /// pass one retry, not one per tenant).
     full: Option<(usize, Option<i64>)>,
     granted: HashSet<Box<[u8]>>,
+    /// The groups the pass does not try (see [`Denials::pass_over`]), and
+    /// how many kinds wait in them.
+    passed: HashSet<&'a Option<GroupName>>,
+    passed_kinds: usize,
+    /// What [`Denials::cover`] looks through once it must look at each
+    /// kind (see [`Walk`]).
+    walk: Option<Walk>,
 }
 
-impl Denials {
+/// The kinds waiting when [`Denials::cover`] first had to look at each,
+/// and how many of them, from the first, it found answered. Within a pass a
+/// kind once answered stays so (denials and how full the key was found only
+/// grow, and a kind that stopped waiting needs no answer), so a look starts
+/// where the last one stopped: a pass pays one look a kind in all, not one
+/// a kind at each turn (with 1,000 tenants of one LIMIT denied by it and
+/// one without a LIMIT, each of 1,000 turns looked through about half).
+struct Walk {
+    kinds: Vec<(Option<GroupName>, Terms)>,
+    answered: usize,
+    /// [`Kinds::added`] when the list was taken: a kind added since (no
+    /// pass adds one, but a caller may) takes a new list.
+    added: u64,
+    /// The kinds looked at, for the tests.
+    #[cfg(test)]
+    looks: usize,
+}
+
+impl<'a> Denials<'a> {
+    /// The pass tries no waiter of `group` (it holds the GROUPLIMIT its
+    /// waiters gave): its kinds need no denial of their own for the pass
+    /// to stop, or a group passed over would keep the pass turning through
+    /// every other group.
+    pub(super) fn pass_over(&mut self, group: &'a Option<GroupName>, kinds: &Kinds) {
+        if self.passed.insert(group) {
+            self.passed_kinds += kinds.known.get(group).map_or(0, Vec::len);
+        }
+    }
+
     /// The denial a waiter gets without a retry (its earliest end of
     /// lease), when a waiter of its kind was denied earlier in this pass,
     /// or the key was found full for its LIMIT.
@@ -147,10 +182,10 @@ impl Denials {
     }
 
     /// Whether every waiter counted in `kinds` would be answered without a
-    /// retry: then the pass may stop, the waiters it did not visit keeping
-    /// their place (a jid granted in this pass among them included: it is
-    /// renewed when next tried).
-    pub(super) fn cover(&self, kinds: &Kinds) -> bool {
+    /// retry, or is of a group passed over: then the pass may stop, the
+    /// waiters it did not visit keeping their place (a jid granted in this
+    /// pass among them included: it is renewed when next tried).
+    pub(super) fn cover(&mut self, kinds: &Kinds) -> bool {
         if kinds.unknown > 0 {
             return false;
         }
@@ -167,11 +202,41 @@ impl Denials {
         }
         // Each kind waiting must be one denied, or the key full for it:
         // with too few denied and the key not full, no need to look.
-        (self.full.is_some() || (self.kinds > 0 && self.kinds >= kinds.waiting))
-            && kinds
-                .known
-                .iter()
-                .all(|(group, list)| self.cover_list(group, list))
+        let answered = self.kinds + self.passed_kinds;
+        if self.full.is_none() && (self.kinds == 0 || answered < kinds.waiting) {
+            return false;
+        }
+        let mut walk = match self.walk.take() {
+            Some(walk) if walk.added == kinds.added => walk,
+            _ => Walk {
+                kinds: kinds
+                    .known
+                    .iter()
+                    .flat_map(|(group, list)| list.iter().map(|(t, _)| (group.clone(), *t)))
+                    .collect(),
+                answered: 0,
+                added: kinds.added,
+                #[cfg(test)]
+                looks: 0,
+            },
+        };
+        while let Some((group, terms)) = walk.kinds.get(walk.answered) {
+            #[cfg(test)]
+            {
+                walk.looks += 1;
+            }
+            let answered = self.fills(terms.limit)
+                || find(&self.denied, group, *terms).is_some()
+                || self.passed.contains(group)
+                || find(&kinds.known, group, *terms).is_none();
+            if !answered {
+                break;
+            }
+            walk.answered += 1;
+        }
+        let covered = walk.answered == walk.kinds.len();
+        self.walk = Some(walk);
+        covered
     }
 
     /// Whether every waiter of `group` counted in `kinds` would be answered
@@ -216,6 +281,9 @@ pub(super) struct Kinds {
     unknown: usize,
     /// Waiters that ask to hold alone (MODE exclusive).
     exclusive: usize,
+    /// How many times a kind was added (it only grows): a list of the
+    /// kinds taken at one count is all of them while the count stays.
+    added: u64,
 }
 
 impl Kinds {
@@ -237,6 +305,7 @@ impl Kinds {
             None => {
                 list.push((terms, 1));
                 self.waiting += 1;
+                self.added += 1;
                 self.ungated += usize::from(terms.ungated());
                 *self.limits.entry(terms.limit).or_default() += 1;
             }
@@ -531,6 +600,90 @@ mod tests {
             None,
             "its retry renews"
         );
+    }
+
+    #[test]
+    fn a_pass_looks_at_each_kind_once_however_many_turns_ask_whether_all_are_denied() {
+        // 1,000 tenants of LIMIT 5, the key found full for them, and one
+        // tenant without a LIMIT, not denied: each turn asks.
+        let mut kinds = Kinds::default();
+        let tenants: Vec<Share> = (0..1000).map(|i| group(&format!("t{i}"), 1)).collect();
+        for t in &tenants {
+            kinds.add(call(b"w", 5), t);
+        }
+        let unlimited = group("u", 1);
+        kinds.add(call(b"u", 0), &unlimited);
+        let mut d = Denials::default();
+        d.record(
+            call(b"a", 5),
+            &tenants[0],
+            &Served::Denied {
+                lease_end: None,
+                full: Some(5),
+            },
+        );
+        for _ in 0..1000 {
+            assert!(!d.cover(&kinds), "the tenant without a LIMIT waits");
+        }
+        let looks = d.walk.as_ref().map_or(0, |w| w.looks);
+        assert!(looks <= 1001 + 1000, "{looks} looks");
+        // Its kind denied, or gone: all covered, still without a walk again.
+        d.record(
+            call(b"u", 0),
+            &unlimited,
+            &Served::Denied {
+                lease_end: None,
+                full: None,
+            },
+        );
+        assert!(d.cover(&kinds));
+        assert!(d.walk.as_ref().is_some_and(|w| w.looks <= looks + 1001));
+        // A kind added after the list was taken is looked at too.
+        kinds.add(call(b"v", 7), &unlimited);
+        assert!(!d.cover(&kinds), "a new kind (LIMIT 7: room), not denied");
+        kinds.remove(call(b"v", 7), &unlimited);
+        assert!(d.cover(&kinds), "gone again");
+    }
+
+    #[test]
+    fn a_group_passed_over_needs_no_denial_for_the_pass_to_stop() {
+        // Tenants of LIMIT 5, and one without a LIMIT at its GROUPLIMIT,
+        // which the pass does not try.
+        let mut kinds = Kinds::default();
+        let tenants: Vec<Share> = (0..100).map(|i| group(&format!("t{i}"), 1)).collect();
+        for t in &tenants {
+            kinds.add(call(b"w", 5), t);
+        }
+        let at_limit = group("z", 1);
+        kinds.add(call(b"z", 0), &at_limit);
+        kinds.add(call(b"y", 0), &at_limit);
+        let mut d = Denials::default();
+        d.pass_over(&at_limit.group, &kinds);
+        assert!(!d.cover(&kinds), "nothing denied yet");
+        d.record(
+            call(b"a", 5),
+            &tenants[0],
+            &Served::Denied {
+                lease_end: None,
+                full: Some(5),
+            },
+        );
+        assert!(d.cover(&kinds), "the key full for the rest");
+        // Without the key full, each other kind must be denied.
+        let mut d = Denials::default();
+        d.pass_over(&at_limit.group, &kinds);
+        for (i, t) in tenants.iter().enumerate() {
+            assert!(!d.cover(&kinds), "tenant {i} not denied yet");
+            d.record(
+                call(b"w", 5),
+                t,
+                &Served::Denied {
+                    lease_end: None,
+                    full: None,
+                },
+            );
+        }
+        assert!(d.cover(&kinds));
     }
 
     #[test]
