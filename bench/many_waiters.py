@@ -11,7 +11,9 @@ full). With groups, at the largest N, four more: a release on a key of LIMIT
 pass asks how much each waiting group holds), a LOCK of a new group on a key
 of LIMIT 0 whose waiting groups each hold their GROUPLIMIT (granted: it asks
 every waiting group), a release on that key, which frees its own group's
-slot (the pass passes over the groups at their GROUPLIMIT), and a REAP that
+slot (the pass passes over the groups at their GROUPLIMIT), a release on a
+full key of LIMIT 5 where a client waits in each of that many groups beside one
+of no LIMIT at its GROUPLIMIT, and a REAP that
 frees 100 slots of a key of LIMIT 100, served in one pass (usec of
 UNIQUE.REAP). Last, how late a waiter is served
 when a lease ends on a key of MANY_WAITERS_HOLDERS (default 100,000) holders in
@@ -211,6 +213,31 @@ def release_past_full_groups(server, n, groups, releases=50):
     return us
 
 
+def release_beside_unlimited(server, groups, releases=20):
+    """µs per release on a key of LIMIT 5, full, with one client waiting in
+    each of `groups` groups of LIMIT 5 and one of no LIMIT whose group holds
+    its GROUPLIMIT 1: each release serves one tenant; the pass stops once
+    the key is found full for the others, the tenant of no LIMIT passed
+    over (it needs no denial of its own)."""
+    server.conn.call("FLUSHALL", "SYNC")
+    ttl = ["TTL", 600_000]
+    unlimited = ["LIMIT", 0] + ttl + ["GROUP", "z", "GROUPLIMIT", 1]
+    assert isinstance(server.conn.call("UNIQUE.LOCK", "k", "z0", *unlimited), int)
+    for h in range(4):
+        assert isinstance(server.conn.call("UNIQUE.LOCK", "k", "h%d" % h, "LIMIT", 5, *ttl), int)
+    conns = blocked(server, 1, lambda _: ["UNIQUE.LOCK", "k", "zw"] + unlimited + ["WAIT", 600_000])
+    conns += blocked(server, groups, lambda i: ["UNIQUE.LOCK", "k", "w%d" % i, "LIMIT", 5] + ttl + [
+        "GROUP", "g%d" % i, "WAIT", 600_000])
+    # The four holders, then the tenants served in turn.
+    holders = ["h%d" % h for h in range(4)] + ["w%d" % i for i in range(releases - 4)]
+    us = per_call(server, "unique.unlock", [("UNIQUE.UNLOCK", "k", h) for h in holders],
+                  lambda r: r == 1)
+    if waiting(server) != groups + 1 - releases:
+        raise SystemExit("the releases served %d waiters" % (groups + 1 - waiting(server)))
+    close(server, conns)
+    return us
+
+
 def many_slots(server, n, groups, slots=100, rounds=3):
     """µs of a REAP that frees `slots` slots of a key of LIMIT `slots`, whose
     `n` waiters in `groups` groups are then served in one pass (the median
@@ -355,6 +382,9 @@ def main():
                 print("%8s waiters%s at their GROUPLIMIT: %.1f µs per release of one of them" % (
                     format(n, ","), in_groups, release_past_full_groups(server, n, groups)),
                       flush=True)
+                print("%8s waiters in as many groups of LIMIT 5, beside one of no LIMIT at its "
+                      "GROUPLIMIT: %.1f µs per release" % (
+                          format(groups, ","), release_beside_unlimited(server, groups)), flush=True)
                 # One slot per group at most (GROUPLIMIT 1).
                 slots = min(100, groups)
                 print("%8s waiters%s: %.1f µs for a REAP serving %d of them in one pass (median of 3)" % (

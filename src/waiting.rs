@@ -426,7 +426,9 @@ fn serve_pass<C>(
         // rest be. Not asked once no group is left to try (the pass ends
         // anyway).
         if (turns.is_empty() && behind.is_empty())
-            || kinds.as_ref().is_some_and(|k| denials.cover(k))
+            || kinds
+                .as_ref()
+                .is_some_and(|k| denials.cover(k, groups.iter().map(|g| g.name)))
         {
             break;
         }
