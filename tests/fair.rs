@@ -325,6 +325,54 @@ fn tenants_passed_over_at_their_grouplimit_are_served_when_a_lease_of_theirs_end
     drop(waiters);
 }
 
+/// Tenants of LIMIT 5 on a full key beside a tenant of no LIMIT at its
+/// GROUPLIMIT: a release serves one tenant of LIMIT 5 (the pass stops once
+/// the key is full again, the tenant of no LIMIT passed over, not denied),
+/// and that tenant is served once its own group's holder releases.
+#[test]
+fn a_tenant_of_no_limit_passed_over_is_served_when_its_group_holds_fewer() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let unlimited = ["LIMIT", "0", "GROUP", "z", "GROUPLIMIT", "1"];
+    token(call!(con, "UNIQUE.LOCK", "k", "z0", &unlimited[..]));
+    for i in 0..4 {
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            "k",
+            format!("h{i}"),
+            "LIMIT",
+            "5"
+        ));
+    }
+    let mut waiters = vec![waiter(&server, "k", "zw", &unlimited)];
+    for i in 0..40 {
+        let tenant = format!("t{i}");
+        waiters.push(waiter(
+            &server,
+            "k",
+            &format!("w{i}"),
+            &["LIMIT", "5", "GROUP", &tenant],
+        ));
+    }
+    for (i, h) in ["h0", "h1"].iter().enumerate() {
+        call!(con, "UNIQUE.UNLOCK", "k", h).expect("unlock");
+        let served = format!("w{i}");
+        wait_for("the oldest tenant of LIMIT 5", || {
+            holders(con, "k").contains(&served)
+        });
+        assert_eq!(waiting(con, "k"), 40 - i as i64, "one served a release");
+    }
+    call!(con, "UNIQUE.UNLOCK", "k", "z0").expect("unlock");
+    wait_for("zw, its group free", || {
+        holders(con, "k").contains(&"zw".to_string())
+    });
+    assert_eq!(waiting(con, "k"), 38);
+    assert_eq!(of(con, "k", "t2"), (1, 0), "the others still wait");
+    drop(server);
+    drop(waiters);
+}
+
 /// Weights: with LIMIT 9, a tenant of weight 2 and one of weight 1, both
 /// waiting with more than enough jobs, fill the slots 6 and 3.
 #[test]
