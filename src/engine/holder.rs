@@ -46,14 +46,9 @@ impl GroupCounts<'_> {
     #[inline(always)]
     pub fn of_group(&self, group: Option<&GroupName>) -> usize {
         match (&self.counts, group) {
-            (Counts::Kept(index, ended), Some(g)) => {
-                let kept = index.named_holding(g, g.hash());
-                if ended.is_empty() {
-                    kept
-                } else {
-                    kept.saturating_sub(count_of(ended, Some(g)))
-                }
-            }
+            (Counts::Kept(index, ended), Some(g)) => index
+                .named_holding(g, g.hash())
+                .saturating_sub(count_of(ended, Some(g))),
             _ => self.of(group.map(|g| &**g)),
         }
     }
