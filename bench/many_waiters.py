@@ -6,7 +6,7 @@ time per release (INFO commandstats' usec of UNIQUE.UNLOCK, which includes
 serving the queue), for each N of MANY_WAITERS_SIZES (default "1 100 1000
 10000"), on REDIS_SERVER (default: the redis-server on the PATH). Then, on
 that key, what a LOCK arriving from a new group costs (denied: the key is
-full). With groups, at the largest N, four more: a release on a key of LIMIT
+full). With groups, at the largest N, five more: a release on a key of LIMIT
 30 (30 holders, each of its own group: the layout of a few holders, which a
 pass asks how much each waiting group holds), a LOCK of a new group on a key
 of LIMIT 0 whose waiting groups each hold their GROUPLIMIT (granted: it asks
@@ -15,7 +15,9 @@ slot (the pass passes over the groups at their GROUPLIMIT), a release on a
 full key of LIMIT 5 where a client waits in each of that many groups beside one
 of no LIMIT at its GROUPLIMIT, and a REAP that
 frees 100 slots of a key of LIMIT 100, served in one pass (usec of
-UNIQUE.REAP). Last, how late a waiter is served
+UNIQUE.REAP). Then, at the largest N, a release of one of 100 readers (MODE
+shared) holding a key that a writer (MODE exclusive) waits on, with N readers
+waiting behind it. Last, how late a waiter is served
 when a lease ends on a key of MANY_WAITERS_HOLDERS (default 100,000) holders in
 as many groups (ms, as its client sees it).
 
@@ -238,6 +240,27 @@ def release_beside_unlimited(server, groups, releases=20):
     return us
 
 
+def release_behind_exclusive(server, n, readers=100, releases=90):
+    """µs per release of one of `readers` readers (MODE shared) holding a key
+    that a writer (MODE exclusive) waits on, with `n` readers waiting behind
+    the writer: each release's pass finds the writer still denied and the
+    readers behind it held back."""
+    server.conn.call("FLUSHALL", "SYNC")
+
+    def lock_args(jid, mode):
+        return ["UNIQUE.LOCK", "k", jid, "LIMIT", 0, "MODE", mode, "TTL", 600_000]
+    for r in range(readers):
+        assert isinstance(server.conn.call(*lock_args("r%d" % r, "shared")), int)
+    conns = blocked(server, 1, lambda _: lock_args("w", "exclusive") + ["WAIT", 600_000])
+    conns += blocked(server, n, lambda i: lock_args("q%d" % i, "shared") + ["WAIT", 600_000])
+    us = per_call(server, "unique.unlock",
+                  [("UNIQUE.UNLOCK", "k", "r%d" % r) for r in range(releases)], lambda r: r == 1)
+    if waiting(server) != n + 1:
+        raise SystemExit("the releases served %d waiters" % (n + 1 - waiting(server)))
+    close(server, conns)
+    return us
+
+
 def many_slots(server, n, groups, slots=100, rounds=3):
     """µs of a REAP that frees `slots` slots of a key of LIMIT `slots`, whose
     `n` waiters in `groups` groups are then served in one pass (the median
@@ -389,6 +412,10 @@ def main():
                 slots = min(100, groups)
                 print("%8s waiters%s: %.1f µs for a REAP serving %d of them in one pass (median of 3)" % (
                     format(n, ","), in_groups, many_slots(server, n, groups, slots), slots), flush=True)
+        n = max(SIZES)
+        print("%8s readers waiting behind a writer: %.1f µs of server CPU per release of one "
+              "of the readers holding" % (format(n, ","), release_behind_exclusive(server, n)),
+              flush=True)
         print("a waiter served when a lease ends on a key of %s holders in as many groups: "
               "%.1f ms after the lease (median of 3)" % (
                   format(HOLDERS, ","), lease_end_past_groups(server)), flush=True)

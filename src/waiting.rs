@@ -43,7 +43,7 @@
 //! without a server (`tests.rs`).
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -63,7 +63,7 @@ mod multi;
 mod queues;
 pub use all::block_all;
 pub use denials::Admission;
-use denials::{Denials, Kinds};
+use denials::Denials;
 pub use multi::{AllCall, ServedAll};
 use queues::{GroupWaiters, KeyId, Queue, Tally, Waiter, Waiters};
 
@@ -350,23 +350,15 @@ fn serve_pass<C>(
     let mut ended = Vec::new();
     let mut wake_at: Option<i64> = None;
     let known = tally.is_some();
+    // The exclusive waiters still waiting (untried or denied in this pass)
+    // come with the tally, kept as waiters come and go: no walk of the queue.
     let Tally {
         groups: mut seqs,
         kinds,
+        mut exclusive,
         ..
     } = tally.unwrap_or_else(|| Tally::of(&queue));
     let mut kinds = known.then_some(kinds);
-    // The exclusive waiters still waiting (untried or denied in this pass);
-    // not looked for when the queue is known to have none.
-    let mut exclusive: BTreeSet<usize> = if kinds.as_ref().is_none_or(Kinds::any_exclusive) {
-        queue
-            .values()
-            .filter(|w| w.share.exclusive)
-            .map(|w| w.seq)
-            .collect()
-    } else {
-        BTreeSet::new()
-    };
     // The waiters after the pass's last one wait behind a multi-key waiter
     // (the queue was cut there): none of them is a group's head.
     let last = queue.keys().next_back().copied();
@@ -532,6 +524,7 @@ fn serve_pass<C>(
             kinds,
             // Looked at again after a pass, which served and pruned.
             full_at: None,
+            exclusive,
         }),
     }
 }

@@ -265,10 +265,9 @@ impl<'a> Denials<'a> {
     }
 }
 
-/// The kinds of the waiters of one queue, counted as they come and go, and
-/// how many ask to hold alone: what lets a pass stop once every kind left is
-/// denied without visiting the rest, and skip looking for exclusive waiters
-/// when there are none.
+/// The kinds of the waiters of one queue, counted as they come and go: what
+/// lets a pass stop once every kind left is denied without visiting the
+/// rest.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Kinds {
     /// Each kind waiting, with how many of its waiters do (never 0: a kind
@@ -285,8 +284,6 @@ pub(super) struct Kinds {
     limits: BTreeMap<u32, usize>,
     /// Waiters whose call says no kind (see [`Admission`]).
     unknown: usize,
-    /// Waiters that ask to hold alone (MODE exclusive).
-    exclusive: usize,
     /// How many times a kind was added (it only grows): a list of the
     /// kinds taken at one count is all of them while the count stays.
     added: u64,
@@ -294,9 +291,6 @@ pub(super) struct Kinds {
 
 impl Kinds {
     pub(super) fn add(&mut self, call: Option<Admission<'_>>, share: &Share) {
-        if share.exclusive {
-            self.exclusive += 1;
-        }
         let Some(call) = call else {
             self.unknown += 1;
             return;
@@ -319,9 +313,6 @@ impl Kinds {
     }
 
     pub(super) fn remove(&mut self, call: Option<Admission<'_>>, share: &Share) {
-        if share.exclusive {
-            self.exclusive = self.exclusive.saturating_sub(1);
-        }
         let found = call.and_then(|call| {
             let terms = Terms::of(&call, share);
             let list = self.known.get_mut(&share.group)?;
@@ -370,11 +361,6 @@ impl Kinds {
         self.known.get(group)?.iter().try_fold(0, |max, (t, _)| {
             gate(t.group_limit, t.exclusive).map(|m| max.max(m))
         })
-    }
-
-    /// Some waiter asks to hold alone.
-    pub(super) fn any_exclusive(&self) -> bool {
-        self.exclusive > 0
     }
 
     /// Whether a waiter may be served before a newcomer the key admits, from
@@ -534,9 +520,9 @@ mod tests {
             ..Share::default()
         };
         kinds.add(call(b"x", 1), &exclusive);
-        assert!(kinds.any_exclusive());
+        assert_eq!(kinds.waiting, 2001, "a kind of its own");
         kinds.remove(call(b"x", 1), &exclusive);
-        assert!(!kinds.any_exclusive());
+        assert_eq!(kinds.waiting, 2000);
         for limit in 1..=1000 {
             kinds.remove(call(b"x", limit), &plain);
             kinds.remove(call(b"y", limit), &group(&limit.to_string(), 1));

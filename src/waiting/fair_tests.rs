@@ -202,6 +202,8 @@ impl Sim {
         // The pass counted out exactly the waiters it ended.
         let left = pass.tally.as_ref().map(|t| &t.groups);
         prop_assert_eq!(left, Some(&Tally::of(&pass.still).groups));
+        let exclusive = pass.tally.as_ref().map(|t| &t.exclusive);
+        prop_assert_eq!(exclusive, Some(&Tally::of(&pass.still).exclusive));
         Ok(pass)
     }
 

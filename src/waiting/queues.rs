@@ -3,7 +3,7 @@
 //! and the timers counted. `C` stands for a blocked client's handle, so the
 //! unit tests use plain numbers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::ops::Bound;
 
@@ -115,6 +115,10 @@ pub(super) struct Tally {
     /// keeps that stamp (no group's count went down), they all still do,
     /// and a newcomer the key admits passes them without a look at each.
     pub(super) full_at: Option<u64>,
+    /// The numbers of the waiters that ask to hold alone (MODE exclusive),
+    /// oldest first: the first of them is where a pass stops letting the
+    /// waiters behind it in, found without a walk of the queue.
+    pub(super) exclusive: BTreeSet<usize>,
 }
 
 impl Tally {
@@ -123,6 +127,9 @@ impl Tally {
         // A new waiter, perhaps of a group with room: look again.
         self.full_at = None;
         self.kinds.add(waiter.call.admission(), &waiter.share);
+        if waiter.share.exclusive {
+            self.exclusive.insert(waiter.seq);
+        }
         let weight = waiter.share.weight.max(1);
         match self.groups.get_mut(&waiter.share.group) {
             Some(seqs) => seqs.insert(waiter.seq, weight),
@@ -138,6 +145,9 @@ impl Tally {
     /// Counts `waiter` out: its wait ended.
     pub(super) fn leave<C>(&mut self, waiter: &Waiter<C>) {
         self.kinds.remove(waiter.call.admission(), &waiter.share);
+        if waiter.share.exclusive {
+            self.exclusive.remove(&waiter.seq);
+        }
         leave_group(&mut self.groups, waiter);
     }
 

@@ -292,6 +292,7 @@ mod groups_counted {
                         client += 1;
                         let mut waiter = waiter(client);
                         waiter.share.group = group.map(|g| GroupName::new(&[b'g', g]));
+                        waiter.share.exclusive = client % 3 == 0;
                         w.push(name(key), waiter);
                     }
                     Op::Forget(c) => {
@@ -315,6 +316,10 @@ mod groups_counted {
                         *walked.entry(waiter.share.group.clone()).or_default() += 1;
                     }
                     prop_assert_eq!(w.by_group(0, &name(key).1), walked.into_iter().collect::<Vec<_>>());
+                    let exclusive: std::collections::BTreeSet<usize> = w.queues.get(&name(key)).into_iter()
+                        .flat_map(|q| q.values()).filter(|w| w.share.exclusive).map(|w| w.seq).collect();
+                    let kept = w.tallies.get(&name(key)).map(|t| t.exclusive.clone()).unwrap_or_default();
+                    prop_assert_eq!(kept, exclusive, "the exclusive waiters kept as they come and go");
                 }
                 prop_assert_eq!(w.tallies.len(), w.queues.len(), "counts only for the keys that have a queue");
             }
