@@ -17,7 +17,9 @@ of no LIMIT at its GROUPLIMIT, and a REAP that
 frees 100 slots of a key of LIMIT 100, served in one pass (usec of
 UNIQUE.REAP). Then, at the largest N, a release of one of 100 readers (MODE
 shared) holding a key that a writer (MODE exclusive) waits on, with N readers
-waiting behind it. Last, how late a waiter is served
+waiting behind it, and a release on a full key reserved for a UNIQUE.LOCKALL
+waiting (for another key), with N clients waiting behind it. Last, how late a
+waiter is served
 when a lease ends on a key of MANY_WAITERS_HOLDERS (default 100,000) holders in
 as many groups (ms, as its client sees it).
 
@@ -261,6 +263,31 @@ def release_behind_exclusive(server, n, readers=100, releases=90):
     return us
 
 
+def release_behind_multi_key(server, n, holders=100, releases=90):
+    """µs per release of one of `holders` holders of a full key of LIMIT
+    `holders` + 1 that a UNIQUE.LOCKALL waits on (with a key held by
+    another: it is not served), with `n` clients waiting behind it: the key
+    is reserved for the LOCKALL, so each release's pass tries none of them."""
+    server.conn.call("FLUSHALL", "SYNC")
+    limit = holders + 1
+
+    def lock_args(jid):
+        return ["UNIQUE.LOCK", "{t}k", jid, "LIMIT", limit, "TTL", 600_000]
+    for h in range(limit):
+        assert isinstance(server.conn.call(*lock_args("h%d" % h)), int)
+    assert isinstance(server.conn.call("UNIQUE.LOCK", "{t}other", "x", "TTL", 600_000), int)
+    conns = blocked(server, 1, lambda _: ["UNIQUE.LOCKALL", 2, "{t}k", "{t}other", "m", "LIMIT",
+                                          2 * limit, 1, "TTL", 600_000, "WAIT", 600_000])
+    conns += blocked(server, n, lambda i: lock_args("q%d" % i) + ["WAIT", 600_000])
+    us = per_call(server, "unique.unlock",
+                  [("UNIQUE.UNLOCK", "{t}k", "h%d" % h) for h in range(releases)],
+                  lambda r: r == 1)
+    if waiting(server) != n + 1:
+        raise SystemExit("the releases served %d waiters" % (n + 1 - waiting(server)))
+    close(server, conns)
+    return us
+
+
 def many_slots(server, n, groups, slots=100, rounds=3):
     """µs of a REAP that frees `slots` slots of a key of LIMIT `slots`, whose
     `n` waiters in `groups` groups are then served in one pass (the median
@@ -416,6 +443,8 @@ def main():
         print("%8s readers waiting behind a writer: %.1f µs of server CPU per release of one "
               "of the readers holding" % (format(n, ","), release_behind_exclusive(server, n)),
               flush=True)
+        print("%8s clients waiting behind a LOCKALL the key is reserved for: %.1f µs of server "
+              "CPU per release" % (format(n, ","), release_behind_multi_key(server, n)), flush=True)
         print("a waiter served when a lease ends on a key of %s holders in as many groups: "
               "%.1f ms after the lease (median of 3)" % (
                   format(HOLDERS, ","), lease_end_past_groups(server)), flush=True)

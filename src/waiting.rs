@@ -44,6 +44,7 @@
 
 use std::cell::RefCell;
 use std::collections::BinaryHeap;
+use std::ops::Bound;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -339,14 +340,33 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 ///
 /// A grant or an error ends a wait; a denial keeps the waiter, in order,
 /// and its earliest end of lease (or rate instant) says when to look again.
+/// The waiters from `until` on (behind a multi-key waiter the key is
+/// reserved for) are not tried and keep their place.
 /// The rule of who is served, in what order and when to look again lives
 /// here and nowhere else.
 fn serve_pass<C>(
     mut queue: Queue<C>,
+    until: Option<usize>,
     tally: Option<Tally>,
     mut holdings: impl FnMut(&Waiter<C>, Holdings<'_>),
     mut retry: impl FnMut(&Waiter<C>) -> Served,
 ) -> Pass<C> {
+    // The waiters from `until` on wait behind a multi-key waiter (the key
+    // is reserved for it): they keep their place untried, none of them a
+    // group's head. Left in the queue, not cut off and put back, which
+    // would cost a pass the waiters behind.
+    let before = (
+        Bound::Unbounded,
+        until.map_or(Bound::Unbounded, Bound::Excluded),
+    );
+    if queue.range(before).next().is_none() {
+        return Pass {
+            ended: Vec::new(),
+            still: queue,
+            wake_at: None,
+            tally,
+        };
+    }
     let mut ended = Vec::new();
     let mut wake_at: Option<i64> = None;
     let known = tally.is_some();
@@ -359,9 +379,7 @@ fn serve_pass<C>(
         ..
     } = tally.unwrap_or_else(|| Tally::of(&queue));
     let mut kinds = known.then_some(kinds);
-    // The waiters after the pass's last one wait behind a multi-key waiter
-    // (the queue was cut there): none of them is a group's head.
-    let last = queue.keys().next_back().copied();
+    let last = queue.range(before).next_back().map(|(&seq, _)| seq);
     let mut groups: Vec<Group<'_>> = seqs
         .iter()
         .map(|(name, seqs)| Group::new(name, seqs, last))
@@ -512,7 +530,7 @@ fn serve_pass<C>(
     }
     // The denied, the untried (behind a waiting exclusive request, of a
     // kind denied, or of a group at its GROUPLIMIT) keep their place.
-    if queue.is_empty() {
+    if queue.range(before).next().is_none() {
         wake_at = None;
     }
     Pass {
@@ -673,17 +691,17 @@ fn serve(ctx: &Context, key: &[u8]) {
 /// lease to end.
 fn serve_queue(ctx: &Context, key: &[u8]) {
     let id = (selected_db(ctx), key.to_vec());
-    let Some((mut queue, tally)) = with_waiters(|w| w.take_queue(&id)) else {
+    let Some((queue, tally)) = with_waiters(|w| w.take_queue(&id)) else {
         return;
     };
     // The waiters after the oldest multi-key waiter on the key wait for it.
-    let held = all::reserved_for(&id).map_or_else(Queue::new, |seq| queue.split_off(&seq));
+    let until = all::reserved_for(&id);
     let mut permissions = Permissions::default();
     let holdings = |waiter: &Waiter<Blocked>, each: Holdings<'_>| {
         // A bug there leaves the counts as they were: the pass goes on.
         let _ = catch_unwind(AssertUnwindSafe(|| waiter.call.holdings(ctx, each)));
     };
-    let pass = serve_pass(queue, Some(tally), holdings, |waiter| {
+    let pass = serve_pass(queue, until, Some(tally), holdings, |waiter| {
         if waiter
             .user
             .as_deref()
@@ -712,9 +730,7 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
         stop_deadline(ctx, &waiter);
         ffi::unblock(waiter.client, Some(reply));
     }
-    let mut still = pass.still;
-    still.extend(held);
-    with_waiters(|w| w.put_back(id, still, pass.tally.unwrap_or_default()));
+    with_waiters(|w| w.put_back(id, pass.still, pass.tally.unwrap_or_default()));
     if let Some(at) = pass.wake_at {
         wake_at(ctx, key, at);
     }

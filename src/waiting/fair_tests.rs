@@ -139,6 +139,7 @@ impl Sim {
         let mut broken: Option<String> = None;
         let pass = serve_pass(
             queue,
+            None,
             Some(tally),
             |_, each| {
                 let lock = lock.borrow();

@@ -112,7 +112,7 @@ fn queue_of(clients: &[u32]) -> Queue<u32> {
 #[test]
 fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
     let mut tried = Vec::new();
-    let pass = serve_pass(queue_of(&[1, 2, 3, 4, 5]), None, nothing_held, |w| {
+    let pass = serve_pass(queue_of(&[1, 2, 3, 4, 5]), None, None, nothing_held, |w| {
         tried.push(w.client);
         match w.client {
             1 => Served::Denied {
@@ -145,8 +145,47 @@ fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
 }
 
 #[test]
+fn the_waiters_behind_a_multi_key_waiter_keep_their_place_untried() {
+    // The key is reserved for a multi-key waiter that came after 2.
+    let mut tried = Vec::new();
+    let pass = serve_pass(queue_of(&[1, 2, 4, 5]), Some(3), None, nothing_held, |w| {
+        tried.push(w.client);
+        if w.client == 1 {
+            Served::Granted(7)
+        } else {
+            Served::Denied {
+                lease_end: Some(50),
+                full: None,
+            }
+        }
+    });
+    assert_eq!(tried, [1, 2], "only those before it");
+    assert_eq!(clients(&pass.still), [2, 4, 5], "in their order");
+    assert_eq!(pass.wake_at, Some(50));
+    // Nobody before it: nothing tried, nothing armed, the tally kept.
+    let queue = queue_of(&[4, 5]);
+    let tally = Tally::of(&queue);
+    let pass = serve_pass(queue, Some(3), Some(tally), nothing_held, |_| {
+        unreachable!("nobody is tried")
+    });
+    assert_eq!(clients(&pass.still), [4, 5]);
+    assert_eq!(pass.wake_at, None);
+    assert!(
+        pass.tally
+            .is_some_and(|t| t.groups.values().map(|g| g.len()).sum::<usize>() == 2)
+    );
+    // All of them granted: the wake-up a denial before gave is not armed
+    // for the waiters behind.
+    let pass = serve_pass(queue_of(&[1, 4]), Some(3), None, nothing_held, |_| {
+        Served::Granted(1)
+    });
+    assert_eq!(clients(&pass.still), [4]);
+    assert_eq!(pass.wake_at, None);
+}
+
+#[test]
 fn a_pass_that_ends_every_wait_arms_no_wake_up() {
-    let pass = serve_pass(queue_of(&[1, 2]), None, nothing_held, |w| {
+    let pass = serve_pass(queue_of(&[1, 2]), None, None, nothing_held, |w| {
         if w.client == 1 {
             Served::Denied {
                 lease_end: Some(9),
@@ -157,14 +196,16 @@ fn a_pass_that_ends_every_wait_arms_no_wake_up() {
         }
     });
     assert_eq!(pass.wake_at, Some(9));
-    let pass = serve_pass(queue_of(&[1, 2]), None, nothing_held, |_| {
+    let pass = serve_pass(queue_of(&[1, 2]), None, None, nothing_held, |_| {
         Served::Granted(1)
     });
     assert!(pass.still.is_empty());
     assert_eq!(pass.wake_at, None);
-    let pass = serve_pass(queue_of(&[1]), None, nothing_held, |_| Served::Denied {
-        lease_end: None,
-        full: None,
+    let pass = serve_pass(queue_of(&[1]), None, None, nothing_held, |_| {
+        Served::Denied {
+            lease_end: None,
+            full: None,
+        }
     });
     assert_eq!(pass.wake_at, None, "no lease ends: no wake-up");
 }
@@ -374,7 +415,7 @@ fn pass_after_one_grant(
     }
     let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
     let mut tried = 0;
-    let pass = serve_pass(queue, Some(tally), nothing_held, |_| {
+    let pass = serve_pass(queue, None, Some(tally), nothing_held, |_| {
         tried += 1;
         if tried == 1 {
             Served::Granted(1)
@@ -571,7 +612,7 @@ fn a_pass_tries_no_group_that_holds_its_grouplimit() {
         each(&|g| usize::from(g.is_none_or(|g| **g != *b"g3")), Some(70))
     };
     let mut tried = Vec::new();
-    let pass = serve_pass(queue, Some(tally), held, |w| {
+    let pass = serve_pass(queue, None, Some(tally), held, |w| {
         tried.push(w.client);
         Served::Denied {
             lease_end: Some(50),
@@ -604,7 +645,7 @@ fn a_pass_tries_no_group_that_holds_its_grouplimit() {
     );
     let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
     let held = |_: &Waiter<u32>, each: Holdings<'_>| each(&|_| 1, Some(70));
-    let pass = serve_pass(queue, Some(tally), held, |_| -> Served {
+    let pass = serve_pass(queue, None, Some(tally), held, |_| -> Served {
         panic!("a group at its GROUPLIMIT is not retried")
     });
     assert_eq!((pass.still.len(), pass.wake_at), (1, Some(70)));
