@@ -406,6 +406,15 @@ mod tests {
         d.cover(kinds, names)
     }
 
+    /// Tenants `t0`, `t1`, ... of GROUPLIMIT 1.
+    fn tenants(n: usize) -> Vec<Share> {
+        (0..n).map(|i| group(&format!("t{i}"), 1)).collect()
+    }
+
+    fn denied(lease_end: Option<i64>, full: Option<usize>) -> Served {
+        Served::Denied { lease_end, full }
+    }
+
     fn group(name: &str, limit: u32) -> Share {
         Share {
             group: Some(name.as_bytes().into()),
@@ -534,7 +543,7 @@ mod tests {
     #[test]
     fn a_queue_of_many_groups_is_covered_once_each_group_s_kind_is_denied() {
         let mut kinds = Kinds::default();
-        let groups: Vec<Share> = (0..1000).map(|i| group(&format!("t{i}"), 1)).collect();
+        let groups = tenants(1000);
         for g in &groups {
             kinds.add(call(b"a", 1), g);
             kinds.add(call(b"b", 1), g);
@@ -613,35 +622,21 @@ mod tests {
         // 1,000 tenants of LIMIT 5, the key found full for them, and one
         // tenant without a LIMIT, not denied: each turn asks.
         let mut kinds = Kinds::default();
-        let tenants: Vec<Share> = (0..1000).map(|i| group(&format!("t{i}"), 1)).collect();
+        let tenants = tenants(1000);
         for t in &tenants {
             kinds.add(call(b"w", 5), t);
         }
         let unlimited = group("u", 1);
         kinds.add(call(b"u", 0), &unlimited);
         let mut d = Denials::default();
-        d.record(
-            call(b"a", 5),
-            &tenants[0],
-            &Served::Denied {
-                lease_end: None,
-                full: Some(5),
-            },
-        );
+        d.record(call(b"a", 5), &tenants[0], &denied(None, Some(5)));
         for _ in 0..1000 {
             assert!(!covers(&mut d, &kinds), "the tenant without a LIMIT waits");
         }
         let looks = d.walk.as_ref().map_or(0, |w| w.looks);
         assert!(looks <= 1001 + 1000, "{looks} looks");
         // Its kind denied, or gone: all covered, still without a walk again.
-        d.record(
-            call(b"u", 0),
-            &unlimited,
-            &Served::Denied {
-                lease_end: None,
-                full: None,
-            },
-        );
+        d.record(call(b"u", 0), &unlimited, &denied(None, None));
         assert!(covers(&mut d, &kinds));
         assert!(d.walk.as_ref().is_some_and(|w| w.looks <= looks + 1001));
         // A kind added after the list was taken is looked at too.
@@ -659,7 +654,7 @@ mod tests {
         // Tenants of LIMIT 5, and one without a LIMIT at its GROUPLIMIT,
         // which the pass does not try.
         let mut kinds = Kinds::default();
-        let tenants: Vec<Share> = (0..100).map(|i| group(&format!("t{i}"), 1)).collect();
+        let tenants = tenants(100);
         for t in &tenants {
             kinds.add(call(b"w", 5), t);
         }
@@ -669,28 +664,14 @@ mod tests {
         let mut d = Denials::default();
         d.pass_over(&at_limit.group, &kinds);
         assert!(!covers(&mut d, &kinds), "nothing denied yet");
-        d.record(
-            call(b"a", 5),
-            &tenants[0],
-            &Served::Denied {
-                lease_end: None,
-                full: Some(5),
-            },
-        );
+        d.record(call(b"a", 5), &tenants[0], &denied(None, Some(5)));
         assert!(covers(&mut d, &kinds), "the key full for the rest");
         // Without the key full, each other kind must be denied.
         let mut d = Denials::default();
         d.pass_over(&at_limit.group, &kinds);
         for (i, t) in tenants.iter().enumerate() {
             assert!(!covers(&mut d, &kinds), "tenant {i} not denied yet");
-            d.record(
-                call(b"w", 5),
-                t,
-                &Served::Denied {
-                    lease_end: None,
-                    full: None,
-                },
-            );
+            d.record(call(b"w", 5), t, &denied(None, None));
         }
         assert!(covers(&mut d, &kinds));
     }
