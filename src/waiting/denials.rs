@@ -231,8 +231,7 @@ impl<'a> Denials<'a> {
             {
                 walk.looks += 1;
             }
-            let answered = self.fills(terms.limit)
-                || find(&self.denied, group, *terms).is_some()
+            let answered = self.answers(group, *terms)
                 || self.passed.contains(group)
                 || find(&kinds.known, group, *terms).is_none();
             if !answered {
@@ -259,9 +258,13 @@ impl<'a> Denials<'a> {
     }
 
     fn cover_list(&self, group: &Option<GroupName>, list: &[(Terms, usize)]) -> bool {
-        list.iter().all(|&(terms, _)| {
-            self.fills(terms.limit) || find(&self.denied, group, terms).is_some()
-        })
+        list.iter().all(|&(terms, _)| self.answers(group, terms))
+    }
+
+    /// Whether a waiter of this kind is answered without a retry: its kind
+    /// was denied, or the key was found full for its LIMIT.
+    fn answers(&self, group: &Option<GroupName>, terms: Terms) -> bool {
+        self.fills(terms.limit) || find(&self.denied, group, terms).is_some()
     }
 }
 
