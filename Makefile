@@ -150,7 +150,8 @@ bench-many: deps build-pgo loadgen
 
 ## bench-waiters: the server's CPU per release and per LOCK arriving with 1 to 10,000 clients
 ## waiting on the key, in no group and in 1,000 groups (also on a key of LIMIT 30, past and
-## beside groups at their GROUPLIMIT; behind a writer, or a LOCKALL), per pass serving 100 of
+## beside groups at their GROUPLIMIT, past waiters of a PXAT lease; behind a writer, or a
+## LOCKALL), per pass serving 100 of
 ## them, and how late a lease's end
 ## on a key of 100,000 holders serves a waiter (bench/many_waiters.py; MANY_WAITERS_GROUPS="0 4":
 ## other group counts; MANY_WAITERS_CALLGRIND=1: the module's instructions instead, under callgrind)

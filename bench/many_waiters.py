@@ -170,26 +170,34 @@ def release_at_limit(server, n, groups, limit=30):
     return usec / calls
 
 
-def full_groups(server, n, groups):
+def full_groups(server, n, groups, pxat=False):
     """A fresh key of LIMIT 0 whose `groups` groups each hold their GROUPLIMIT
-    1 (holders hG), `n` clients waiting in them (wI); returns the LOCK's
-    arguments for a jid and group number, and the waiting connections."""
+    1 (holders hG), `n` clients waiting in them (wI; their leases given as a
+    PXAT when `pxat`); returns the LOCK's arguments for a jid and group
+    number, and the waiting connections."""
     server.conn.call("FLUSHALL", "SYNC")
 
     def lock_args(jid, group):
         return ["UNIQUE.LOCK", "k", jid, "LIMIT", 0, "TTL", 600_000, "GROUP", "g%d" % group,
                 "GROUPLIMIT", 1]
+
+    def waiter_args(i):
+        args = lock_args("w%d" % i, i % groups) + ["WAIT", 600_000]
+        if pxat:
+            args[5:7] = ["PXAT", int(time.time() * 1000) + 600_000]
+        return args
     for g in range(groups):
         assert isinstance(server.conn.call(*lock_args("h%d" % g, g)), int)
-    conns = blocked(server, n, lambda i: lock_args("w%d" % i, i % groups) + ["WAIT", 600_000])
+    conns = blocked(server, n, waiter_args)
     return lock_args, conns
 
 
-def past_full_groups(server, n, groups, around=None, calls=RELEASES):
+def past_full_groups(server, n, groups, around=None, calls=RELEASES, pxat=False):
     """µs per LOCK of a new group granted on a key of LIMIT 0 whose `groups`
-    groups each hold their GROUPLIMIT 1, `n` waiting in them; with `around`,
-    called just before the `calls` LOCKs and just after them, nothing."""
-    lock_args, conns = full_groups(server, n, groups)
+    groups each hold their GROUPLIMIT 1, `n` waiting in them (their leases
+    given as a PXAT when `pxat`); with `around`, called just before the
+    `calls` LOCKs and just after them, nothing."""
+    lock_args, conns = full_groups(server, n, groups, pxat)
     new_groups = [lock_args("new%d" % i, groups + i) for i in range(calls)]
     us = None
     if around:
@@ -429,6 +437,10 @@ def main():
                     format(n, ","), in_groups, release_at_limit(server, n, groups)), flush=True)
                 print("%8s waiters%s at their GROUPLIMIT: %.1f µs per LOCK of a new group" % (
                     format(n, ","), in_groups, past_full_groups(server, n, groups)), flush=True)
+                print("%8s waiters%s at their GROUPLIMIT, their leases given as a PXAT: %.1f µs per "
+                      "LOCK of a new group" % (format(n, ","), in_groups,
+                                               past_full_groups(server, n, groups, pxat=True)),
+                      flush=True)
                 print("%8s waiters%s at their GROUPLIMIT: %.1f µs per release of one of them" % (
                     format(n, ","), in_groups, release_past_full_groups(server, n, groups)),
                       flush=True)

@@ -373,6 +373,47 @@ fn a_tenant_of_no_limit_passed_over_is_served_when_its_group_holds_fewer() {
     drop(waiters);
 }
 
+/// A LOCK that the key admits goes past waiters whose group is at their
+/// GROUPLIMIT, and waits behind (here: is denied, without WAIT) a waiter
+/// whose group holds fewer: alike whether the waiters gave their lease as a
+/// TTL or as a PXAT (a call the queue cannot sort into a kind in advance).
+#[test]
+fn a_newcomer_goes_past_waiters_at_their_grouplimit_alike_with_a_ttl_or_a_pxat() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let in_a_minute = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is past 1970")
+        .as_millis()
+        + 60_000)
+        .to_string();
+    for (key, lease) in [("ttl", ["TTL", "60000"]), ("pxat", ["PXAT", &in_a_minute])] {
+        let tenant = |group: &'static str| -> Vec<&str> {
+            let mut a = vec!["LIMIT", "1", "GROUP", group, "GROUPLIMIT", "1"];
+            a.extend(lease);
+            a
+        };
+        let newcomer = ["LIMIT", "3", "TTL", "60000", "GROUP"];
+        token(call!(con, "UNIQUE.LOCK", key, "h", &tenant("a")[..]));
+        let mut waiters = vec![waiter(&server, key, "wa", &tenant("a"))];
+        token(call!(con, "UNIQUE.LOCK", key, "n1", &newcomer[..], "b"));
+        waiters.push(waiter(&server, key, "wc", &tenant("c")));
+        assert_eq!(
+            call!(con, "UNIQUE.LOCK", key, "n2", &newcomer[..], "d"),
+            Ok(Value::Nil),
+            "{key}: wc's group holds none of its GROUPLIMIT: it goes first"
+        );
+        assert_eq!(holders(con, key), ["h", "n1"], "{key}");
+        assert_eq!(waiting(con, key), 2, "{key}");
+        call!(con, "UNIQUE.UNLOCK", key, "n1").expect("unlock");
+        call!(con, "UNIQUE.UNLOCK", key, "h").expect("unlock");
+        wait_for("the waiters, the key free", || holders(con, key).len() == 1);
+        assert_eq!(holders(con, key), ["wa"], "{key}: the oldest first");
+        drop(waiters);
+    }
+    drop(server);
+}
+
 /// Weights: with LIMIT 9, a tenant of weight 2 and one of weight 1, both
 /// waiting with more than enough jobs, fill the slots 6 and 3.
 #[test]

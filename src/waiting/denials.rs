@@ -287,6 +287,13 @@ pub(super) struct Kinds {
     limits: BTreeMap<u32, usize>,
     /// Waiters whose call says no kind (see [`Admission`]).
     unknown: usize,
+    /// Their GROUPLIMITs as [`gate`] reads them (`None`: nothing but the
+    /// key holds such a waiter back), by group, each with how many gave
+    /// it: their shares are known, so a newcomer asks them what it asks the
+    /// others, without a walk of the queue.
+    unknown_gates: HashMap<Option<GroupName>, Vec<(Option<u32>, usize)>>,
+    /// How many of them no GROUPLIMIT holds back.
+    unknown_ungated: usize,
     /// How many times a kind was added (it only grows): a list of the
     /// kinds taken at one count is all of them while the count stays.
     added: u64,
@@ -296,6 +303,16 @@ impl Kinds {
     pub(super) fn add(&mut self, call: Option<Admission<'_>>, share: &Share) {
         let Some(call) = call else {
             self.unknown += 1;
+            let gate = gate(share.group_limit, share.exclusive);
+            self.unknown_ungated += usize::from(gate.is_none());
+            let list = match self.unknown_gates.get_mut(&share.group) {
+                Some(list) => list,
+                None => self.unknown_gates.entry(share.group.clone()).or_default(),
+            };
+            match list.iter_mut().find(|(g, _)| *g == gate) {
+                Some((_, n)) => *n += 1,
+                None => list.push((gate, 1)),
+            }
             return;
         };
         let terms = Terms::of(&call, share);
@@ -324,7 +341,7 @@ impl Kinds {
         });
         // Not found: it was counted without a kind.
         let Some((list, i)) = found else {
-            self.unknown = self.unknown.saturating_sub(1);
+            self.remove_unknown(share);
             return;
         };
         if let Some((_, n)) = list.get_mut(i)
@@ -347,10 +364,38 @@ impl Kinds {
         }
     }
 
+    fn remove_unknown(&mut self, share: &Share) {
+        self.unknown = self.unknown.saturating_sub(1);
+        let gate = gate(share.group_limit, share.exclusive);
+        let Some(list) = self.unknown_gates.get_mut(&share.group) else {
+            return;
+        };
+        let Some(i) = list.iter().position(|(g, _)| *g == gate) else {
+            return;
+        };
+        self.unknown_ungated = self
+            .unknown_ungated
+            .saturating_sub(usize::from(gate.is_none()));
+        if let Some((_, n)) = list.get_mut(i)
+            && *n > 1
+        {
+            *n -= 1;
+            return;
+        }
+        list.swap_remove(i);
+        if list.is_empty() {
+            self.unknown_gates.remove(&share.group);
+        }
+    }
+
     /// No waiter counted.
     #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
-        self.unknown == 0 && self.known.is_empty() && self.limits.is_empty()
+        self.unknown == 0
+            && self.known.is_empty()
+            && self.limits.is_empty()
+            && self.unknown_gates.is_empty()
+            && self.unknown_ungated == 0
     }
 
     /// The largest GROUPLIMIT of `group`'s waiters, when a GROUPLIMIT holds
@@ -367,25 +412,27 @@ impl Kinds {
     }
 
     /// Whether a waiter may be served before a newcomer the key admits, from
-    /// the kinds alone: a kind that no GROUPLIMIT holds back, or a group
-    /// for which `room` (given the largest GROUPLIMIT its waiters gave, as
+    /// the kinds (and the shares of the waiters of no kind) alone: a waiter
+    /// that no GROUPLIMIT holds back, or a group for which `room` (given the
+    /// largest GROUPLIMIT its waiters gave, as
     /// [`group_limits`](super::queues::group_limits) finds it in a walk)
-    /// says yes; each group asked once, and only until one says yes.
-    /// `None` when some waiter's kind is not known (then the queue is
-    /// walked).
-    pub(super) fn hold_back(
-        &self,
-        mut room: impl FnMut(&Option<GroupName>, u32) -> bool,
-    ) -> Option<bool> {
-        (self.unknown == 0).then(|| {
-            self.ungated > 0
-                || self.known.iter().any(|(group, list)| {
-                    list.iter()
-                        .filter_map(|(t, _)| t.group_limit)
-                        .max()
-                        .is_some_and(|max| room(group, max))
-                })
-        })
+    /// says yes; each group asked once (twice if it has waiters of both),
+    /// and only until one says yes.
+    pub(super) fn hold_back(&self, mut room: impl FnMut(&Option<GroupName>, u32) -> bool) -> bool {
+        self.ungated > 0
+            || self.unknown_ungated > 0
+            || self.known.iter().any(|(group, list)| {
+                list.iter()
+                    .filter_map(|(t, _)| t.group_limit)
+                    .max()
+                    .is_some_and(|max| room(group, max))
+            })
+            || self.unknown_gates.iter().any(|(group, list)| {
+                list.iter()
+                    .filter_map(|&(g, _)| g)
+                    .max()
+                    .is_some_and(|max| room(group, max))
+            })
     }
 }
 

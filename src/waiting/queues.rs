@@ -249,7 +249,8 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
             return false;
         }
         let room = |group: &Option<GroupName>, max: u32| holding(group.as_ref()) < max as usize;
-        let held = match tally.as_ref().and_then(|t| t.kinds.hold_back(room)) {
+        // Without its tally (never while the queue is in place), a walk.
+        let held = match tally.as_ref().map(|t| t.kinds.hold_back(room)) {
             Some(held) => held,
             None => group_limits(
                 queue

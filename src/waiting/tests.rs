@@ -446,7 +446,7 @@ fn a_pass_over_a_thousand_tenants_stops_at_the_first_denial_by_limit() {
 }
 
 #[test]
-fn a_newcomer_sees_the_same_queue_from_the_kinds_as_from_a_walk() {
+fn a_newcomer_is_held_back_alike_whether_the_waiters_kinds_are_known_or_not() {
     let share = |group: Option<&str>, limit: Option<u32>, exclusive: bool| Share {
         group: group.map(|g| g.as_bytes().into()),
         group_limit: limit,
@@ -484,18 +484,38 @@ fn a_newcomer_sees_the_same_queue_from_the_kinds_as_from_a_walk() {
         ),
         (vec![share(Some("a"), Some(2), true)], [true; 4]),
     ];
-    for (i, (shares, expected)) in cases.into_iter().enumerate() {
+    // What the answer must be, from the waiters' shares alone: some waiter
+    // no GROUPLIMIT holds back, or one whose group holds fewer than it.
+    let model = |shares: &[Share], a_holds: usize| {
+        shares.iter().any(|s| {
+            let holds = if s.group.as_deref() == Some(b"a".as_slice()) {
+                a_holds
+            } else {
+                1
+            };
+            super::queues::gate(s.group_limit, s.exclusive).is_none_or(|max| holds < max as usize)
+        })
+    };
+    for (i, (mut shares, expected)) in cases.into_iter().enumerate() {
+        for (a_holds, &first) in expected.iter().enumerate() {
+            assert_eq!(model(&shares, a_holds), first, "case {i}: the model");
+        }
         let mut w: Waiters<u32> = Waiters::default();
-        for (c, share) in shares.into_iter().enumerate() {
-            let c = c as u32 * 2 + 1;
-            for (name, call) in [
-                (
-                    "known",
-                    Box::new(Alike(format!("j{c}").into_bytes())) as Box<dyn Call>,
-                ),
-                ("walked", Box::new(Never)),
+        // Each case on three keys: every waiter of a known kind, of none
+        // (a PXAT: only its share known), and the two in turn.
+        let alike = |c: u32| Box::new(Alike(format!("j{c}").into_bytes())) as Box<dyn Call>;
+        for (c, share) in shares.iter().enumerate() {
+            let c = c as u32 * 3 + 1;
+            let mixed: Box<dyn Call> = if c.is_multiple_of(2) {
+                alike(c)
+            } else {
+                Box::new(Never)
+            };
+            for (client, name, call) in [
+                (c, "known", alike(c)),
+                (c + 1, "unknown", Box::new(Never) as Box<dyn Call>),
+                (c + 2, "mixed", mixed),
             ] {
-                let client = if name == "known" { c } else { c + 1 };
                 let seq = w.next_seq();
                 let waiter = Waiter {
                     call,
@@ -506,22 +526,36 @@ fn a_newcomer_sees_the_same_queue_from_the_kinds_as_from_a_walk() {
                 w.push(key(name), waiter);
             }
         }
-        for (a_holds, &first) in expected.iter().enumerate() {
-            let holding = |g: Option<&GroupName>| {
-                if g.is_some_and(|g| **g == *b"a") {
-                    a_holds
-                } else {
-                    1
+        // Then again as the waiters leave, the last first: each leaving
+        // must take its share out of what a newcomer asks.
+        loop {
+            for a_holds in 0..4 {
+                let holding = |g: Option<&GroupName>| {
+                    if g.is_some_and(|g| **g == *b"a") {
+                        a_holds
+                    } else {
+                        1
+                    }
+                };
+                for name in ["known", "unknown", "mixed"] {
+                    assert_eq!(
+                        w.holds_back(0, name.as_bytes(), None, holding),
+                        model(&shares, a_holds),
+                        "case {i}, {} waiting, a holds {a_holds}, {name}",
+                        shares.len()
+                    );
                 }
-            };
-            for name in ["known", "walked"] {
-                assert_eq!(
-                    w.holds_back(0, name.as_bytes(), None, holding),
-                    first,
-                    "case {i}, a holds {a_holds}, {name}"
-                );
+            }
+            if shares.pop().is_none() {
+                break;
+            }
+            let c = shares.len() as u32 * 3 + 1;
+            for client in c..c + 3 {
+                w.forget(client);
             }
         }
+        // Counted out as they left: no tally is left behind.
+        assert!(w.tallies.is_empty(), "case {i}");
     }
 }
 
