@@ -50,15 +50,21 @@ def main():
     ratios = {a: {}, b: {}}
     for module, result in bench.alternate(a, b, pairs, run):
         for key, (many, one) in result.items():
-            ratios[module].setdefault(key, []).append((many["rps"] / one["rps"], many["rps"]))
-            print("%s  %s holders %-14s %8.0f req/s, %.3fx one holder" % (
-                os.path.basename(module), format(key[0], ","), key[1], many["rps"],
-                many["rps"] / one["rps"]), flush=True)
-    print("\nmedians over %d runs each (against a one-holder key in the same rounds):" % pairs)
+            by_cpu = one["cpu_us"] / many["cpu_us"]
+            ratios[module].setdefault(key, []).append(
+                (many["rps"] / one["rps"], many["rps"], by_cpu, many["cpu_us"]))
+            print("%s  %s holders %-14s %8.0f req/s, %.3fx one holder; %.2f µs of server CPU, "
+                  "%.3fx" % (os.path.basename(module), format(key[0], ","), key[1], many["rps"],
+                             many["rps"] / one["rps"], many["cpu_us"], by_cpu), flush=True)
+    print("\nmedians over %d runs each (against a one-holder key in the same rounds; by req/s, "
+          "then by the server's CPU a request, the steadier on a shared machine):" % pairs)
     for key in sorted(ratios[a]):
-        (ra, qa), (rb, qb) = ([statistics.median(x) for x in zip(*ratios[m][key])] for m in (a, b))
+        (ra, qa, ca, ua), (rb, qb, cb, ub) = (
+            [statistics.median(x) for x in zip(*ratios[m][key])] for m in (a, b))
         print("  %s holders %-14s A %.3fx (%.0f req/s)  B %.3fx (%.0f req/s)  B/A %.3f" % (
             format(key[0], ","), key[1], ra, qa, rb, qb, rb / ra))
+        print("  %s holders %-14s A %.3fx (%.2f µs)  B %.3fx (%.2f µs)  B/A %.3f" % (
+            format(key[0], ","), key[1], ca, ua, cb, ub, cb / ca))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@
 //!
 //! - `slots`: the holders, each in a slot that never moves while it holds, a
 //!   freed slot reused by the next grant (`free`);
-//! - `by_jid`: a hash table of slot numbers, to find a holder by its jid;
+//! - `by_jid`: a hash table of slot numbers, each tagged with bits of its
+//!   jid's hash, to find a holder by its jid in one read of the table (see
+//!   `jids.rs`);
 //! - the holders with a lease, in order of end of lease, in two places:
 //!   - a list linked through `links` (each slot's previous and next), kept
 //!     sorted: a lease that ends no earlier than the last one listed (what a
@@ -23,10 +25,10 @@
 //!   lease) is the later of the list's tail and the heap's largest end. A
 //!   renewal leaves its neighbours and joins the tail: no walk down and up
 //!   a heap, each step of which would read a lease elsewhere in megabytes
-//!   of slots. A holder costs its 40 bytes and about 16 more (its two links,
-//!   which a holder in the heap uses for its place, and its share of the
-//!   hash table; 4 more in the heap), which keeps a big lock about as small
-//!   as the vector it replaces.
+//!   of slots. A holder costs its 40 bytes and 13 to 16 more (its two
+//!   links, which a holder in the heap uses for its place, and its share of
+//!   the hash table, 5 to 8 bytes; 4 more in the heap), which keeps a big
+//!   lock about as small as the vector it replaces.
 //!
 //! - `groups`: how many holders each GROUP has (an entry only while it has
 //!   one), and how many hold exclusively: what a grant with GROUPLIMIT or
@@ -53,6 +55,7 @@ use hashbrown::HashTable;
 
 use super::Holder;
 use super::group::group_hash;
+use jids::Jids;
 use owners::Owners;
 
 /// A holder's slot (its place in the heap is kept apart, so that a slot is
@@ -78,7 +81,7 @@ pub(super) struct Indexed {
     head: u32,
     tail: u32,
     free: Vec<u32>,
-    by_jid: HashTable<u32>,
+    by_jid: Jids,
     hasher: RandomState,
     /// The slot of the jid last found: one command looks its jid up several
     /// times (to check it, to decide, to change it, to replicate it), and a
@@ -174,7 +177,7 @@ impl Indexed {
         Self {
             slots: Vec::new(),
             free: Vec::new(),
-            by_jid: HashTable::new(),
+            by_jid: Jids::default(),
             hasher: RandomState::new(),
             last_found: Cell::new(NIL),
             links: Vec::new(),
@@ -248,7 +251,7 @@ impl Indexed {
         if holds(last) {
             return Some(last);
         }
-        let slot = *self.by_jid.find(self.hash(jid), |&s| holds(s))?;
+        let slot = self.by_jid.find(self.hash(jid), holds)?;
         self.last_found.set(slot);
         Some(slot)
     }
@@ -301,11 +304,10 @@ impl Indexed {
         }
         let slots = &self.slots;
         let hasher = &self.hasher;
-        self.by_jid.insert_unique(hash, slot, |&s| {
-            slots
-                .get(s as usize)
-                .and_then(Option::as_ref)
-                .map_or(0, |h| hasher.hash_one(&*h.jid()))
+        self.by_jid.insert(hash, slot, || {
+            (0u32..)
+                .zip(slots)
+                .filter_map(|(s, holder)| Some((s, hasher.hash_one(&*holder.as_ref()?.jid()))))
         });
         self.len += 1;
         if leased.is_none() {
@@ -330,9 +332,7 @@ impl Indexed {
     /// Takes the holder out of `slot` and every index but the owners'.
     fn vacate(&mut self, slot: u32) -> Option<Holder> {
         let hash = self.hash(&self.holder_at(slot)?.jid());
-        if let Ok(entry) = self.by_jid.find_entry(hash, |&s| s == slot) {
-            entry.remove();
-        }
+        self.by_jid.remove(hash, slot);
         self.delist(slot);
         let holder = self.slots.get_mut(slot as usize)?.take()?;
         self.count(holder.group(), holder.is_exclusive(), false);
@@ -607,8 +607,8 @@ impl Indexed {
             + self.slots.capacity() * std::mem::size_of::<Slot>()
             + self.links.capacity() * 8
             + (self.free.capacity() + self.leases.capacity()) * 4
-            // a slot number and a control byte a bucket
-            + self.by_jid.capacity() * 5
+            // a slot number and its tag an entry
+            + self.by_jid.capacity() * 4
             + self.iter().map(Holder::heap_bytes).sum::<usize>()
             + self
                 .groups
@@ -990,6 +990,7 @@ pub(super) fn in_token_order(holders: &[Holder]) -> bool {
     })
 }
 
+mod jids;
 mod owners;
 
 #[cfg(test)]
