@@ -161,17 +161,14 @@ impl Jids {
     /// A table of twice the entries of `every` (and a slot number as large
     /// as `slot`), without tombstones.
     fn rebuild(&mut self, slot: u32, every: impl Iterator<Item = (u32, u64)>) {
-        let largest = self
-            .entries
-            .iter()
-            .filter(|&&e| e != EMPTY && e != TOMB)
-            .map(|&e| self.slot_of(e))
-            .fold(slot, u32::max);
-        if largest > self.largest_slot() {
-            self.slot_bits = bits_for(largest);
+        // Every slot in the table fits its slot bits: only the new one may
+        // need more.
+        if slot > self.largest_slot() {
+            self.slot_bits = bits_for(slot);
         }
         // To the end of the allocator's size class: entries it gives anyway.
         let wanted = ((self.len + 2) * 2).max(MIN_ENTRIES);
+        // The old table freed before the new one is taken, not after.
         self.entries = Vec::new();
         self.entries = vec![EMPTY; super::size_class(wanted.saturating_mul(4)) / 4];
         self.len = 0;
@@ -247,12 +244,17 @@ impl Jids {
     }
 }
 
+/// The slot bits of an entry, all ones.
+fn slot_mask(slot_bits: u32) -> u32 {
+    1u32.checked_shl(slot_bits).map_or(u32::MAX, |b| b - 1)
+}
+
 fn slot_number(slot_bits: u32, entry: u32) -> u32 {
-    entry & 1u32.checked_shl(slot_bits).map_or(u32::MAX, |b| b - 1)
+    entry & slot_mask(slot_bits)
 }
 
 fn largest_for(slot_bits: u32) -> u32 {
-    1u32.checked_shl(slot_bits).map_or(u32::MAX, |b| b - 1) - 2
+    slot_mask(slot_bits) - 2
 }
 
 /// The fewest bits (at least `MIN_SLOT_BITS`) that hold `slot` below the
