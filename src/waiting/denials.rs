@@ -192,7 +192,7 @@ impl<'a> Denials<'a> {
         kinds: &Kinds,
         groups: impl IntoIterator<Item = &'a Option<GroupName>>,
     ) -> bool {
-        if kinds.unknown > 0 {
+        if kinds.has_unknown() {
             return false;
         }
         // The key full for the largest LIMIT waiting, and every kind with
@@ -250,7 +250,7 @@ impl<'a> Denials<'a> {
     /// holds).
     pub(super) fn cover_group(&self, kinds: &Kinds, group: &Option<GroupName>) -> bool {
         (self.kinds > 0 || self.full.is_some())
-            && kinds.unknown == 0
+            && !kinds.has_unknown()
             && kinds
                 .known
                 .get(group)
@@ -285,9 +285,8 @@ pub(super) struct Kinds {
     /// How many of them give each LIMIT (0: none), never 0: the smallest
     /// and the largest waiting, for [`Denials::cover`].
     limits: BTreeMap<u32, usize>,
-    /// Waiters whose call says no kind (see [`Admission`]).
-    unknown: usize,
-    /// Their GROUPLIMITs as [`gate`] reads them (`None`: nothing but the
+    /// The waiters whose call says no kind (see [`Admission`]): their
+    /// GROUPLIMITs as [`gate`] reads them (`None`: nothing but the
     /// key holds such a waiter back), by group, each with how many gave
     /// it: their shares are known, so a newcomer asks them what it asks the
     /// others, without a walk of the queue.
@@ -302,7 +301,6 @@ pub(super) struct Kinds {
 impl Kinds {
     pub(super) fn add(&mut self, call: Option<Admission<'_>>, share: &Share) {
         let Some(call) = call else {
-            self.unknown += 1;
             let gate = gate(share.group_limit, share.exclusive);
             self.unknown_ungated += usize::from(gate.is_none());
             let list = match self.unknown_gates.get_mut(&share.group) {
@@ -364,8 +362,12 @@ impl Kinds {
         }
     }
 
+    /// Whether some waiter's call says no kind.
+    fn has_unknown(&self) -> bool {
+        !self.unknown_gates.is_empty()
+    }
+
     fn remove_unknown(&mut self, share: &Share) {
-        self.unknown = self.unknown.saturating_sub(1);
         let gate = gate(share.group_limit, share.exclusive);
         let Some(list) = self.unknown_gates.get_mut(&share.group) else {
             return;
@@ -391,8 +393,7 @@ impl Kinds {
     /// No waiter counted.
     #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
-        self.unknown == 0
-            && self.known.is_empty()
+        self.known.is_empty()
             && self.limits.is_empty()
             && self.unknown_gates.is_empty()
             && self.unknown_ungated == 0
@@ -403,7 +404,7 @@ impl Kinds {
     /// a group that holds that many has no waiter to grant. `None`
     /// otherwise.
     pub(super) fn group_gate(&self, group: &Option<GroupName>) -> Option<u32> {
-        if self.unknown > 0 {
+        if self.has_unknown() {
             return None;
         }
         self.known.get(group)?.iter().try_fold(0, |max, (t, _)| {
@@ -586,7 +587,7 @@ mod tests {
             kinds.add(call(b"x", limit), &plain);
             kinds.add(call(b"y", limit), &group(&limit.to_string(), 1));
         }
-        assert_eq!((kinds.unknown, kinds.waiting), (0, 2000));
+        assert_eq!((kinds.has_unknown(), kinds.waiting), (false, 2000));
         let exclusive = Share {
             exclusive: true,
             ..Share::default()
