@@ -211,11 +211,12 @@ def past_full_groups(server, n, groups, around=None, calls=RELEASES, pxat=False)
     return us
 
 
-def release_past_full_groups(server, n, groups, releases=50):
+def release_past_full_groups(server, n, groups, releases=50, pxat=False):
     """µs per release of a holder on a key of LIMIT 0 whose `groups` groups
-    each hold their GROUPLIMIT 1, `n` waiting in them: each release frees
-    its own group, whose waiter takes the slot; the others are passed over."""
-    _, conns = full_groups(server, n, groups)
+    each hold their GROUPLIMIT 1, `n` waiting in them (their leases given as
+    a PXAT when `pxat`): each release frees its own group, whose waiter
+    takes the slot; the others are passed over."""
+    _, conns = full_groups(server, n, groups, pxat)
     us = per_call(server, "unique.unlock",
                   [("UNIQUE.UNLOCK", "k", "h%d" % g) for g in range(min(releases, groups))],
                   lambda r: r == 1)
@@ -444,6 +445,10 @@ def main():
                 print("%8s waiters%s at their GROUPLIMIT: %.1f µs per release of one of them" % (
                     format(n, ","), in_groups, release_past_full_groups(server, n, groups)),
                       flush=True)
+                print("%8s waiters%s at their GROUPLIMIT, their leases given as a PXAT: %.1f µs "
+                      "per release of one of them" % (
+                          format(n, ","), in_groups,
+                          release_past_full_groups(server, n, groups, pxat=True)), flush=True)
                 print("%8s waiters in as many groups of LIMIT 5, beside one of no LIMIT at its "
                       "GROUPLIMIT: %.1f µs per release" % (
                           format(groups, ","), release_beside_unlimited(server, groups)), flush=True)

@@ -85,8 +85,15 @@ pub enum Served {
         lease_end: Option<i64>,
         full: Option<usize>,
     },
-    /// Its call fails now (say its PXAT has passed): this error ends the wait.
+    /// Its call fails now (say its key permissions were revoked): this error
+    /// ends the wait.
     Failed(String),
+    /// The lease it asks for ended while it waited (its PXAT passed): a
+    /// grant would be over already, so the wait ends with nil, as when it
+    /// runs out. (Its deadline timer ends it at that PXAT; a pass may come
+    /// first by a millisecond.) Not a denial: it says nothing about the
+    /// waiters that ask alike.
+    Lapsed,
 }
 
 /// What a client is told when the module hits a bug: the error reply of a
@@ -480,20 +487,22 @@ fn serve_pass<C>(
                 served
             }
         };
-        let reply = match served {
+        // Whether the wait ends, and with what reply (`None`: nil).
+        let ends = match served {
             Served::Granted(token) => {
                 if let Some(g) = groups.get_mut(i) {
                     g.held += 1;
                 }
-                Some(WaiterReply::Token(token))
+                Some(Some(WaiterReply::Token(token)))
             }
-            Served::Failed(e) => Some(WaiterReply::Error(e)),
+            Served::Failed(e) => Some(Some(WaiterReply::Error(e))),
+            Served::Lapsed => Some(None),
             Served::Denied { lease_end, .. } => {
                 wake_at = earliest(wake_at, lease_end);
                 None
             }
         };
-        if let Some(reply) = reply {
+        if let Some(reply) = ends {
             exclusive.remove(&seq);
             if let Some(kinds) = kinds.as_mut() {
                 kinds.remove(admission, &waiter.share);
@@ -651,8 +660,9 @@ impl Eq for Turn {}
 
 /// What one [`serve_pass`] decided.
 struct Pass<C> {
-    /// The waiters whose wait ends, with their reply, in queue order.
-    ended: Vec<(Waiter<C>, WaiterReply)>,
+    /// The waiters whose wait ends, with their reply (`None`: nil, their
+    /// lease lapsed), in queue order.
+    ended: Vec<(Waiter<C>, Option<WaiterReply>)>,
     /// The waiters still denied, in their order.
     still: Queue<C>,
     /// When to serve the key again: the earliest end of lease (or instant
@@ -727,8 +737,18 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
     // command: replying after the pass is replying in its order.
     for (waiter, reply) in pass.ended {
         with_waiters(|w| w.served(&waiter));
-        stop_deadline(ctx, &waiter);
-        ffi::unblock(waiter.client, Some(reply));
+        let client = waiter.client;
+        if reply.is_none() {
+            time_out(
+                ctx,
+                &id,
+                Some(waiter),
+                "the end of the lease it asked for came",
+            );
+        } else {
+            stop_deadline(ctx, &waiter);
+        }
+        ffi::unblock(client, reply);
     }
     with_waiters(|w| w.put_back(id, pass.still, pass.tally.unwrap_or_default()));
     if let Some(at) = pass.wake_at {

@@ -494,6 +494,42 @@ fn a_multi_key_wait_runs_out_on_every_key_at_once() {
     });
 }
 
+/// As LOCK's: with PXAT, the wait ends with nil when that instant comes,
+/// long before its WAIT, on every key at once.
+#[test]
+fn a_multi_key_wait_ends_with_nil_when_the_pxat_it_asks_for_comes() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "{p}:b", "y"));
+    // Long enough to see it block, under valgrind too.
+    let pxat = (common::server_time_ms(con) + 150 * i64::from(common::patience())).to_string();
+    let wait = (2 * common::patient().as_millis()).to_string();
+    let started = std::time::Instant::now();
+    let waiter = start_waiter(
+        &server,
+        &[
+            "UNIQUE.LOCKALL",
+            "2",
+            "{p}:a",
+            "{p}:b",
+            "w",
+            "PXAT",
+            &pxat,
+            "WAIT",
+            &wait,
+        ],
+    );
+    assert_eq!(reply_of(waiter), Ok(Value::Nil));
+    assert!(
+        started.elapsed() < common::patient(),
+        "ended by its PXAT, not by its WAIT"
+    );
+    assert_eq!((waiters(con, "{p}:a"), waiters(con, "{p}:b")), (0, 0));
+    assert_eq!(call!(con, "EXISTS", "{p}:a"), Ok(Value::Int(0)));
+    let m = common::metrics_json(con, &[]);
+    assert_eq!(m["total"]["timed_out"], 1, "{m}");
+}
+
 #[test]
 fn later_single_key_callers_do_not_take_the_capacity_a_multi_key_waiter_waits_for() {
     let server = Server::start();

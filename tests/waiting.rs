@@ -575,3 +575,103 @@ fn a_pass_serves_past_a_denied_kind_and_renews_a_jid_it_granted() {
     token(denied.join().expect("waiter").0);
     assert_eq!(holders(con, "k"), ["x"]);
 }
+
+/// A wait lasts no longer than the lease it asks for: with PXAT, it ends at
+/// that instant with nil (a grant after it would be a lease already over),
+/// long before its WAIT, counted as a wait that ran out.
+#[test]
+fn a_wait_ends_with_nil_when_the_pxat_it_asks_for_comes() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "a"));
+    // Long enough to see it block, under valgrind too.
+    let pxat = common::server_time_ms(con) + 150 * i64::from(common::patience());
+    let wait = (2 * common::patient().as_millis()).to_string();
+    let started = Instant::now();
+    let waiter = start_waiter(
+        &server,
+        args(&[
+            "k",
+            "b",
+            "PXAT",
+            &pxat.to_string(),
+            "WAIT",
+            &wait,
+            "TYPE",
+            "until_executed",
+        ]),
+    );
+    let (reply, at) = waiter.join().expect("waiter");
+    assert_eq!(reply, Ok(Value::Nil));
+    assert!(
+        at.duration_since(started) < common::patient(),
+        "ended by its PXAT, not by its WAIT"
+    );
+    assert!(common::server_time_ms(con) >= pxat, "not before its PXAT");
+    assert_eq!(holders(con, "k"), ["a"]);
+    assert_eq!(waiting(con), 0);
+    let m = common::metrics_json(con, &[]);
+    assert_eq!(m["types"]["until_executed"]["timed_out"], 1, "{m}");
+    wait_for("its deadline timer gone", || {
+        common::info_field(con, "unique", "unique_timers_armed") == 0
+    });
+}
+
+/// A pass that comes after a waiter's PXAT but before its timer could end the
+/// wait (an UNLOCK read with a DEBUG SLEEP that outlasts the PXAT, in one
+/// event-loop iteration) ends it with nil too: not the error a LOCK given
+/// that PXAT now would get, nor a grant of a lease already over; and the
+/// slot goes on to the next waiter in the same pass. When the machine is too
+/// slow for the PXAT to find the waiter still queued at the sleep, the case
+/// is played again with a later one.
+#[test]
+fn a_pass_after_a_waiters_pxat_ends_its_wait_with_nil_and_serves_the_next() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let wait = (2 * common::patient().as_millis()).to_string();
+    for margin in [300i64, 3_000, 30_000] {
+        let key = format!("k{margin}");
+        let timed_out = common::metrics_json(con, &[])["total"]["timed_out"].clone();
+        token(call!(con, "UNIQUE.LOCK", &key, "h"));
+        let pxat = common::server_time_ms(con) + margin;
+        let lapsing = start_waiter(
+            &server,
+            args(&[&key, "w", "PXAT", &pxat.to_string(), "WAIT", &wait]),
+        );
+        let next = start_waiter(&server, args(&[&key, "x", "WAIT", &wait]));
+        // One write: the three commands run in one event-loop iteration.
+        let (info, _, unlocked): (String, Value, i64) = redis::pipe()
+            .cmd("INFO")
+            .arg("unique")
+            .cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(format!("{:.3}", (margin + 50) as f64 / 1000.0))
+            .cmd("UNIQUE.UNLOCK")
+            .arg(&key)
+            .arg("h")
+            .query(con)
+            .expect("INFO, DEBUG SLEEP, UNLOCK");
+        assert_eq!(unlocked, 1);
+        let (reply, _) = lapsing.join().expect("waiter");
+        assert_eq!(reply, Ok(Value::Nil), "nil, not an error nor a token");
+        let (served, _) = next.join().expect("next waiter");
+        token(served);
+        assert_eq!(holders(con, &key), ["x"]);
+        if !info.lines().any(|l| l.trim() == "unique_waiting:2") {
+            // Its PXAT came before the sleep: its timer ended it. Again, later.
+            eprintln!("a PXAT {margin} ms ahead came before the DEBUG SLEEP: again, later");
+            continue;
+        }
+        let m = common::metrics_json(con, &[]);
+        assert_eq!(
+            m["total"]["timed_out"].as_i64(),
+            timed_out.as_i64().map(|n| n + 1),
+            "{m}"
+        );
+        wait_for("no timer armed", || {
+            common::info_field(con, "unique", "unique_timers_armed") == 0
+        });
+        return;
+    }
+    panic!("the waiter never stayed queued until the DEBUG SLEEP, even with a PXAT 30 s ahead");
+}

@@ -159,11 +159,12 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     };
     validate_jid(jid)?;
     let opts = parse_options(options, config::max_meta_bytes())?;
+    let now = command_now_ms();
     // Inside MULTI/EXEC or a script a client cannot block: WAIT is ignored.
     let wait = opts
         .wait
-        .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
-    let now = command_now_ms();
+        .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING))
+        .map(|ms| wait_within_lease(ms, opts.expiry, now));
     let (attempt, freed) = attempt(ctx, key_name, jid, &opts, Queue::Behind, now)?;
     // The waiters a pruned lease made room for come first, then this call.
     freed.serve_waiters(ctx, key_name);
@@ -198,6 +199,17 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
                 }
             }
         }
+    }
+}
+
+/// How long a call that asked to wait `ms` may wait: no longer than the
+/// lease it asks for lasts (with PXAT; a TTL starts at the grant), since a
+/// grant after that end would be over already. A PXAT not after `now` is
+/// refused before any wait.
+pub fn wait_within_lease(ms: i64, expiry: Option<Expiry>, now: i64) -> i64 {
+    match expiry {
+        Some(Expiry::At(at)) => ms.min(at.saturating_sub(now)).max(1),
+        _ => ms,
     }
 }
 
@@ -264,6 +276,11 @@ impl waiting::Call for WaitingLock {
         // freed goes to the waiters after it in the same pass, not to a new
         // loop.
         let now = now_ms();
+        if let Some(Expiry::At(at)) = self.expiry
+            && at <= now
+        {
+            return Served::Lapsed;
+        }
         match attempt(ctx, &key_name, &self.jid, &opts, Queue::Served, now) {
             Ok((Attempt::Granted(token), _)) => {
                 let lock_type = opts.lock_type.unwrap_or(DEFAULT_TYPE);
@@ -281,14 +298,14 @@ impl waiting::Call for WaitingLock {
         }
     }
 
-    /// Its jid, LIMIT and RATE, unless its lease is a PXAT (which may have
-    /// passed since it blocked) or a TTL so long that a later `now` could
-    /// overflow its end: those are retried every time.
+    /// Its jid, LIMIT and RATE, unless its lease is a TTL so long that a
+    /// later `now` could overflow its end: that one is retried every time.
+    /// (A PXAT that passes ends the wait, at the latest: `Served::Lapsed`.)
     fn admission(&self) -> Option<waiting::Admission<'_>> {
-        match self.expiry {
-            None => {}
-            Some(Expiry::Ttl(ms)) if ms < 1 << 62 => {}
-            Some(_) => return None,
+        if let Some(Expiry::Ttl(ms)) = self.expiry
+            && ms >= 1 << 62
+        {
+            return None;
         }
         Some(waiting::Admission {
             jid: &self.jid,
@@ -403,6 +420,23 @@ mod tests {
         let args: &'static [&'static [u8]] =
             args.iter().map(|a| a.as_bytes()).collect::<Vec<_>>().leak();
         parse_options(args, 100)
+    }
+
+    #[test]
+    fn a_wait_lasts_no_longer_than_a_pxat_lease() {
+        assert_eq!(
+            wait_within_lease(5_000, Some(Expiry::At(1_300)), 1_000),
+            300
+        );
+        assert_eq!(wait_within_lease(200, Some(Expiry::At(1_300)), 1_000), 200);
+        // A TTL starts at the grant: the WAIT as given.
+        assert_eq!(
+            wait_within_lease(5_000, Some(Expiry::Ttl(300)), 1_000),
+            5_000
+        );
+        assert_eq!(wait_within_lease(5_000, None, 1_000), 5_000);
+        // Never less than a positive wait (a PXAT not ahead is refused first).
+        assert_eq!(wait_within_lease(5_000, Some(Expiry::At(900)), 1_000), 1);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, 
 
 use super::decisions::all::{AllAttempt, Refusal, decide_all};
 use super::decisions::{InRedis, count_denial};
-use super::lock::parse_options;
+use super::lock::{parse_options, wait_within_lease};
 use super::{ArgError, events, is_keyword, parse_int, settle};
 use crate::codec::ApplyOp;
 use crate::config;
@@ -295,10 +295,11 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let call = parse(args.get(1..).unwrap_or_default(), config::max_meta_bytes())?;
     // Inside MULTI/EXEC or a script a client cannot block: WAIT is ignored.
+    let now = command_now_ms();
     let wait = call
         .wait
-        .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
-    let now = command_now_ms();
+        .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING))
+        .map(|ms| wait_within_lease(ms, call.expiry, now));
     let (attempt, freed) = attempt(ctx, &call, false, now)?;
     // The waiters pruned leases made room for come first, then this call.
     for key in freed {
@@ -351,6 +352,11 @@ impl waiting::AllCall for Waiting {
         // A retry runs inside the serving loop: what its prune freed goes to
         // the waiters after it, not to a new loop.
         let now = now_ms();
+        if let Some(Expiry::At(at)) = self.0.expiry
+            && at <= now
+        {
+            return ServedAll::Lapsed;
+        }
         match attempt(ctx, &self.0, true, now) {
             Ok((AllAttempt::Granted(grants), _)) => {
                 let lock_type = self.0.lock_type.as_deref().unwrap_or(DEFAULT_TYPE);

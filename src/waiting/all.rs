@@ -165,8 +165,12 @@ pub(super) fn serve_reserved(ctx: &Context, key: &[u8]) -> Option<Vec<Vec<u8>>> 
         ServedAll::Failed(NO_KEY_PERMISSION.to_owned())
     };
     let reply = match served {
-        ServedAll::Granted(tokens) => WaiterReply::Tokens(tokens),
-        ServedAll::Failed(e) => WaiterReply::Error(e),
+        ServedAll::Granted(tokens) => Some(WaiterReply::Tokens(tokens)),
+        ServedAll::Failed(e) => Some(WaiterReply::Error(e)),
+        ServedAll::Lapsed => {
+            metrics::record(now_ms(), Some(&waiter.lock_type), Event::TimedOut);
+            None
+        }
         ServedAll::Denied { wake } => {
             if let Some((i, at)) = wake
                 && let Some((_, key)) = waiter.keys.get(i)
@@ -178,7 +182,7 @@ pub(super) fn serve_reserved(ctx: &Context, key: &[u8]) -> Option<Vec<Vec<u8>>> 
         }
     };
     stop_deadline(ctx, &waiter);
-    ffi::unblock(waiter.client, Some(reply));
+    ffi::unblock(waiter.client, reply);
     Some(
         waiter
             .keys

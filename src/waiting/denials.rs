@@ -17,7 +17,8 @@
 //! not one per tenant.
 //!
 //! Retried as before, whatever was denied: a call that does not say its kind
-//! ([`Admission`]: a PXAT, which may have passed; a multi-key call), and a
+//! ([`Admission`]: a TTL so long that a later clock could overflow its end;
+//! a multi-key call), and a
 //! waiter whose jid was granted earlier in the pass (its retry renews). A
 //! jid that came to hold the key through another call while it waited is
 //! renewed when it is retried: at the first pass where no waiter of its kind
@@ -177,7 +178,7 @@ impl<'a> Denials<'a> {
                     self.kinds += 1;
                 }
             }
-            Served::Failed(_) => {}
+            Served::Failed(_) | Served::Lapsed => {}
         }
     }
 

@@ -43,6 +43,11 @@ pub enum ServedAll {
     Denied { wake: Option<(usize, i64)> },
     /// Its call fails now: this error ends the wait.
     Failed(String),
+    /// The lease it asks for ended while it waited (as [`Served::Lapsed`]):
+    /// nil ends the wait.
+    ///
+    /// [`Served::Lapsed`]: super::Served::Lapsed
+    Lapsed,
 }
 
 /// A blocked call over several keys, as its command parsed it.

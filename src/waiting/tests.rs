@@ -136,12 +136,34 @@ fn a_pass_serves_oldest_first_and_the_denied_keep_their_order() {
     assert_eq!(
         ended,
         [
-            (2, &WaiterReply::Token(7)),
-            (4, &WaiterReply::Error("ERR gone".into()))
+            (2, &Some(WaiterReply::Token(7))),
+            (4, &Some(WaiterReply::Error("ERR gone".into())))
         ]
     );
     assert_eq!(clients(&pass.still), [1, 3, 5]);
     assert_eq!(pass.wake_at, Some(200), "the earliest lease to end");
+}
+
+#[test]
+fn a_lapsed_waiter_ends_with_nil_and_answers_for_nobody_else() {
+    let mut tried = Vec::new();
+    let pass = serve_pass(queue_of(&[1, 2, 3]), None, None, nothing_held, |w| {
+        tried.push(w.client);
+        match w.client {
+            1 => Served::Lapsed,
+            2 => Served::Granted(9),
+            _ => Served::Denied {
+                lease_end: None,
+                full: None,
+            },
+        }
+    });
+    // Its lease ended while it waited: that says nothing of the waiters of
+    // its kind, who are still tried.
+    assert_eq!(tried, [1, 2, 3]);
+    let ended: Vec<_> = pass.ended.iter().map(|(w, r)| (w.client, r)).collect();
+    assert_eq!(ended, [(1, &None), (2, &Some(WaiterReply::Token(9)))]);
+    assert_eq!(clients(&pass.still), [3]);
 }
 
 #[test]
