@@ -156,6 +156,7 @@ impl Indexed {
             size_class(holders.len() * std::mem::size_of::<Slot>()) / std::mem::size_of::<Slot>();
         indexed.slots.reserve_exact(slots);
         indexed.links.reserve_exact(size_class(slots * 8) / 8);
+        indexed.by_jid.reserve(holders.len());
         let mut leased = Vec::with_capacity(holders.len());
         for h in holders {
             // In token order, so each one goes in.
@@ -302,13 +303,9 @@ impl Indexed {
         if let Some(owner) = self.slots.get(slot as usize).and_then(owner_in) {
             self.owners.add(&self.slots, &self.hasher, owner, slot);
         }
-        let slots = &self.slots;
-        let hasher = &self.hasher;
-        self.by_jid.insert(hash, slot, || {
-            (0u32..)
-                .zip(slots)
-                .filter_map(|(s, holder)| Some((s, hasher.hash_one(&*holder.as_ref()?.jid()))))
-        });
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_jid
+            .insert(hash, slot, |s| jid_hash(slots, hasher, s));
         self.len += 1;
         if leased.is_none() {
             self.no_lease += 1;
@@ -332,7 +329,9 @@ impl Indexed {
     /// Takes the holder out of `slot` and every index but the owners'.
     fn vacate(&mut self, slot: u32) -> Option<Holder> {
         let hash = self.hash(&self.holder_at(slot)?.jid());
-        self.by_jid.remove(hash, slot);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_jid
+            .remove(hash, slot, |s| jid_hash(slots, hasher, s));
         self.delist(slot);
         let holder = self.slots.get_mut(slot as usize)?.take()?;
         self.count(holder.group(), holder.is_exclusive(), false);
@@ -916,6 +915,15 @@ impl Indexed {
         }
         self.owners.check(&self.slots, &self.hasher)
     }
+}
+
+/// The hash of the jid in `slot` (0 for an empty slot, which the jids'
+/// table never holds), as `hasher` makes it.
+fn jid_hash(slots: &[Slot], hasher: &RandomState, slot: u32) -> u64 {
+    slots
+        .get(slot as usize)
+        .and_then(Option::as_ref)
+        .map_or(0, |h| hasher.hash_one(&*h.jid()))
 }
 
 /// Makes room for one more by at least an eighth, not Vec's doubling, and
