@@ -7,7 +7,8 @@
 //! move from a listpack to a hash table:
 //!
 //! - `slots`: the holders, each in a slot that never moves while it holds, a
-//!   freed slot reused by the next grant (`free`);
+//!   freed slot reused by the next grant (`free`), kept in chunks (as the
+//!   links below: `chunked.rs`) so that a growing key never copies them all;
 //! - `by_jid`: a hash table of slot numbers, each tagged with bits of its
 //!   jid's hash, to find a holder by its jid in one read of the table (see
 //!   `jids.rs`);
@@ -55,6 +56,7 @@ use hashbrown::HashTable;
 
 use super::Holder;
 use super::group::group_hash;
+use chunked::Chunked;
 use jids::Jids;
 use owners::Owners;
 
@@ -73,10 +75,10 @@ enum Side {
 /// The holders of a lock with many, indexed by jid and by end of lease.
 #[derive(Debug, Clone)]
 pub(super) struct Indexed {
-    slots: Vec<Slot>,
+    slots: Chunked<Slot>,
     /// Each slot's previous and next in the list of leases (`NIL` at an
     /// end), or its place in the heap and `IN_HEAP`, or `[0, UNLEASED]`.
-    links: Vec<[u32; 2]>,
+    links: Chunked<[u32; 2]>,
     /// The first and last of the list of leases (`NIL` when empty).
     head: u32,
     tail: u32,
@@ -151,11 +153,9 @@ impl Indexed {
             return Err(holders);
         }
         let mut indexed = Self::empty();
-        // To the end of the size class, as `grow` does.
-        let slots =
-            size_class(holders.len() * std::mem::size_of::<Slot>()) / std::mem::size_of::<Slot>();
-        indexed.slots.reserve_exact(slots);
-        indexed.links.reserve_exact(size_class(slots * 8) / 8);
+        // Each chunk allocated once.
+        indexed.slots = Chunked::with_capacity(holders.len());
+        indexed.links = Chunked::with_capacity(holders.len());
         indexed.by_jid.reserve(holders.len());
         let mut leased = Vec::with_capacity(holders.len());
         for h in holders {
@@ -176,12 +176,12 @@ impl Indexed {
     /// No holder.
     pub(super) fn empty() -> Self {
         Self {
-            slots: Vec::new(),
+            slots: Chunked::default(),
             free: Vec::new(),
             by_jid: Jids::default(),
             hasher: RandomState::new(),
             last_found: Cell::new(NIL),
-            links: Vec::new(),
+            links: Chunked::default(),
             head: NIL,
             tail: NIL,
             leases: Vec::new(),
@@ -280,9 +280,7 @@ impl Indexed {
             Some(slot) => slot,
             None => match u32::try_from(self.slots.len()) {
                 Ok(slot) if slot < MAX_SLOTS => {
-                    grow(&mut self.slots);
                     self.slots.push(None);
-                    grow(&mut self.links);
                     self.links.push([0, UNLEASED]);
                     slot
                 }
@@ -603,8 +601,8 @@ impl Indexed {
     /// Bytes held, for MEMORY USAGE.
     pub(super) fn mem_usage(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.slots.capacity() * std::mem::size_of::<Slot>()
-            + self.links.capacity() * 8
+            + chunked_bytes(&self.slots)
+            + chunked_bytes(&self.links)
             + (self.free.capacity() + self.leases.capacity()) * 4
             // a slot number and its tag an entry
             + self.by_jid.capacity() * 4
@@ -919,11 +917,17 @@ impl Indexed {
 
 /// The hash of the jid in `slot` (0 for an empty slot, which the jids'
 /// table never holds), as `hasher` makes it.
-fn jid_hash(slots: &[Slot], hasher: &RandomState, slot: u32) -> u64 {
+fn jid_hash(slots: &Chunked<Slot>, hasher: &RandomState, slot: u32) -> u64 {
     slots
         .get(slot as usize)
         .and_then(Option::as_ref)
         .map_or(0, |h| hasher.hash_one(&*h.jid()))
+}
+
+/// The bytes a chunked vector holds: its elements' and its table of chunks.
+fn chunked_bytes<T>(v: &Chunked<T>) -> usize {
+    let (elements, table) = v.capacity();
+    elements * std::mem::size_of::<T>() + table
 }
 
 /// Makes room for one more by at least an eighth, not Vec's doubling, and
@@ -998,6 +1002,7 @@ pub(super) fn in_token_order(holders: &[Holder]) -> bool {
     })
 }
 
+mod chunked;
 mod jids;
 mod owners;
 

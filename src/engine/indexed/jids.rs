@@ -39,6 +39,13 @@ const MIN_SLOT_BITS: u32 = 8;
 /// were; at 4 a step the move is over after a quarter of that many steps).
 const MOVES_PER_STEP: usize = 4;
 const PLACES_PER_STEP: usize = 64;
+/// A table of no more entries than this moves them all at once: tens of
+/// microseconds, and a small key does not keep two tables for long. (The
+/// unit tests move small tables step by step, to see moves under way.)
+#[cfg(not(test))]
+const MOVED_AT_ONCE: usize = 1024;
+#[cfg(test)]
+const MOVED_AT_ONCE: usize = 16;
 
 /// Slot numbers by jid (the jids themselves are in the holders' slots): a
 /// table, and while its entries move to a larger one, the one they leave.
@@ -148,7 +155,11 @@ impl Jids {
         let new = Table::sized(self.table.len + 1, bits);
         let old = std::mem::replace(&mut self.table, new);
         if old.len > 0 {
+            let at_once = old.len <= MOVED_AT_ONCE;
             self.old = Some((old, 0));
+            while at_once && self.old.is_some() {
+                self.step(hash_of);
+            }
         }
     }
 

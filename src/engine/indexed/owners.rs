@@ -15,7 +15,7 @@ use std::hash::{BuildHasher, RandomState};
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
-use super::{Holder, Slot};
+use super::{Chunked, Holder, Slot};
 
 /// One owner's slots: `first`, whose holder's owner keys the entry, and the
 /// others, if any.
@@ -34,7 +34,7 @@ pub(super) struct Owners {
 }
 
 /// The owner of the holder in `slot`, if it has one.
-fn owner_of(slots: &[Slot], slot: u32) -> Option<&[u8]> {
+fn owner_of(slots: &Chunked<Slot>, slot: u32) -> Option<&[u8]> {
     slots
         .get(slot as usize)
         .and_then(Option::as_ref)
@@ -57,7 +57,13 @@ fn oversized(capacity: usize, len: usize) -> bool {
 
 impl Owners {
     /// Adds `slot`, whose holder (already in `slots`) has `owner`.
-    pub(super) fn add(&mut self, slots: &[Slot], hasher: &RandomState, owner: &[u8], slot: u32) {
+    pub(super) fn add(
+        &mut self,
+        slots: &Chunked<Slot>,
+        hasher: &RandomState,
+        owner: &[u8],
+        slot: u32,
+    ) {
         let hash = hasher.hash_one(owner);
         let entry = self.table.entry(
             hash,
@@ -83,7 +89,13 @@ impl Owners {
     /// when it was added. Its holder may have another owner by now (a
     /// renewal that changed it): the entry is then the one whose `first` it
     /// is, or the one keyed by `owner` through another of its slots.
-    pub(super) fn remove(&mut self, slots: &[Slot], hasher: &RandomState, owner: &[u8], slot: u32) {
+    pub(super) fn remove(
+        &mut self,
+        slots: &Chunked<Slot>,
+        hasher: &RandomState,
+        owner: &[u8],
+        slot: u32,
+    ) {
         let hash = hasher.hash_one(owner);
         let Ok(mut entry) = self.table.find_entry(hash, |o| {
             o.first == slot || owner_of(slots, o.first) == Some(owner)
@@ -113,7 +125,12 @@ impl Owners {
     }
 
     /// Takes out every slot of `owner` (in no particular order).
-    pub(super) fn take(&mut self, slots: &[Slot], hasher: &RandomState, owner: &[u8]) -> Vec<u32> {
+    pub(super) fn take(
+        &mut self,
+        slots: &Chunked<Slot>,
+        hasher: &RandomState,
+        owner: &[u8],
+    ) -> Vec<u32> {
         let hash = hasher.hash_one(owner);
         let Ok(entry) = self
             .table
@@ -151,7 +168,7 @@ impl Owners {
     /// Every invariant of the index against the holders in `slots`, for the
     /// tests.
     #[cfg(test)]
-    pub(super) fn check(&self, slots: &[Slot], hasher: &RandomState) -> Result<(), String> {
+    pub(super) fn check(&self, slots: &Chunked<Slot>, hasher: &RandomState) -> Result<(), String> {
         let mut seen = std::collections::HashSet::new();
         for o in &self.table {
             let owner = owner_of(slots, o.first).ok_or("an entry's first slot has no owner")?;
