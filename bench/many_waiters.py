@@ -211,15 +211,22 @@ def past_full_groups(server, n, groups, around=None, calls=RELEASES, pxat=False)
     return us
 
 
-def release_past_full_groups(server, n, groups, releases=50, pxat=False):
+def release_past_full_groups(server, n, groups, releases=50, pxat=False, around=None):
     """µs per release of a holder on a key of LIMIT 0 whose `groups` groups
     each hold their GROUPLIMIT 1, `n` waiting in them (their leases given as
     a PXAT when `pxat`): each release frees its own group, whose waiter
-    takes the slot; the others are passed over."""
+    takes the slot; the others are passed over. With `around`, called just
+    before the releases and just after them, nothing."""
     _, conns = full_groups(server, n, groups, pxat)
-    us = per_call(server, "unique.unlock",
-                  [("UNIQUE.UNLOCK", "k", "h%d" % g) for g in range(min(releases, groups))],
-                  lambda r: r == 1)
+    unlocks = [("UNIQUE.UNLOCK", "k", "h%d" % g) for g in range(min(releases, groups))]
+    us = None
+    if around:
+        around()
+        for args in unlocks:
+            assert server.conn.call(*args) == 1
+        around()
+    else:
+        us = per_call(server, "unique.unlock", unlocks, lambda r: r == 1)
     if waiting(server) != n - min(releases, groups):
         raise SystemExit("the releases served %d waiters" % (n - waiting(server)))
     close(server, conns)
@@ -369,6 +376,14 @@ def callgrind_past_full_groups(n, groups, calls=100):
                            lambda server, around: past_full_groups(server, n, groups, around, calls))
 
 
+def callgrind_release_past_full_groups(n, groups, releases=50):
+    """Instructions the module's commands run per release of
+    `release_past_full_groups`, the server under callgrind."""
+    return callgrind_count("n%d-groups%d-release-past-full" % (n, groups), n, releases,
+                           lambda server, around: release_past_full_groups(
+                               server, n, groups, releases, around=around))
+
+
 def callgrind_count(label, n, count, run):
     """What the module's commands run between the two calls of `around` in
     `run(server, around)`, per one of `count`, the server under callgrind
@@ -422,6 +437,9 @@ def main():
                 n = max(SIZES)
                 print("%8s waiters%s at their GROUPLIMIT: %.0f instructions per LOCK of a new group" % (
                     format(n, ","), in_groups, callgrind_past_full_groups(n, groups)), flush=True)
+                print("%8s waiters%s at their GROUPLIMIT: %.0f instructions per release of one of "
+                      "them" % (format(n, ","), in_groups,
+                                callgrind_release_past_full_groups(n, groups)), flush=True)
         return
     server = bench.Server()
     try:

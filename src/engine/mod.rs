@@ -18,7 +18,7 @@ mod indexed;
 mod jid;
 mod rate;
 
-pub use group::{GroupName, group_hash};
+pub use group::{ByGroupName, GroupName, group_hash};
 use holder::Holders;
 pub use holder::{GroupCounts, Holder, Ordered, TOKENS_PER_MS};
 pub use jid::Jid;

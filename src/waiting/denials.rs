@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::queues::gate;
 use super::{Served, Share, earliest};
-use crate::engine::GroupName;
+use crate::engine::{ByGroupName, GroupName};
 
 /// A waiter's call as far as a new hold is decided, besides its [`Share`]:
 /// its jid, LIMIT and RATE (`[n, per, burst]`: this layer knows no engine).
@@ -71,7 +71,10 @@ impl Terms {
 /// Kinds of waiter, each with a `T`: by group, found by hashing the group a
 /// waiter already carries (a queue of many tenants costs no search of the
 /// others), then the few terms a group's waiters give, in a list.
-type ByGroup<T> = HashMap<Option<GroupName>, Vec<(Terms, T)>>;
+type ByGroup<T> = GroupMap<Vec<(Terms, T)>>;
+
+/// A map by group, which hashes a group by the hash its name carries.
+type GroupMap<V> = HashMap<Option<GroupName>, V, ByGroupName>;
 
 fn find<'m, T>(map: &'m ByGroup<T>, group: &Option<GroupName>, terms: Terms) -> Option<&'m T> {
     map.get(group)?
@@ -96,7 +99,7 @@ pub(super) struct Denials<'a> {
     granted: HashSet<Box<[u8]>>,
     /// The groups the pass does not try (see [`Denials::pass_over`]), and
     /// how many kinds wait in them.
-    passed: HashSet<&'a Option<GroupName>>,
+    passed: HashSet<&'a Option<GroupName>, ByGroupName>,
     passed_kinds: usize,
     /// What [`Denials::cover`] looks through once it must look at each
     /// kind (see [`Walk`]).
@@ -127,6 +130,10 @@ impl<'a> Denials<'a> {
     /// to stop, or a group passed over would keep the pass turning through
     /// every other group.
     pub(super) fn pass_over(&mut self, group: &'a Option<GroupName>, kinds: &Kinds) {
+        // Room for every group waiting at once: a pass may pass over most.
+        if self.passed.is_empty() {
+            self.passed.reserve(kinds.known.len());
+        }
         if self.passed.insert(group) {
             self.passed_kinds += kinds.known.get(group).map_or(0, Vec::len);
         }
@@ -291,7 +298,7 @@ pub(super) struct Kinds {
     /// key holds such a waiter back), by group, each with how many gave
     /// it: their shares are known, so a newcomer asks them what it asks the
     /// others, without a walk of the queue.
-    unknown_gates: HashMap<Option<GroupName>, Vec<(Option<u32>, usize)>>,
+    unknown_gates: GroupMap<Vec<(Option<u32>, usize)>>,
     /// How many of them no GROUPLIMIT holds back.
     unknown_ungated: usize,
     /// How many times a kind was added (it only grows): a list of the
