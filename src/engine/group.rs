@@ -110,7 +110,7 @@ impl Hasher for GroupHasher {
     }
 }
 
-/// Builds a [`GroupHasher`]: `HashMap<Option<GroupName>, V, ByGroupName>`.
+/// Builds a `GroupHasher`: `HashMap<Option<GroupName>, V, ByGroupName>`.
 pub type ByGroupName = BuildHasherDefault<GroupHasher>;
 
 impl fmt::Debug for GroupName {
