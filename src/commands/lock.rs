@@ -276,9 +276,7 @@ impl waiting::Call for WaitingLock {
         // freed goes to the waiters after it in the same pass, not to a new
         // loop.
         let now = now_ms();
-        if let Some(Expiry::At(at)) = self.expiry
-            && at <= now
-        {
+        if self.expiry.is_some_and(|e| e.lapsed(now)) {
             return Served::Lapsed;
         }
         match attempt(ctx, &key_name, &self.jid, &opts, Queue::Served, now) {
@@ -437,6 +435,10 @@ mod tests {
         assert_eq!(wait_within_lease(5_000, None, 1_000), 5_000);
         // Never less than a positive wait (a PXAT not ahead is refused first).
         assert_eq!(wait_within_lease(5_000, Some(Expiry::At(900)), 1_000), 1);
+        // And a retry then finds it lapsed, at its PXAT and after.
+        assert!(Expiry::At(1_300).lapsed(1_300) && Expiry::At(1_300).lapsed(1_301));
+        assert!(!Expiry::At(1_300).lapsed(1_299));
+        assert!(!Expiry::Ttl(300).lapsed(i64::MAX));
     }
 
     #[test]

@@ -294,8 +294,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     let call = parse(args.get(1..).unwrap_or_default(), config::max_meta_bytes())?;
-    // Inside MULTI/EXEC or a script a client cannot block: WAIT is ignored.
     let now = command_now_ms();
+    // Inside MULTI/EXEC or a script a client cannot block: WAIT is ignored.
     let wait = call
         .wait
         .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING))
@@ -352,9 +352,7 @@ impl waiting::AllCall for Waiting {
         // A retry runs inside the serving loop: what its prune freed goes to
         // the waiters after it, not to a new loop.
         let now = now_ms();
-        if let Some(Expiry::At(at)) = self.0.expiry
-            && at <= now
-        {
+        if self.0.expiry.is_some_and(|e| e.lapsed(now)) {
             return ServedAll::Lapsed;
         }
         match attempt(ctx, &self.0, true, now) {

@@ -937,11 +937,16 @@ fn chunked_bytes<T>(v: &Chunked<T>) -> usize {
 /// up a quarter larger than asked). Each element is still moved a bounded
 /// number of times on average.
 fn grow<T>(v: &mut Vec<T>) {
+    grow_up_to(v, usize::MAX);
+}
+
+/// As [`grow`], never past `most` elements (a chunk of `chunked.rs`).
+fn grow_up_to<T>(v: &mut Vec<T>, most: usize) {
     if v.len() == v.capacity() {
         let size = std::mem::size_of::<T>().max(1);
-        let wanted = v.len() + (v.len() / 8).max(4);
-        let capacity = size_class(wanted.saturating_mul(size)) / size;
-        v.reserve_exact(capacity.max(wanted) - v.len());
+        let wanted = (v.len() + (v.len() / 8).max(4)).min(most);
+        let capacity = (size_class(wanted.saturating_mul(size)) / size).clamp(wanted, most);
+        v.reserve_exact(capacity - v.len());
     }
 }
 

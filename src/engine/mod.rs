@@ -207,6 +207,12 @@ impl Expiry {
         }
         Ok(at)
     }
+
+    /// Whether the lease it asks for is over by `now`: a PXAT passed (a TTL
+    /// starts at the grant, so it never is).
+    pub fn lapsed(self, now: i64) -> bool {
+        matches!(self, Self::At(at) if at <= now)
+    }
 }
 
 /// A validated LOCK call, its lease already resolved against `now`.

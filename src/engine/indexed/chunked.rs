@@ -13,7 +13,7 @@
 //! bits (its chunk, from a table of a few hundred bytes that stays in the
 //! cache) and low bits.
 
-use super::size_class;
+use super::{grow_up_to, size_class};
 
 /// The elements in a chunk: 2,048 slots of 40 bytes are 80 KB, one of
 /// jemalloc's size classes (and 2,048 links of 8 bytes 16 KB).
@@ -63,7 +63,8 @@ impl<T> Chunked<T> {
             self.chunks.push(Vec::new());
         }
         if let Some(chunk) = self.chunks.get_mut(at) {
-            grow_within_chunk(chunk);
+            // Never past a chunk: pushed only where there is room for one.
+            grow_up_to(chunk, CHUNK);
             chunk.push(value);
             self.len += 1;
         }
@@ -104,17 +105,6 @@ impl<T> IntoIterator for Chunked<T> {
 
     fn into_iter(self) -> Self::IntoIter {
         self.chunks.into_iter().flatten()
-    }
-}
-
-/// Makes room in `chunk` for one more, by at least an eighth and up to the
-/// end of the allocator's size class, never past a chunk.
-fn grow_within_chunk<T>(chunk: &mut Vec<T>) {
-    if chunk.len() == chunk.capacity() {
-        let size = std::mem::size_of::<T>().max(1);
-        let wanted = (chunk.len() + (chunk.len() / 8).max(4)).min(CHUNK);
-        let capacity = (size_class(wanted.saturating_mul(size)) / size).clamp(wanted, CHUNK);
-        chunk.reserve_exact(capacity - chunk.len());
     }
 }
 
