@@ -214,6 +214,15 @@ def test_monitor_frees_the_locks_of_a_killed_worker(cel, server):
     patterns = r.pubsub_numpat()
     monitor.start()
     wait_for(lambda: r.pubsub_numpat() > patterns, message="the monitor to subscribe to the events")
+    # A busy cluster: another node's events never stop (ten a second), so the monitor never
+    # sees a second without one and must still look for the silent workers.
+    def chatter():
+        with mod.app.connection_for_write() as conn:
+            sender = mod.app.events.Dispatcher(conn, hostname="chatty@%s" % tag(), enabled=True)
+            while not stop.wait(0.1):
+                sender.send("worker-heartbeat", freq=2.0, active=0, processed=0)
+    chatty = threading.Thread(target=chatter, daemon=True)
+    chatty.start()
     queue = "doomed-%s" % tag()
     log = open(Path(server.dir, "celery-doomed.log"), "w")
     doomed = subprocess.Popen(
@@ -246,3 +255,4 @@ def test_monitor_frees_the_locks_of_a_killed_worker(cel, server):
             doomed.wait()
         log.close()
         monitor.join(10)
+        chatty.join(10)

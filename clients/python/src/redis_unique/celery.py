@@ -89,6 +89,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
@@ -537,19 +538,33 @@ def monitor_workers(app: Any, stop: Optional[threading.Event] = None, interval: 
         if event.get("type") == "worker-offline" and event.get("pid"):
             reap(event["hostname"], int(event["pid"]))
 
+    def reap_the_silent() -> None:
+        for worker in list(state.workers.values()):
+            if worker.pid and worker.heartbeats and not worker.alive:
+                reap(worker.hostname, int(worker.pid))
+
     stop = stop or threading.Event()
     while not stop.is_set():
+        conn = app.connection_for_read()
+        errors = tuple(conn.connection_errors) + (OSError, ConnectionError)
         try:
-            with app.connection_for_read() as conn:
+            with conn:
                 recv = app.events.Receiver(conn, handlers={"*": on_event})
-                while not stop.is_set():
-                    try:
-                        recv.capture(limit=None, timeout=interval, wakeup=False)
-                    except (socket.timeout, TimeoutError):
-                        pass
-                    for worker in list(state.workers.values()):
-                        if worker.pid and worker.heartbeats and not worker.alive:
-                            reap(worker.hostname, int(worker.pid))
-        except (OSError, ConnectionError) as exc:  # the broker went away: try again
+                # One consumer for as long as the connection lasts. Events are PUBLISHed: a
+                # consumer opened for each wait (as Receiver.capture does) misses those sent
+                # between two, a dead worker's last heartbeat among them; and capture returns
+                # only after a whole second without any event, which a busy cluster never has,
+                # so the silent workers would never be looked for.
+                with recv.consumer_context(wakeup=False) as (events, _, _):
+                    looked = time.monotonic()
+                    while not stop.is_set():
+                        try:
+                            events.drain_events(timeout=interval)
+                        except (socket.timeout, TimeoutError):
+                            pass
+                        if time.monotonic() - looked >= interval:
+                            looked = time.monotonic()
+                            reap_the_silent()
+        except errors as exc:  # the broker went away: try again
             log.warning("redis_unique: event monitor reconnecting: %s", exc)
             stop.wait(interval)
