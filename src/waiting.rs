@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use redis_module::{Context, RedisResult, RedisValue};
 
-use crate::engine::GroupName;
+use crate::engine::{GroupName, HoldingsStamp};
 use crate::ffi::{
     self, AclUser, BlockHandler, Blocked, TimerHandler, WaiterReply, now_ms, select_db, selected_db,
 };
@@ -61,6 +61,7 @@ use crate::metrics::{self, Event};
 mod all;
 mod denials;
 mod multi;
+mod parked;
 mod queues;
 pub use all::block_all;
 pub use denials::Admission;
@@ -120,7 +121,7 @@ pub trait Call {
     /// its GROUPLIMIT may hold fewer. A call that knows no groups says 0 for
     /// all.
     fn holdings(&self, _ctx: &Context, each: Holdings<'_>) {
-        each(&|_| 0, None)
+        each(&NoHolders)
     }
 
     /// What decides this call's new hold besides its [`Share`], when nothing
@@ -131,9 +132,44 @@ pub trait Call {
     }
 }
 
-/// What [`Call::holdings`] shows its lookup to (how many live holders a
-/// group has) and the earliest end of a live lease on the key.
-pub type Holdings<'a> = &'a mut dyn FnMut(&dyn Fn(Option<&GroupName>) -> usize, Option<i64>);
+/// What [`Call::holdings`] shows its key's holders to.
+pub type Holdings<'a> = &'a mut dyn FnMut(&dyn KeyHoldings);
+
+/// A key's holders as a serving pass weighs them, looked at once a pass.
+pub trait KeyHoldings {
+    /// How many live holders `group` has (`None`: the holders without one).
+    fn held(&self, group: Option<&GroupName>) -> usize;
+
+    /// The earliest end of a live lease: when a group found at its
+    /// GROUPLIMIT may hold fewer.
+    fn next_lease_end(&self) -> Option<i64>;
+
+    /// The key's [`HoldingsStamp`], if it keeps one: what a pass keeps
+    /// with the groups it found at their GROUPLIMIT.
+    fn stamp(&self) -> Option<HoldingsStamp> {
+        None
+    }
+
+    /// Shows `each` the [`holding_hash`](crate::engine::holding_hash) of
+    /// every group that may hold fewer live holders than under `since`;
+    /// false when the key cannot say (then any group may).
+    fn freed_since(&self, _since: HoldingsStamp, _each: &mut dyn FnMut(u64)) -> bool {
+        false
+    }
+}
+
+/// A key without holders (or a call that knows no groups): 0 for all.
+pub struct NoHolders;
+
+impl KeyHoldings for NoHolders {
+    fn held(&self, _: Option<&GroupName>) -> usize {
+        0
+    }
+
+    fn next_lease_end(&self) -> Option<i64> {
+        None
+    }
+}
 
 /// What the serving rule needs to know of a waiter besides its call: the
 /// group it waits for (`None`: the waiters without GROUP, which compete as
@@ -203,7 +239,7 @@ pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
 pub fn holds_back(
     ctx: &Context,
     key: &[u8],
-    stamp: Option<u64>,
+    stamp: Option<HoldingsStamp>,
     holding: impl Fn(Option<&GroupName>) -> usize,
 ) -> bool {
     if nobody_waits() {
@@ -326,7 +362,7 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 ///   grants), its oldest waiter first (FIFO within a group). Among groups
 ///   of equal share, the one whose oldest waiter came first: since a grant
 ///   raises the share of the group served, equal groups take turns
-///   (round-robin, weighted through the share). Nothing is kept between
+///   (round-robin, weighted through the share). No share is kept between
 ///   passes: a group that stops waiting leaves no trace and banks nothing.
 /// - **A denial ends nobody else's turn.** A waiter denied (say by its own
 ///   group's GROUPLIMIT) keeps its place; the pass goes on with the next
@@ -337,7 +373,11 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 ///   kind waiting was denied is tried no more, and the pass ends once every
 ///   kind was: its cost follows the waiters it serves and the kinds
 ///   waiting, not the length of the queue. Without it (the unit tests)
-///   every waiter is visited.
+///   every waiter is visited. A group found holding the largest GROUPLIMIT
+///   its waiters gave is not tried, and is kept apart (`parked`) after the
+///   pass, not looked at again until the key may have freed one of its
+///   slots: a pass past many tenants at their GROUPLIMIT costs what the
+///   groups it looks at do, not the number waiting.
 /// - **Shared/exclusive (PostgreSQL's rule).** A waiter is served only if
 ///   it conflicts with no earlier waiter: nobody queued after a waiting
 ///   exclusive request is tried before it is served (a writer blocks the
@@ -383,33 +423,48 @@ fn serve_pass<C>(
         groups: mut seqs,
         kinds,
         mut exclusive,
+        mut parked,
         ..
     } = tally.unwrap_or_else(|| Tally::of(&queue));
     let mut kinds = known.then_some(kinds);
     let last = queue.range(before).next_back().map(|(&seq, _)| seq);
-    let mut groups: Vec<Group<'_>> = seqs
-        .iter()
-        .map(|(name, seqs)| Group::new(name, seqs, last))
-        .collect();
-    let mut denials = Denials::default();
     // Each group's `held`, asked of the key for every group at once (through
     // the oldest waiter: all wait on the one key) and counted on as the pass
     // grants. The key counts live holders only, those whose lease has ended
     // left out as the first retry's prune will remove them: no count again.
+    // The groups parked by an earlier pass (at their GROUPLIMIT) are not
+    // asked: only those the key may have freed come back first.
     let mut next_lease = None;
+    let mut stamp = None;
+    let mut held = Vec::new();
     if let Some(oldest) = queue.values().next() {
-        holdings(oldest, &mut |held_by, lease| {
-            next_lease = lease;
-            for g in groups.iter_mut() {
-                g.held = held_by(g.name.as_ref());
+        holdings(oldest, &mut |key| {
+            next_lease = key.next_lease_end();
+            stamp = key.stamp();
+            if let Some(kinds) = kinds.as_ref() {
+                parked.wake(key, kinds, &mut seqs);
             }
+            held = seqs.keys().map(|name| key.held(name.as_ref())).collect();
         });
     }
+    if held.len() != seqs.len() {
+        // The key was not looked at (a bug there): the counts are unknown,
+        // so is what the parked groups hold.
+        parked.unpark_all(&mut seqs);
+        held = vec![0; seqs.len()];
+    }
+    let mut groups: Vec<Group<'_>> = seqs
+        .iter()
+        .zip(held)
+        .map(|((name, seqs), held)| Group::new(name, seqs, last, held))
+        .collect();
+    let mut denials = Denials::default();
+    denials.parked(parked.kinds());
     // A group that holds the largest GROUPLIMIT its waiters gave has no
     // waiter a retry would grant (a pass only adds holders): it is not
     // tried, and the earliest end of a lease on the key, when it may hold
     // fewer, is when to look again. Many tenants at their GROUPLIMIT cost a
-    // pass a look each, not a retry each.
+    // pass a look each, not a retry each, and are parked after it.
     let mut skipped = false;
     let at_group_limit = |g: &Group<'_>| {
         g.held > 0
@@ -423,13 +478,15 @@ fn serve_pass<C>(
     // so that a turn costs O(log groups) and not a look at every group.
     // (Made in a vector of the groups' number: a filtered iterator gives no
     // size, and the heap would grow by doubling.)
-    let mut heads = Vec::with_capacity(groups.len());
+    let looked_at = groups.len();
+    let mut heads = Vec::with_capacity(looked_at);
     for (i, g) in groups.iter_mut().enumerate() {
         if at_group_limit(g) {
             g.covered = true;
+            g.passed_over = true;
             skipped = true;
             if let Some(kinds) = kinds.as_ref() {
-                denials.pass_over(g.name, kinds);
+                denials.pass_over(g.name, kinds, looked_at);
             }
         } else {
             heads.extend(g.turn(i));
@@ -528,13 +585,32 @@ fn serve_pass<C>(
             }
         }
     }
+    let passed_over: Vec<Option<GroupName>> = groups
+        .iter()
+        .filter(|g| g.passed_over)
+        .map(|g| g.name.clone())
+        .collect();
     drop(groups);
     // The waiters that leave the queue leave their group's (their kinds
     // were counted out as they left, for `cover`).
     for (waiter, _) in &ended {
         queues::leave_group(&mut seqs, waiter);
     }
-    if skipped {
+    // The groups passed over are parked, with those still parked: all hold
+    // their GROUPLIMIT as of the key's stamp at the start of the pass (the
+    // pass only added holders; what it removed, the key names since).
+    match (kinds.as_ref(), stamp) {
+        (Some(kinds), Some(stamp)) => {
+            for name in passed_over {
+                if let Some(waiters) = seqs.remove(&name) {
+                    parked.park(name, waiters, kinds);
+                }
+            }
+            parked.settle(stamp);
+        }
+        _ => parked.unpark_all(&mut seqs),
+    }
+    if skipped || !parked.is_empty() {
         wake_at = earliest(wake_at, next_lease);
     }
     // The denied, the untried (behind a waiting exclusive request, of a
@@ -552,6 +628,7 @@ fn serve_pass<C>(
             // Looked at again after a pass, which served and pruned.
             full_at: None,
             exclusive,
+            parked,
         }),
     }
 }
@@ -582,17 +659,26 @@ struct Group<'a> {
     /// Every kind of the group that waits was denied in this pass (which
     /// stays so: a pass only adds denials and removes waiters).
     covered: bool,
+    /// Found at its GROUPLIMIT when the pass started: not tried, and parked
+    /// after it.
+    passed_over: bool,
 }
 
 impl<'a> Group<'a> {
-    fn new(name: &'a Option<GroupName>, seqs: &'a GroupWaiters, last: Option<usize>) -> Self {
+    fn new(
+        name: &'a Option<GroupName>,
+        seqs: &'a GroupWaiters,
+        last: Option<usize>,
+        held: usize,
+    ) -> Self {
         let mut group = Self {
             name,
             seqs,
             head: None,
             last,
-            held: 0,
+            held,
             covered: false,
+            passed_over: false,
         };
         group.head = group.head_from(Some(seqs.first()));
         group

@@ -325,6 +325,80 @@ fn tenants_passed_over_at_their_grouplimit_are_served_when_a_lease_of_theirs_end
     drop(waiters);
 }
 
+/// Tenants kept aside at their GROUPLIMIT between passes come back however
+/// their slots free up: a REAP that removes more of their holders at once
+/// than the key names in what went down serves every one of them; and a
+/// DEL of the key (a new key by that name, which knows nothing of the
+/// old one's counts) serves the next round of them.
+#[test]
+fn tenants_at_their_grouplimit_are_served_when_many_slots_free_at_once_or_the_key_goes() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let args = |tenant: &str| -> Vec<String> {
+        let a = [
+            "LIMIT",
+            "0",
+            "GROUP",
+            tenant,
+            "GROUPLIMIT",
+            "1",
+            "TTL",
+            "600000",
+        ];
+        let mut a = a.map(String::from).to_vec();
+        a.extend(["OWNER".to_string(), "worker-1".to_string()]);
+        a
+    };
+    for i in 0..40 {
+        token(call!(
+            con,
+            "UNIQUE.LOCK",
+            "k",
+            format!("h{i}"),
+            &args(&format!("t{i}"))[..]
+        ));
+    }
+    let queue = |round: &str| -> Vec<_> {
+        (0..40)
+            .map(|i| {
+                let a = args(&format!("t{i}"));
+                let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                waiter(&server, "k", &format!("{round}{i}"), &a)
+            })
+            .collect()
+    };
+    let first = queue("w");
+    assert_eq!(waiting(con, "k"), 40, "each tenant waits at its limit");
+    // A release in between: its tenant is served, the others stay aside.
+    call!(con, "UNIQUE.UNLOCK", "k", "h3").expect("unlock");
+    wait_for("t3's waiter", || {
+        holders(con, "k").contains(&"w3".to_string())
+    });
+    assert_eq!(waiting(con, "k"), 39);
+    // One key in the database: one call of REAP goes through it.
+    let reaped = call!(con, "UNIQUE.REAP", "0", "OWNER", "worker-1").expect("REAP");
+    let Value::Array(reply) = reaped else {
+        panic!("REAP's reply: {reaped:?}");
+    };
+    assert_eq!(
+        reply.get(1),
+        Some(&Value::Int(40)),
+        "the 39 holders left and t3's waiter, all of worker-1"
+    );
+    wait_for("every waiter served", || waiting(con, "k") == 0);
+    assert_eq!(holders(con, "k").len(), 39);
+    // t3 holds nothing now: its next waiter takes a slot at once.
+    let second = queue("x");
+    assert_eq!(waiting(con, "k"), 39);
+    call!(con, "DEL", "k").expect("DEL");
+    wait_for("every tenant's next waiter served", || {
+        holders(con, "k").len() == 39 && waiting(con, "k") == 0
+    });
+    drop(server);
+    drop(first);
+    drop(second);
+}
+
 /// Tenants of LIMIT 5 on a full key beside a tenant of no LIMIT at its
 /// GROUPLIMIT: a release serves one tenant of LIMIT 5 (the pass stops once
 /// the key is full again, the tenant of no LIMIT passed over, not denied),

@@ -10,11 +10,10 @@ use super::decisions::{Ahead, Attempt, InRedis, count_denial, decide_lock, decid
 use super::{ArgError, Freed, finish, is_keyword, parse_int, tracked};
 use crate::config;
 use crate::datatype::LockKey;
-use crate::engine::GroupName;
 use crate::engine::{
-    DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode,
-    RateLimit, meta_text, validate_group, validate_jid, validate_meta_json, validate_owner,
-    validate_type,
+    DEFAULT_TYPE, Expiry, GroupCounts, GroupName, Holder, HoldingsStamp, Lock, LockError,
+    LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, RateLimit, meta_text, validate_group, validate_jid,
+    validate_meta_json, validate_owner, validate_type,
 };
 use crate::ffi::{command_now_ms, now_ms};
 use crate::metrics::{self, Event};
@@ -319,10 +318,27 @@ impl waiting::Call for WaitingLock {
         let key_name = ctx.create_string(&*self.key);
         let key = LockKey::open(ctx, &key_name, false);
         let Some(Ok(Some(lock))) = key.as_ref().map(LockKey::lock) else {
-            return each(&|_| 0, None);
+            return each(&waiting::NoHolders);
         };
-        let counts = lock.group_counts(now_ms());
-        each(&|group| counts.of_group(group), counts.next_lease_end());
+        each(&lock.group_counts(now_ms()));
+    }
+}
+
+impl waiting::KeyHoldings for GroupCounts<'_> {
+    fn held(&self, group: Option<&GroupName>) -> usize {
+        self.of_group(group)
+    }
+
+    fn next_lease_end(&self) -> Option<i64> {
+        GroupCounts::next_lease_end(self)
+    }
+
+    fn stamp(&self) -> Option<HoldingsStamp> {
+        GroupCounts::stamp(self)
+    }
+
+    fn freed_since(&self, since: HoldingsStamp, each: &mut dyn FnMut(u64)) -> bool {
+        GroupCounts::freed_since(self, since, each)
     }
 }
 

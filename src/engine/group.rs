@@ -19,6 +19,22 @@ pub fn group_hash(name: &[u8]) -> u64 {
     HASHER.get_or_init(RandomState::new).hash_one(name)
 }
 
+/// The number that stands for a group where a key names the groups whose
+/// count of holders went down: the name's [`group_hash`], and a number of
+/// their own for the holders without a group (should a name hash to it,
+/// that name is only named more often than it must be).
+pub fn holding_hash(group: Option<&[u8]>) -> u64 {
+    group.map_or(NO_GROUP, group_hash)
+}
+
+/// [`holding_hash`] of a group given by its [`GroupName`].
+pub fn holding_hash_of(group: &Option<GroupName>) -> u64 {
+    group.as_ref().map_or(NO_GROUP, GroupName::hash)
+}
+
+/// The [`holding_hash`] of the holders without a group.
+const NO_GROUP: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// A group's name and its [`group_hash`]. Equal and ordered as the name
 /// is; in a map its hash stands for the name's (a map hashes 8 bytes
 /// instead of the name). So it is no `Borrow<[u8]>`: a bare name would hash

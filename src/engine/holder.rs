@@ -5,8 +5,8 @@
 
 use std::fmt;
 
-use super::group::GroupName;
-use super::indexed::Indexed;
+use super::group::{GroupName, holding_hash};
+use super::indexed::{HoldingsStamp, Indexed};
 use super::jid::{self, Jid, Shape};
 use super::{
     DEFAULT_TYPE, KNOWN_TYPES, LockRequest, MAX_GROUP_BYTES, MAX_JID_BYTES, MAX_TYPE_BYTES, Mode,
@@ -51,6 +51,34 @@ impl GroupCounts<'_> {
                 .saturating_sub(count_of(ended, Some(g))),
             _ => self.of(group.map(|g| &**g)),
         }
+    }
+
+    /// The key's [`Lock::holdings_stamp`](super::Lock::holdings_stamp)
+    /// when counted (`None`: a compact lock, counted afresh).
+    pub fn stamp(&self) -> Option<HoldingsStamp> {
+        match &self.counts {
+            Counts::Kept(index, _) => Some(index.holdings_stamp()),
+            Counts::Counted(_) => None,
+        }
+    }
+
+    /// Shows `each` the [`holding_hash`](super::holding_hash) of every group
+    /// that may hold fewer live holders than it did under `since`: its count
+    /// went down since, or a holder of it was counted out as its lease
+    /// ended (not removed yet). False, having shown what it may, when the
+    /// key cannot say (another key's or a compact lock's stamp, or more
+    /// went down than it remembers): then any group may.
+    pub fn freed_since(&self, since: HoldingsStamp, mut each: impl FnMut(u64)) -> bool {
+        let Counts::Kept(index, ended) = &self.counts else {
+            return false;
+        };
+        if !index.decreased_since(since, &mut each) {
+            return false;
+        }
+        for &(group, _) in ended {
+            each(holding_hash(group));
+        }
+        true
     }
 
     /// The earliest end of a lease that had not ended when counted: when a
@@ -999,7 +1027,7 @@ impl Holders {
 
     /// The index's [`Indexed::holdings_stamp`]; `None` for a compact lock
     /// (a few dozen holders, looked at again).
-    pub(super) fn holdings_stamp(&self) -> Option<u64> {
+    pub(super) fn holdings_stamp(&self) -> Option<HoldingsStamp> {
         self.indexed().map(Indexed::holdings_stamp)
     }
 

@@ -55,7 +55,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hashbrown::HashTable;
 
 use super::Holder;
-use super::group::group_hash;
+use super::group::{group_hash, holding_hash};
 use chunked::Chunked;
 use jids::Jids;
 use owners::Owners;
@@ -107,15 +107,40 @@ pub(super) struct Indexed {
     exclusive: usize,
     /// The slots of each owner.
     owners: Owners,
-    /// Taken afresh whenever a group's count goes down (see
+    /// This index's own number, taken afresh by a copy (see
     /// [`Indexed::holdings_stamp`]).
-    stamp: Stamp,
+    epoch: Stamp,
+    /// How many times a group's count went down, and the groups of the
+    /// last [`JOURNAL`] of them (by [`holding_hash`], at `decreases %
+    /// JOURNAL`; allocated at the first): who asks what went down since
+    /// a stamp it kept reads it here, and only when more did must it look
+    /// at every group again.
+    decreases: u64,
+    journal: Option<Box<[u64; JOURNAL]>>,
 }
 
-/// A number that names one state of one index's group counts: no two
-/// indexes, and no two states of one index between which a count went
-/// down, share it. A copy of an index (COPY, a clone kept by a test) takes
-/// a number of its own, since the two go their own ways.
+/// How many of the latest decreases of a group's count an index names.
+const JOURNAL: usize = 32;
+
+/// One state of one index's group counts (see `Lock::holdings_stamp`):
+/// what stays while no group's count of holders goes down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldingsStamp {
+    epoch: u64,
+    decreases: u64,
+}
+
+#[cfg(test)]
+impl HoldingsStamp {
+    /// A stamp made up by a test of the waiting layer.
+    pub fn made_up(epoch: u64, decreases: u64) -> Self {
+        Self { epoch, decreases }
+    }
+}
+
+/// A number that names one index: no two share it. A copy of an index
+/// (COPY, a clone kept by a test) takes a number of its own, since the two
+/// go their own ways.
 #[derive(Debug)]
 struct Stamp(u64);
 
@@ -192,7 +217,9 @@ impl Indexed {
             grouped: 0,
             exclusive: 0,
             owners: Owners::default(),
-            stamp: Stamp::fresh(),
+            epoch: Stamp::fresh(),
+            decreases: 0,
+            journal: None,
         }
     }
 
@@ -394,7 +421,7 @@ impl Indexed {
     /// the per-group and exclusive counts.
     fn count(&mut self, group: Option<&[u8]>, exclusive: bool, added: bool) {
         if !added {
-            self.stamp = Stamp::fresh();
+            self.note_decrease(holding_hash(group));
         }
         if exclusive {
             self.exclusive = if added {
@@ -431,13 +458,50 @@ impl Indexed {
         }
     }
 
-    /// A number that stays the same only while no group's count goes down
-    /// (a holder released, pruned, reaped or moved to another group; `None`
-    /// counts as a group): under the same stamp every group holds at least
-    /// what it held. What the waiters keep of a look at every waiting
-    /// group's holdings is good while it stays.
-    pub(super) fn holdings_stamp(&self) -> u64 {
-        self.stamp.0
+    /// What stays the same only while no group's count goes down (a holder
+    /// released, pruned, reaped or moved to another group; `None` counts as
+    /// a group): under the same stamp every group holds at least what it
+    /// held. What the waiters keep of a look at every waiting group's
+    /// holdings is good while it stays, and for the groups that
+    /// [`Indexed::decreased_since`] does not name after that.
+    pub(super) fn holdings_stamp(&self) -> HoldingsStamp {
+        HoldingsStamp {
+            epoch: self.epoch.0,
+            decreases: self.decreases,
+        }
+    }
+
+    /// Shows `each` the [`holding_hash`] of every group whose count went
+    /// down since `since` (a group once a decrease, in no promised order);
+    /// false, having shown nothing, when this index cannot say: `since` is
+    /// another index's, or more went down than it remembers.
+    pub(super) fn decreased_since(&self, since: HoldingsStamp, mut each: impl FnMut(u64)) -> bool {
+        let Some(n) = self.decreases.checked_sub(since.decreases) else {
+            return false;
+        };
+        if since.epoch != self.epoch.0 || n > JOURNAL as u64 {
+            return false;
+        }
+        if n > 0 {
+            let Some(journal) = &self.journal else {
+                return false;
+            };
+            for d in since.decreases..self.decreases {
+                if let Some(&hash) = journal.get((d % JOURNAL as u64) as usize) {
+                    each(hash);
+                }
+            }
+        }
+        true
+    }
+
+    fn note_decrease(&mut self, hash: u64) {
+        let at = (self.decreases % JOURNAL as u64) as usize;
+        let journal = self.journal.get_or_insert_with(|| Box::new([0; JOURNAL]));
+        if let Some(entry) = journal.get_mut(at) {
+            *entry = hash;
+        }
+        self.decreases += 1;
     }
 
     /// How many holders `group` has (`None`: the holders without a group).
@@ -613,6 +677,10 @@ impl Indexed {
                 .map(|(g, _)| g.len() + 3 * std::mem::size_of::<usize>())
                 .sum::<usize>()
             + self.owners.mem_usage()
+            + self
+                .journal
+                .as_ref()
+                .map_or(0, |j| std::mem::size_of_val(&**j))
     }
 
     // ---- the list of leases ------------------------------------------------

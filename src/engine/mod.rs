@@ -18,9 +18,10 @@ mod indexed;
 mod jid;
 mod rate;
 
-pub use group::{ByGroupName, GroupName, group_hash};
+pub use group::{ByGroupName, GroupName, group_hash, holding_hash, holding_hash_of};
 use holder::Holders;
 pub use holder::{GroupCounts, Holder, Ordered, TOKENS_PER_MS};
+pub use indexed::HoldingsStamp;
 pub use jid::Jid;
 pub use rate::{MAX_PER_MS, MAX_RATE, Rate, RateLimit};
 
@@ -492,11 +493,12 @@ impl Lock {
         self.holders.group_counts(now)
     }
 
-    /// A number that stays the same only while no group's count of holders
-    /// goes down, and that no other lock shares: while it stays, whatever
-    /// was found full (a group at its GROUPLIMIT) still is. `None` for a
-    /// lock of a few holders, whose groups are few enough to ask again.
-    pub fn holdings_stamp(&self) -> Option<u64> {
+    /// What stays the same only while no group's count of holders goes
+    /// down, and that no other lock shares: while it stays, whatever was
+    /// found full (a group at its GROUPLIMIT) still is; after, the groups
+    /// that [`GroupCounts::freed_since`] does not name still are. `None` for
+    /// a lock of a few holders, whose groups are few enough to ask again.
+    pub fn holdings_stamp(&self) -> Option<HoldingsStamp> {
         self.holders.holdings_stamp()
     }
 

@@ -678,3 +678,71 @@ fn the_holdings_stamp_changes_when_a_group_holds_fewer() {
     assert_eq!(lock.prune(NOW + 10), 0);
     assert_eq!(lock.holdings_stamp(), pruned);
 }
+
+#[test]
+fn a_key_names_the_groups_whose_count_went_down_since_a_stamp() {
+    // In b, 5 leases end at NOW + 10; d and f hold 20 each until later.
+    let mut lock = sixty_in_groups_b_d_f(|i| {
+        let short = i % 3 == 0 && i < 15;
+        Some(if short { NOW + 10 } else { NOW + 60_000 })
+    });
+    let freed = |lock: &Lock, now: i64, since: HoldingsStamp| {
+        let mut named = Vec::new();
+        let told = lock
+            .group_counts(now)
+            .freed_since(since, |hash| named.push(hash));
+        named.sort_unstable();
+        named.dedup();
+        told.then_some(named)
+    };
+    let hashes = |groups: &[&[u8]]| {
+        let mut named: Vec<u64> = groups.iter().map(|g| holding_hash(Some(g))).collect();
+        named.sort_unstable();
+        named
+    };
+    let start = lock.holdings_stamp().expect("indexed");
+    assert_eq!(freed(&lock, NOW, start), Some(vec![]));
+    // A release in d; a grant in f adds: only d is named.
+    lock.release(b"j1");
+    let mut t = Tokens(NOW * TOKENS_PER_MS + 100);
+    lock.acquire(
+        &LockRequest {
+            limit: 0,
+            group: Some(b"f"),
+            ..req("new")
+        },
+        NOW,
+        t.next(),
+    );
+    assert_eq!(freed(&lock, NOW, start), Some(hashes(&[b"d"])));
+    // b's leases end: named before they are removed, and after.
+    assert_eq!(freed(&lock, NOW + 10, start), Some(hashes(&[b"b", b"d"])));
+    assert_eq!(lock.prune(NOW + 10), 5);
+    assert_eq!(freed(&lock, NOW + 10, start), Some(hashes(&[b"b", b"d"])));
+    // From a later stamp, only what went down after it.
+    let later = lock.holdings_stamp().expect("indexed");
+    assert_ne!(later, start);
+    lock.release(b"j2");
+    assert_eq!(freed(&lock, NOW + 10, later), Some(hashes(&[b"f"])));
+    // More decreases than the key remembers: it cannot say; a later stamp
+    // still can.
+    let left_in_b_and_d = (0..60).filter(|i| i % 3 != 2 && *i != 1 && !(i % 3 == 0 && *i < 15));
+    for i in left_in_b_and_d.take(27) {
+        assert!(lock.release(format!("j{i}").as_bytes()).is_some());
+    }
+    assert_eq!(freed(&lock, NOW + 10, start), None);
+    let recent = lock.holdings_stamp().expect("indexed");
+    lock.release(b"j5");
+    assert_eq!(freed(&lock, NOW + 10, recent), Some(hashes(&[b"f"])));
+    // A copy, or another key, cannot say what went down since this stamp.
+    let copy = lock.clone();
+    assert_eq!(
+        freed(&copy, NOW + 10, lock.holdings_stamp().expect("indexed")),
+        None
+    );
+    // A compact key keeps no stamp and cannot say either.
+    let mut small = Lock::default();
+    small.acquire(&req("one"), NOW, t.next());
+    assert_eq!(small.holdings_stamp(), None);
+    assert_eq!(freed(&small, NOW, recent), None);
+}

@@ -129,14 +129,26 @@ impl<'a> Denials<'a> {
     /// waiters gave): its kinds need no denial of their own for the pass
     /// to stop, or a group passed over would keep the pass turning through
     /// every other group.
-    pub(super) fn pass_over(&mut self, group: &'a Option<GroupName>, kinds: &Kinds) {
-        // Room for every group waiting at once: a pass may pass over most.
+    /// `looked_at`: how many groups the pass looks at (all but the parked):
+    /// room for them all at once, as a pass may pass over most.
+    pub(super) fn pass_over(
+        &mut self,
+        group: &'a Option<GroupName>,
+        kinds: &Kinds,
+        looked_at: usize,
+    ) {
         if self.passed.is_empty() {
-            self.passed.reserve(kinds.known.len());
+            self.passed.reserve(looked_at);
         }
         if self.passed.insert(group) {
             self.passed_kinds += kinds.known.get(group).map_or(0, Vec::len);
         }
+    }
+
+    /// `kinds` kinds wait in groups parked before the pass (see
+    /// `parked`): answered as those of a group passed over are.
+    pub(super) fn parked(&mut self, kinds: usize) {
+        self.passed_kinds += kinds;
     }
 
     /// The denial a waiter gets without a retry (its earliest end of
@@ -370,8 +382,13 @@ impl Kinds {
         }
     }
 
+    /// How many kinds wait in `group`.
+    pub(super) fn kinds_of(&self, group: &Option<GroupName>) -> usize {
+        self.known.get(group).map_or(0, Vec::len)
+    }
+
     /// Whether some waiter's call says no kind.
-    fn has_unknown(&self) -> bool {
+    pub(super) fn has_unknown(&self) -> bool {
         !self.unknown_gates.is_empty()
     }
 
@@ -734,13 +751,13 @@ mod tests {
         kinds.add(call(b"z", 0), at_limit);
         kinds.add(call(b"y", 0), at_limit);
         let mut d = Denials::default();
-        d.pass_over(&at_limit.group, &kinds);
+        d.pass_over(&at_limit.group, &kinds, 2);
         assert!(!covers(&mut d, &kinds), "nothing denied yet");
         d.record(call(b"a", 5), &tenants[0], &denied(None, Some(5)));
         assert!(covers(&mut d, &kinds), "the key full for the rest");
         // Without the key full, each other kind must be denied.
         let mut d = Denials::default();
-        d.pass_over(&at_limit.group, &kinds);
+        d.pass_over(&at_limit.group, &kinds, 2);
         for (i, t) in tenants.iter().enumerate() {
             assert!(!covers(&mut d, &kinds), "tenant {i} not denied yet");
             d.record(call(b"w", 5), t, &denied(None, None));

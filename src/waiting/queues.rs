@@ -8,8 +8,9 @@ use std::hash::Hash;
 use std::ops::Bound;
 
 use super::denials::Kinds;
+use super::parked::Parked;
 use super::{Call, Share};
-use crate::engine::GroupName;
+use crate::engine::{GroupName, HoldingsStamp};
 use crate::ffi::TimerId;
 
 /// One blocked call: its client, its call, and the lock type it asked for
@@ -60,14 +61,14 @@ pub(super) struct GroupWaiters {
 }
 
 impl GroupWaiters {
-    fn new(seq: usize, weight: u32) -> Self {
+    pub(super) fn new(seq: usize, weight: u32) -> Self {
         Self {
             first: (seq, weight),
             seqs: BTreeMap::from([(seq, weight)]),
         }
     }
 
-    fn insert(&mut self, seq: usize, weight: u32) {
+    pub(super) fn insert(&mut self, seq: usize, weight: u32) {
         self.seqs.insert(seq, weight);
         if seq <= self.first.0 {
             self.first = (seq, weight);
@@ -75,7 +76,7 @@ impl GroupWaiters {
     }
 
     /// Removes waiter `seq`; whether none is left.
-    fn remove(&mut self, seq: usize) -> bool {
+    pub(super) fn remove(&mut self, seq: usize) -> bool {
         self.seqs.remove(&seq);
         if seq == self.first.0
             && let Some((&next, &weight)) = self.seqs.first_key_value()
@@ -108,13 +109,17 @@ impl GroupWaiters {
 /// denied).
 #[derive(Default)]
 pub(super) struct Tally {
+    /// The groups a pass looks at: all that wait but the parked.
     pub(super) groups: GroupQueues,
+    /// The groups found at their GROUPLIMIT, not looked at again until
+    /// the key may have freed one of their slots.
+    pub(super) parked: Parked,
     pub(super) kinds: Kinds,
     /// The key's holdings stamp when every waiting group was last found
     /// holding its GROUPLIMIT, with no waiter joined since: while the key
     /// keeps that stamp (no group's count went down), they all still do,
     /// and a newcomer the key admits passes them without a look at each.
-    pub(super) full_at: Option<u64>,
+    pub(super) full_at: Option<HoldingsStamp>,
     /// The numbers of the waiters that ask to hold alone (MODE exclusive),
     /// oldest first: the first of them is where a pass stops letting the
     /// waiters behind it in, found without a walk of the queue.
@@ -124,8 +129,11 @@ pub(super) struct Tally {
 impl Tally {
     /// Counts `waiter` in.
     pub(super) fn join<C>(&mut self, waiter: &Waiter<C>) {
-        // A new waiter, perhaps of a group with room: look again.
+        // A new waiter, perhaps of a group with room: look again (at its
+        // group too, if parked: it may ask for more).
         self.full_at = None;
+        self.parked
+            .unpark(&waiter.share.group, &self.kinds, &mut self.groups);
         self.kinds.add(waiter.call.admission(), &waiter.share);
         if waiter.share.exclusive {
             self.exclusive.insert(waiter.seq);
@@ -144,11 +152,16 @@ impl Tally {
 
     /// Counts `waiter` out: its wait ended.
     pub(super) fn leave<C>(&mut self, waiter: &Waiter<C>) {
+        let group = &waiter.share.group;
+        let kinds = self.kinds.kinds_of(group);
         self.kinds.remove(waiter.call.admission(), &waiter.share);
         if waiter.share.exclusive {
             self.exclusive.remove(&waiter.seq);
         }
-        leave_group(&mut self.groups, waiter);
+        let gone = kinds.saturating_sub(self.kinds.kinds_of(group));
+        if !self.parked.leave(group, waiter.seq, gone) {
+            leave_group(&mut self.groups, waiter);
+        }
     }
 
     /// The tally of the waiters of `queue`, counted one by one (what the
@@ -163,7 +176,12 @@ impl Tally {
 
     /// No waiter counted.
     pub(super) fn is_empty(&self) -> bool {
-        self.groups.is_empty()
+        self.groups.is_empty() && self.parked.is_empty()
+    }
+
+    /// Each group's waiters, parked or not, by name (`None` first).
+    pub(super) fn all_groups(&self) -> BTreeMap<&Option<GroupName>, &GroupWaiters> {
+        self.groups.iter().chain(self.parked.iter()).collect()
     }
 }
 
@@ -237,7 +255,7 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         &mut self,
         db: i32,
         key: &[u8],
-        stamp: Option<u64>,
+        stamp: Option<HoldingsStamp>,
         holding: impl Fn(Option<&GroupName>) -> usize,
     ) -> bool {
         let id = (db, key.to_vec());
@@ -272,7 +290,10 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
         }
         self.tallies
             .get(&(db, key.to_vec()))
-            .map(|t| t.groups.iter().map(|(g, s)| (g.clone(), s.len())).collect())
+            .map(|t| {
+                let groups = t.all_groups().into_iter();
+                groups.map(|(g, s)| (g.clone(), s.len())).collect()
+            })
             .unwrap_or_default()
     }
 

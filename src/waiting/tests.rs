@@ -1,5 +1,7 @@
 //! The waiters' bookkeeping and the serving rule, with no server.
 
+use std::collections::HashMap;
+
 use super::*;
 
 /// A call the tests never retry (serve_pass is given its own retry).
@@ -24,7 +26,25 @@ fn waiter(client: u32) -> Waiter<u32> {
 
 /// A key on which no group holds anything.
 fn nothing_held<C>(_: &Waiter<C>, each: Holdings<'_>) {
-    each(&|_| 0, None)
+    each(&NoHolders)
+}
+
+/// A key whose groups hold what `F` says, its next lease ending at the
+/// other field; it keeps no stamp.
+pub(super) struct HeldBy<F>(pub(super) F, pub(super) Option<i64>);
+
+impl<F: Fn(Option<&GroupName>) -> usize> KeyHoldings for HeldBy<F> {
+    fn held(&self, group: Option<&GroupName>) -> usize {
+        (self.0)(group)
+    }
+
+    fn next_lease_end(&self) -> Option<i64> {
+        self.1
+    }
+}
+
+fn stamp(n: u64) -> Option<HoldingsStamp> {
+    Some(HoldingsStamp::made_up(n, 0))
 }
 
 fn key(name: &str) -> KeyId {
@@ -619,24 +639,24 @@ fn a_newcomer_passes_groups_found_full_under_the_same_stamp_without_a_look() {
         (first, looks.get())
     };
     // Both groups full: asked of each, the answer kept under stamp 7.
-    assert_eq!(holds_back(&mut w, Some(7), 1), (false, 2));
-    assert_eq!(holds_back(&mut w, Some(7), 1), (false, 0), "kept");
+    assert_eq!(holds_back(&mut w, stamp(7), 1), (false, 2));
+    assert_eq!(holds_back(&mut w, stamp(7), 1), (false, 0), "kept");
     // Another stamp (a count went down): looked at again, and kept anew.
-    assert_eq!(holds_back(&mut w, Some(8), 0), (true, 1));
+    assert_eq!(holds_back(&mut w, stamp(8), 0), (true, 1));
     assert_eq!(
-        holds_back(&mut w, Some(8), 1),
+        holds_back(&mut w, stamp(8), 1),
         (false, 2),
         "room is not kept"
     );
-    assert_eq!(holds_back(&mut w, Some(8), 1), (false, 0));
+    assert_eq!(holds_back(&mut w, stamp(8), 1), (false, 0));
     // A waiter joins, perhaps of a group with room: looked at again.
     join(&mut w, 4, "c");
-    assert_eq!(holds_back(&mut w, Some(8), 1), (false, 3));
+    assert_eq!(holds_back(&mut w, stamp(8), 1), (false, 3));
     // A lock of a few holders has no stamp: looked at every time.
     assert_eq!(holds_back(&mut w, None, 1), (false, 3));
     assert_eq!(holds_back(&mut w, None, 1), (false, 3));
     // Another key's stamp is not this one's.
-    assert!(!w.holds_back(0, b"other", Some(8), each_holds(0)));
+    assert!(!w.holds_back(0, b"other", stamp(8), each_holds(0)));
 }
 
 #[test]
@@ -665,7 +685,10 @@ fn a_pass_tries_no_group_that_holds_its_grouplimit() {
     }
     let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
     let held = |_: &Waiter<u32>, each: Holdings<'_>| {
-        each(&|g| usize::from(g.is_none_or(|g| **g != *b"g3")), Some(70))
+        each(&HeldBy(
+            |g: Option<&GroupName>| usize::from(g.is_none_or(|g| **g != *b"g3")),
+            Some(70),
+        ))
     };
     let mut tried = Vec::new();
     let pass = serve_pass(queue, None, Some(tally), held, |w| {
@@ -700,9 +723,167 @@ fn a_pass_tries_no_group_that_holds_its_grouplimit() {
         },
     );
     let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
-    let held = |_: &Waiter<u32>, each: Holdings<'_>| each(&|_| 1, Some(70));
+    let held =
+        |_: &Waiter<u32>, each: Holdings<'_>| each(&HeldBy(|_: Option<&GroupName>| 1, Some(70)));
     let pass = serve_pass(queue, None, Some(tally), held, |_| -> Served {
         panic!("a group at its GROUPLIMIT is not retried")
     });
     assert_eq!((pass.still.len(), pass.wake_at), (1, Some(70)));
+}
+
+/// A key as a pass sees it, with a stamp: each group's holders, the groups
+/// it names as freed since any stamp (`None`: it cannot say), and the
+/// groups a pass asked about.
+struct Stamped {
+    held: HashMap<Option<GroupName>, usize>,
+    freed: Option<Vec<Option<GroupName>>>,
+    asked: RefCell<Vec<Option<GroupName>>>,
+}
+
+impl KeyHoldings for Stamped {
+    fn held(&self, group: Option<&GroupName>) -> usize {
+        let group = group.cloned();
+        let n = self.held.get(&group).copied().unwrap_or(0);
+        self.asked.borrow_mut().push(group);
+        n
+    }
+
+    fn next_lease_end(&self) -> Option<i64> {
+        Some(70)
+    }
+
+    fn stamp(&self) -> Option<HoldingsStamp> {
+        stamp(1)
+    }
+
+    fn freed_since(&self, _: HoldingsStamp, each: &mut dyn FnMut(u64)) -> bool {
+        let Some(freed) = &self.freed else {
+            return false;
+        };
+        freed
+            .iter()
+            .for_each(|g| each(crate::engine::holding_hash_of(g)));
+        true
+    }
+}
+
+#[test]
+fn a_group_at_its_grouplimit_is_parked_until_the_key_frees_one_of_its_slots() {
+    let g = |name: &str| Some(GroupName::new(name.as_bytes()));
+    // Tenants a, b, c and d, two waiters each, GROUPLIMIT 1; d's waiters
+    // wait without a group limit on the other side of the key.
+    let mut w: Waiters<u32> = Waiters::default();
+    let join = |w: &mut Waiters<u32>, c: u32, group: &str| {
+        let seq = w.next_seq();
+        w.push(
+            key("k"),
+            Waiter {
+                call: Box::new(Alike(format!("j{c}").into_bytes())),
+                share: Share {
+                    group: g(group),
+                    group_limit: Some(1),
+                    ..Share::default()
+                },
+                seq,
+                ..waiter(c)
+            },
+        );
+    };
+    for (c, group) in (1..=8).zip(["a", "b", "c", "d"].iter().cycle()) {
+        join(&mut w, c, group);
+    }
+    let mut key_holds = Stamped {
+        held: [(g("a"), 1), (g("b"), 1), (g("c"), 1), (g("d"), 0)].into(),
+        freed: Some(Vec::new()),
+        asked: RefCell::default(),
+    };
+    // One pass, each asked of the key and retried by `serves`: what it
+    // asked about, in order of name, and who it tried.
+    let pass = |w: &mut Waiters<u32>, key_holds: &Stamped, serves: &[u32]| {
+        key_holds.asked.borrow_mut().clear();
+        let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
+        let mut tried = Vec::new();
+        let pass = serve_pass(
+            queue,
+            None,
+            Some(tally),
+            |_, each| each(key_holds),
+            |w| {
+                tried.push(w.client);
+                if serves.contains(&w.client) {
+                    Served::Granted(1)
+                } else {
+                    Served::Denied {
+                        lease_end: Some(50),
+                        full: None,
+                    }
+                }
+            },
+        );
+        for (waiter, _) in &pass.ended {
+            w.served(waiter);
+        }
+        let wake_at = pass.wake_at;
+        w.put_back(key("k"), pass.still, pass.tally.unwrap_or_default());
+        let mut asked = key_holds.asked.borrow().clone();
+        asked.sort();
+        (asked, tried, wake_at)
+    };
+    // The first pass asks of every group, tries d (denied), passes over
+    // the others and parks them; the next asks of d alone.
+    let all = vec![g("a"), g("b"), g("c"), g("d")];
+    assert_eq!(
+        pass(&mut w, &key_holds, &[]),
+        (all.clone(), vec![4], Some(50))
+    );
+    assert_eq!(
+        pass(&mut w, &key_holds, &[]),
+        (vec![g("d")], vec![4], Some(50))
+    );
+    // WAITERS still counts the parked groups' waiters.
+    let by_group = w.by_group(0, b"k");
+    assert_eq!(by_group.iter().map(|(_, n)| n).sum::<usize>(), 8);
+    // The key frees one of b's slots: b comes back, its first waiter is
+    // served, and its second, denied, keeps b among those looked at.
+    key_holds.held.insert(g("b"), 0);
+    key_holds.freed = Some(vec![g("b")]);
+    assert_eq!(
+        pass(&mut w, &key_holds, &[2]),
+        (vec![g("b"), g("d")], vec![2, 4, 6], Some(50))
+    );
+    key_holds.held.insert(g("b"), 1);
+    key_holds.freed = Some(Vec::new());
+    assert_eq!(
+        pass(&mut w, &key_holds, &[]),
+        (vec![g("b"), g("d")], vec![4], Some(50))
+    );
+    assert_eq!(
+        pass(&mut w, &key_holds, &[]),
+        (vec![g("d")], vec![4], Some(50))
+    );
+    // A waiter that joins a parked group may ask it for more: looked at.
+    join(&mut w, 9, "c");
+    assert_eq!(
+        pass(&mut w, &key_holds, &[]),
+        (vec![g("c"), g("d")], vec![4], Some(50))
+    );
+    // A key that cannot say what it freed: every group is looked at.
+    key_holds.freed = None;
+    assert_eq!(pass(&mut w, &key_holds, &[]), (all, vec![4], Some(50)));
+    // Waiters of a parked group leave (time-outs): counted out of it.
+    key_holds.freed = Some(Vec::new());
+    for c in [1, 5] {
+        assert!(w.forget(c).is_some());
+    }
+    assert_eq!(
+        pass(&mut w, &key_holds, &[]),
+        (vec![g("d")], vec![4], Some(50))
+    );
+    let tally = w.tallies.get(&key("k")).expect("a tally");
+    let counted = Tally::of(&w.queues[&key("k")]);
+    assert_eq!(tally.all_groups(), counted.all_groups());
+    assert!(
+        !tally.all_groups().contains_key(&g("a")),
+        "a left with its last waiter"
+    );
 }
