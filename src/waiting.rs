@@ -434,30 +434,38 @@ fn serve_pass<C>(
     // left out as the first retry's prune will remove them: no count again.
     // The groups parked by an earlier pass (at their GROUPLIMIT) are not
     // asked: only those the key may have freed come back first.
-    let mut next_lease = None;
-    let mut stamp = None;
-    let mut held = Vec::new();
-    if let Some(oldest) = queue.values().next() {
-        holdings(oldest, &mut |key| {
-            next_lease = key.next_lease_end();
-            stamp = key.stamp();
-            if let Some(kinds) = kinds.as_ref() {
+    let oldest = queue.values().next();
+    if !parked.is_empty() {
+        // A look of its own, made only while some groups are parked (the
+        // key's counts are asked once the groups looked at are known).
+        let mut woke = false;
+        if let (Some(oldest), Some(kinds)) = (oldest, kinds.as_ref()) {
+            holdings(oldest, &mut |key| {
                 parked.wake(key, kinds, &mut seqs);
-            }
-            held = seqs.keys().map(|name| key.held(name.as_ref())).collect();
-        });
-    }
-    if held.len() != seqs.len() {
-        // The key was not looked at (a bug there): the counts are unknown,
-        // so is what the parked groups hold.
-        parked.unpark_all(&mut seqs);
-        held = vec![0; seqs.len()];
+                woke = true;
+            });
+        }
+        if !woke {
+            // The key was not looked at (a bug there): what the parked
+            // groups hold is unknown.
+            parked.unpark_all(&mut seqs);
+        }
     }
     let mut groups: Vec<Group<'_>> = seqs
         .iter()
-        .zip(held)
-        .map(|((name, seqs), held)| Group::new(name, seqs, last, held))
+        .map(|(name, seqs)| Group::new(name, seqs, last))
         .collect();
+    let mut next_lease = None;
+    let mut stamp = None;
+    if let Some(oldest) = oldest {
+        holdings(oldest, &mut |key| {
+            next_lease = key.next_lease_end();
+            stamp = key.stamp();
+            for g in groups.iter_mut() {
+                g.held = key.held(g.name.as_ref());
+            }
+        });
+    }
     let mut denials = Denials::default();
     denials.parked(parked.kinds());
     // A group that holds the largest GROUPLIMIT its waiters gave has no
@@ -480,10 +488,12 @@ fn serve_pass<C>(
     // size, and the heap would grow by doubling.)
     let looked_at = groups.len();
     let mut heads = Vec::with_capacity(looked_at);
+    // The groups passed over, by their place in `groups`: parked after.
+    let mut passed_over = Vec::new();
     for (i, g) in groups.iter_mut().enumerate() {
         if at_group_limit(g) {
             g.covered = true;
-            g.passed_over = true;
+            passed_over.push(i);
             skipped = true;
             if let Some(kinds) = kinds.as_ref() {
                 denials.pass_over(g.name, kinds, looked_at);
@@ -585,10 +595,9 @@ fn serve_pass<C>(
             }
         }
     }
-    let passed_over: Vec<Option<GroupName>> = groups
-        .iter()
-        .filter(|g| g.passed_over)
-        .map(|g| g.name.clone())
+    let passed_over: Vec<Option<GroupName>> = passed_over
+        .into_iter()
+        .filter_map(|i| Some(groups.get(i)?.name.clone()))
         .collect();
     drop(groups);
     // The waiters that leave the queue leave their group's (their kinds
@@ -659,26 +668,17 @@ struct Group<'a> {
     /// Every kind of the group that waits was denied in this pass (which
     /// stays so: a pass only adds denials and removes waiters).
     covered: bool,
-    /// Found at its GROUPLIMIT when the pass started: not tried, and parked
-    /// after it.
-    passed_over: bool,
 }
 
 impl<'a> Group<'a> {
-    fn new(
-        name: &'a Option<GroupName>,
-        seqs: &'a GroupWaiters,
-        last: Option<usize>,
-        held: usize,
-    ) -> Self {
+    fn new(name: &'a Option<GroupName>, seqs: &'a GroupWaiters, last: Option<usize>) -> Self {
         let mut group = Self {
             name,
             seqs,
             head: None,
             last,
-            held,
+            held: 0,
             covered: false,
-            passed_over: false,
         };
         group.head = group.head_from(Some(seqs.first()));
         group
