@@ -211,19 +211,25 @@ def past_full_groups(server, n, groups, around=None, calls=RELEASES, pxat=False)
     return us
 
 
-def release_past_full_groups(server, n, groups, releases=50, pxat=False, around=None):
+def release_past_full_groups(server, n, groups, releases=50, pxat=False, around=None,
+                             newcomers=False):
     """µs per release of a holder on a key of LIMIT 0 whose `groups` groups
     each hold their GROUPLIMIT 1, `n` waiting in them (their leases given as
     a PXAT when `pxat`): each release frees its own group, whose waiter
     takes the slot; the others are passed over. With `around`, called just
-    before the releases and just after them, nothing."""
+    before the releases and just after them, nothing; with `newcomers` as
+    well, each release is followed by a LOCK of a new group, which the
+    groups at their GROUPLIMIT let pass."""
     _, conns = full_groups(server, n, groups, pxat)
     unlocks = [("UNIQUE.UNLOCK", "k", "h%d" % g) for g in range(min(releases, groups))]
     us = None
     if around:
         around()
-        for args in unlocks:
+        for i, args in enumerate(unlocks):
             assert server.conn.call(*args) == 1
+            if newcomers:
+                newcomer = ["LIMIT", 0, "GROUP", "new%d" % i, "GROUPLIMIT", 1, "TTL", 600_000]
+                assert isinstance(server.conn.call("UNIQUE.LOCK", "k", "n%d" % i, *newcomer), int)
         around()
     else:
         us = per_call(server, "unique.unlock", unlocks, lambda r: r == 1)
@@ -384,6 +390,15 @@ def callgrind_release_past_full_groups(n, groups, releases=50):
                                server, n, groups, releases, around=around))
 
 
+def callgrind_release_and_newcomer(n, groups, releases=50):
+    """Instructions the module's commands run per release of
+    `release_past_full_groups` followed by a LOCK of a new group that the
+    groups at their GROUPLIMIT let pass, the server under callgrind."""
+    return callgrind_count("n%d-groups%d-release-and-newcomer" % (n, groups), n, releases,
+                           lambda server, around: release_past_full_groups(
+                               server, n, groups, releases, around=around, newcomers=True))
+
+
 def callgrind_count(label, n, count, run):
     """What the module's commands run between the two calls of `around` in
     `run(server, around)`, per one of `count`, the server under callgrind
@@ -439,7 +454,12 @@ def main():
                     format(n, ","), in_groups, callgrind_past_full_groups(n, groups)), flush=True)
                 print("%8s waiters%s at their GROUPLIMIT: %.0f instructions per release of one of "
                       "them" % (format(n, ","), in_groups,
-                                callgrind_release_past_full_groups(n, groups)), flush=True)
+                                callgrind_release_past_full_groups(n, groups, releases=200)),
+                      flush=True)
+                print("%8s waiters%s at their GROUPLIMIT: %.0f instructions per release of one of "
+                      "them and LOCK of a new group" % (
+                          format(n, ","), in_groups,
+                          callgrind_release_and_newcomer(n, groups, releases=200)), flush=True)
         return
     server = bench.Server()
     try:

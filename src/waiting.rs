@@ -233,15 +233,9 @@ pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
 /// Whether a client waiting on `key` (selected database) may be served
 /// before a new call that the key's holders admit: a multi-key waiter, a
 /// waiter without GROUPLIMIT or exclusive, or a waiting group that holds
-/// fewer (`holding`: how many holders a group has, the key pruned) than the
-/// largest GROUPLIMIT its waiters gave. `stamp`: the key's
-/// [`holdings_stamp`](crate::engine::Lock::holdings_stamp).
-pub fn holds_back(
-    ctx: &Context,
-    key: &[u8],
-    stamp: Option<HoldingsStamp>,
-    holding: impl Fn(Option<&GroupName>) -> usize,
-) -> bool {
+/// fewer than the largest GROUPLIMIT its waiters gave (`holders`: the key,
+/// pruned).
+pub fn holds_back(ctx: &Context, key: &[u8], holders: &dyn KeyHoldings) -> bool {
     if nobody_waits() {
         return false;
     }
@@ -249,7 +243,7 @@ pub fn holds_back(
     if all::waiting_on(selected_db(ctx), key) > 0 {
         return true;
     }
-    with_waiters(|w| w.holds_back(selected_db(ctx), key, stamp, holding))
+    with_waiters(|w| w.holds_back(selected_db(ctx), key, holders))
 }
 
 /// Per group (`None` first, then by name), how many wait on `key`

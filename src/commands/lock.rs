@@ -376,12 +376,7 @@ fn attempt(
         mode: opts.mode,
     };
     // The waiters are looked at only for a call the key admits.
-    let waiters_first = |lock: &Lock| {
-        let counts = lock.group_counts(now);
-        waiting::holds_back(ctx, key_name, lock.holdings_stamp(), |group| {
-            counts.of_group(group)
-        })
-    };
+    let waiters_first = |lock: &Lock| waiting::holds_back(ctx, key_name, &lock.group_counts(now));
     let queued = match queue {
         // Nobody waits (the common case): the key's name is not even read.
         Queue::Behind if waiting::nobody_waits() => Ahead::Nobody,

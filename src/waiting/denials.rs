@@ -439,19 +439,26 @@ impl Kinds {
 
     /// Whether a waiter may be served before a newcomer the key admits, from
     /// the kinds (and the shares of the waiters of no kind) alone: a waiter
-    /// that no GROUPLIMIT holds back, or a group for which `room` (given the
-    /// largest GROUPLIMIT its waiters gave, as
-    /// [`group_limits`](super::queues::group_limits) finds it in a walk)
-    /// says yes; each group asked once (twice if it has waiters of both),
-    /// and only until one says yes.
-    pub(super) fn hold_back(&self, mut room: impl FnMut(&Option<GroupName>, u32) -> bool) -> bool {
+    /// that no GROUPLIMIT holds back, or one of `groups` (those that may
+    /// have room: every group waiting but those known to hold their
+    /// GROUPLIMIT) for which `room` (given the largest GROUPLIMIT its
+    /// waiters gave, as [`group_limits`](super::queues::group_limits) finds
+    /// it in a walk) says yes; each group asked once (twice if it has
+    /// waiters of both), and only until one says yes.
+    pub(super) fn hold_back<'g>(
+        &self,
+        groups: impl IntoIterator<Item = &'g Option<GroupName>>,
+        mut room: impl FnMut(&Option<GroupName>, u32) -> bool,
+    ) -> bool {
         self.ungated > 0
             || self.unknown_ungated > 0
-            || self.known.iter().any(|(group, list)| {
-                list.iter()
-                    .filter_map(|(t, _)| t.group_limit)
-                    .max()
-                    .is_some_and(|max| room(group, max))
+            || groups.into_iter().any(|group| {
+                self.known.get(group).is_some_and(|list| {
+                    list.iter()
+                        .filter_map(|(t, _)| t.group_limit)
+                        .max()
+                        .is_some_and(|max| room(group, max))
+                })
             })
             || self.unknown_gates.iter().any(|(group, list)| {
                 list.iter()

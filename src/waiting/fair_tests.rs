@@ -587,6 +587,8 @@ enum Step {
     GiveUp(usize),
     /// Time moves to the next end of lease.
     NextLease,
+    /// A newcomer the key admits asks whether the waiters hold it back.
+    Newcomer,
     /// A serving pass.
     Pass,
 }
@@ -598,6 +600,7 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0usize..100).prop_map(Step::Release),
         1 => (0usize..100).prop_map(Step::GiveUp),
         1 => Just(Step::NextLease),
+        2 => Just(Step::Newcomer),
         3 => Just(Step::Pass),
     ]
 }
@@ -654,8 +657,23 @@ proptest! {
                     Step::NextLease => {
                         sim.next_lease();
                     }
-                    Step::Pass => {}
+                    Step::Newcomer | Step::Pass => {}
                 }
+            }
+            if matches!(step, Step::Newcomer) {
+                // As LOCK asks: the key pruned first.
+                for sim in [&mut kept, &mut fresh] {
+                    sim.lock.borrow_mut().prune(sim.now);
+                }
+                let counts = |sim: &Sim| {
+                    let lock = sim.lock.borrow();
+                    let counted = Tally::of(&sim.queue);
+                    let by_kept = sim.tally.as_ref().map(|t| t.hold_back(&lock.group_counts(sim.now)));
+                    (by_kept, counted.hold_back(&lock.group_counts(sim.now)))
+                };
+                let (by_kept, by_count) = counts(&kept);
+                prop_assert_eq!(by_kept, Some(by_count), "held back");
+                prop_assert_eq!(counts(&fresh).1, by_count, "the same keys");
             }
             if matches!(step, Step::Pass | Step::NextLease) {
                 let (a, b) = (kept.serve()?, fresh.serve()?);

@@ -126,6 +126,28 @@ impl Parked {
         }
     }
 
+    /// The parked groups that may hold fewer than they did, given the key's
+    /// holders now: those it names freed since they were parked, or all
+    /// when it cannot say. The others still hold their GROUPLIMIT.
+    pub(super) fn freed(&self, key: &dyn KeyHoldings) -> Vec<&Option<GroupName>> {
+        let mut named = Vec::new();
+        let told = self.at.is_some_and(|at| {
+            key.freed_since(at, &mut |hash| {
+                named.extend(
+                    self.groups
+                        .iter_hash(hash)
+                        .map(|(name, _)| name)
+                        .filter(|name| holding_hash_of(name) == hash),
+                );
+            })
+        });
+        if told {
+            named
+        } else {
+            self.groups.iter().map(|(name, _)| name).collect()
+        }
+    }
+
     /// Waiter `seq` of parked `group` left, taking `gone` kinds with it
     /// (its kind, if it was the last of it): whether it was here.
     pub(super) fn leave(&mut self, group: &Option<GroupName>, seq: usize, gone: usize) -> bool {

@@ -9,7 +9,7 @@ use std::ops::Bound;
 
 use super::denials::Kinds;
 use super::parked::Parked;
-use super::{Call, Share};
+use super::{Call, KeyHoldings, Share};
 use crate::engine::{GroupName, HoldingsStamp};
 use crate::ffi::TimerId;
 
@@ -179,6 +179,16 @@ impl Tally {
         self.groups.is_empty() && self.parked.is_empty()
     }
 
+    /// Whether a waiter counted here may be served before a newcomer that
+    /// the key's `holders` admit (see [`Waiters::holds_back`]): the parked
+    /// groups asked only if the key names them freed.
+    pub(super) fn hold_back(&self, holders: &dyn KeyHoldings) -> bool {
+        let room =
+            |group: &Option<GroupName>, max: u32| holders.held(group.as_ref()) < max as usize;
+        let freed = self.parked.freed(holders);
+        self.kinds.hold_back(self.groups.keys().chain(freed), room)
+    }
+
     /// Each group's waiters, parked or not, by name (`None` first).
     pub(super) fn all_groups(&self) -> BTreeMap<&Option<GroupName>, &GroupWaiters> {
         self.groups.iter().chain(self.parked.iter()).collect()
@@ -242,34 +252,31 @@ impl<C: Copy + Eq + Hash> Waiters<C> {
     }
 
     /// Whether a waiter of `key` may be served before a new call that the
-    /// key's holders admit (`holding`: how many a group holds, the key
-    /// pruned): one without GROUPLIMIT or exclusive, or one of a group that
-    /// holds fewer than the largest GROUPLIMIT its waiters gave. From the
-    /// counted kinds when they are all known (no walk; a look at each
-    /// waiting group at most, and only while each one looked at is full),
-    /// from a walk otherwise. `stamp`, the key's holdings stamp, if any:
-    /// under the stamp of the last answer that every group was full, the
-    /// answer is the same, without a look (a stream of newcomers past a
-    /// thousand tenants at their GROUPLIMIT pays one look, not one each).
-    pub(super) fn holds_back(
-        &mut self,
-        db: i32,
-        key: &[u8],
-        stamp: Option<HoldingsStamp>,
-        holding: impl Fn(Option<&GroupName>) -> usize,
-    ) -> bool {
+    /// key's holders admit (`holders`: the key, pruned): one without
+    /// GROUPLIMIT or exclusive, or one of a group that holds fewer than the
+    /// largest GROUPLIMIT its waiters gave. From the counted kinds when they
+    /// are all known (no walk; a look at each waiting group at most, and
+    /// only while each one looked at is full; of the groups parked at their
+    /// GROUPLIMIT, only those the key names freed since), from a walk
+    /// otherwise. Under the key's holdings stamp of the last answer that
+    /// every group was full, the answer is the same, without a look (a
+    /// stream of newcomers past a thousand tenants at their GROUPLIMIT pays
+    /// one look, not one each).
+    pub(super) fn holds_back(&mut self, db: i32, key: &[u8], holders: &dyn KeyHoldings) -> bool {
         let id = (db, key.to_vec());
         let Some(queue) = self.queues.get(&id) else {
             return false;
         };
+        let stamp = holders.stamp();
         let mut tally = self.tallies.get_mut(&id);
         if stamp.is_some() && tally.as_ref().is_some_and(|t| t.full_at == stamp) {
             return false;
         }
-        let room = |group: &Option<GroupName>, max: u32| holding(group.as_ref()) < max as usize;
+        let room =
+            |group: &Option<GroupName>, max: u32| holders.held(group.as_ref()) < max as usize;
         // Without its tally (never while the queue is in place), a walk.
-        let held = match tally.as_ref().map(|t| t.kinds.hold_back(room)) {
-            Some(held) => held,
+        let held = match tally.as_ref() {
+            Some(t) => t.hold_back(holders),
             None => group_limits(
                 queue
                     .values()

@@ -581,7 +581,7 @@ fn a_newcomer_is_held_back_alike_whether_the_waiters_kinds_are_known_or_not() {
                 };
                 for name in ["known", "unknown", "mixed"] {
                     assert_eq!(
-                        w.holds_back(0, name.as_bytes(), None, holding),
+                        w.holds_back(0, name.as_bytes(), &HeldBy(holding, None)),
                         model(&shares, a_holds),
                         "case {i}, {} waiting, a holds {a_holds}, {name}",
                         shares.len()
@@ -625,18 +625,11 @@ fn a_newcomer_passes_groups_found_full_under_the_same_stamp_without_a_look() {
     for (c, group) in [(1, "a"), (2, "b"), (3, "a")] {
         join(&mut w, c, group);
     }
-    let looks = std::cell::Cell::new(0);
-    let each_holds = |n: usize| {
-        let looks = &looks;
-        move |_: Option<&GroupName>| {
-            looks.set(looks.get() + 1);
-            n
-        }
-    };
     let holds_back = |w: &mut Waiters<u32>, stamp, held| {
-        looks.set(0);
-        let first = w.holds_back(0, b"k", stamp, each_holds(held));
-        (first, looks.get())
+        let mut key_holds = Stamped::holding(&["a", "b", "c"], held, stamp);
+        key_holds.freed = None;
+        let first = w.holds_back(0, b"k", &key_holds);
+        (first, key_holds.asked().len())
     };
     // Both groups full: asked of each, the answer kept under stamp 7.
     assert_eq!(holds_back(&mut w, stamp(7), 1), (false, 2));
@@ -656,7 +649,63 @@ fn a_newcomer_passes_groups_found_full_under_the_same_stamp_without_a_look() {
     assert_eq!(holds_back(&mut w, None, 1), (false, 3));
     assert_eq!(holds_back(&mut w, None, 1), (false, 3));
     // Another key's stamp is not this one's.
-    assert!(!w.holds_back(0, b"other", stamp(8), each_holds(0)));
+    let other = Stamped::holding(&[], 0, stamp(8));
+    assert!(!w.holds_back(0, b"other", &other));
+}
+
+#[test]
+fn a_newcomer_asks_only_the_parked_groups_the_key_names_freed() {
+    let g = |name: &str| Some(GroupName::new(name.as_bytes()));
+    // Tenants a, b and c at GROUPLIMIT 1, each holding 1: a pass parks
+    // them all.
+    let mut w: Waiters<u32> = Waiters::default();
+    for (c, group) in (1..=6).zip(["a", "b", "c"].iter().cycle()) {
+        let seq = w.next_seq();
+        w.push(
+            key("k"),
+            Waiter {
+                call: Box::new(Alike(format!("j{c}").into_bytes())),
+                share: Share {
+                    group: g(group),
+                    group_limit: Some(1),
+                    ..Share::default()
+                },
+                seq,
+                ..waiter(c)
+            },
+        );
+    }
+    let full = Stamped::holding(&["a", "b", "c"], 1, stamp(1));
+    let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
+    let pass = serve_pass(
+        queue,
+        None,
+        Some(tally),
+        |_, each| each(&full),
+        |_| panic!("a group at its GROUPLIMIT is not retried"),
+    );
+    w.put_back(key("k"), pass.still, pass.tally.unwrap_or_default());
+    let holds_back = |w: &mut Waiters<u32>, at: u64, b_holds: usize, freed: Option<&[&str]>| {
+        let mut key_holds = Stamped::holding(&["a", "b", "c"], 1, stamp(at));
+        key_holds.held.insert(g("b"), b_holds);
+        key_holds.freed = freed.map(|names| names.iter().map(|name| g(name)).collect());
+        let first = w.holds_back(0, b"k", &key_holds);
+        (first, key_holds.asked())
+    };
+    // A count went down elsewhere (another stamp), in no group waiting:
+    // no group is asked.
+    assert_eq!(holds_back(&mut w, 2, 1, Some(&["z"])), (false, vec![]));
+    // b is named, and still full; then it has room.
+    assert_eq!(
+        holds_back(&mut w, 3, 1, Some(&["b"])),
+        (false, vec![g("b")])
+    );
+    assert_eq!(holds_back(&mut w, 4, 0, Some(&["b"])), (true, vec![g("b")]));
+    // A key that cannot say: every parked group is asked.
+    assert_eq!(
+        holds_back(&mut w, 5, 1, None),
+        (false, vec![g("a"), g("b"), g("c")])
+    );
 }
 
 #[test]
@@ -738,6 +787,29 @@ struct Stamped {
     held: HashMap<Option<GroupName>, usize>,
     freed: Option<Vec<Option<GroupName>>>,
     asked: RefCell<Vec<Option<GroupName>>>,
+    stamp: Option<HoldingsStamp>,
+}
+
+impl Stamped {
+    /// Groups `names` holding `n` each, under `stamp`, named freed: none.
+    fn holding(names: &[&str], n: usize, stamp: Option<HoldingsStamp>) -> Self {
+        Self {
+            held: names
+                .iter()
+                .map(|name| (Some(GroupName::new(name.as_bytes())), n))
+                .collect(),
+            freed: Some(Vec::new()),
+            asked: RefCell::default(),
+            stamp,
+        }
+    }
+
+    /// The groups asked about, in order of name.
+    fn asked(&self) -> Vec<Option<GroupName>> {
+        let mut asked = self.asked.borrow().clone();
+        asked.sort();
+        asked
+    }
 }
 
 impl KeyHoldings for Stamped {
@@ -753,7 +825,7 @@ impl KeyHoldings for Stamped {
     }
 
     fn stamp(&self) -> Option<HoldingsStamp> {
-        stamp(1)
+        self.stamp
     }
 
     fn freed_since(&self, _: HoldingsStamp, each: &mut dyn FnMut(u64)) -> bool {
@@ -796,6 +868,7 @@ fn a_group_at_its_grouplimit_is_parked_until_the_key_frees_one_of_its_slots() {
         held: [(g("a"), 1), (g("b"), 1), (g("c"), 1), (g("d"), 0)].into(),
         freed: Some(Vec::new()),
         asked: RefCell::default(),
+        stamp: stamp(1),
     };
     // One pass, each asked of the key and retried by `serves`: what it
     // asked about, in order of name, and who it tried.
@@ -825,9 +898,7 @@ fn a_group_at_its_grouplimit_is_parked_until_the_key_frees_one_of_its_slots() {
         }
         let wake_at = pass.wake_at;
         w.put_back(key("k"), pass.still, pass.tally.unwrap_or_default());
-        let mut asked = key_holds.asked.borrow().clone();
-        asked.sort();
-        (asked, tried, wake_at)
+        (key_holds.asked(), tried, wake_at)
     };
     // The first pass asks of every group, tries d (denied), passes over
     // the others and parks them; the next asks of d alone.
