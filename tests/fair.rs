@@ -69,6 +69,15 @@ fn holders(con: &mut Connection, key: &str) -> Vec<String> {
     common::holders(con, key)
 }
 
+/// Tenants t0 to t39 each take a slot of "k" with a holder of their own
+/// (h0 to h39), LOCK given `args(tenant)`.
+fn forty_tenants_hold(con: &mut Connection, args: impl Fn(&str) -> Vec<String>) {
+    for i in 0..40 {
+        let a = args(&format!("t{i}"));
+        token(call!(con, "UNIQUE.LOCK", "k", format!("h{i}"), &a[..]));
+    }
+}
+
 /// The case, with real clients: LIMIT 10; tenant "long" has 10 jobs
 /// running and a backlog queued first; tenant "short" then queues jobs of a
 /// 100 ms lease, each of its clients queueing again as soon as it is served.
@@ -242,15 +251,7 @@ fn forty_tenants_at_their_grouplimit_leave_a_free_slot_to_a_newcomer_and_get_the
         .map(String::from)
         .to_vec()
     };
-    for i in 0..40 {
-        token(call!(
-            con,
-            "UNIQUE.LOCK",
-            "k",
-            format!("h{i}"),
-            &args(&format!("t{i}"))[..]
-        ));
-    }
+    forty_tenants_hold(con, args);
     let waiters: Vec<_> = (0..40)
         .map(|i| {
             let a = args(&format!("t{i}"));
@@ -349,15 +350,7 @@ fn tenants_at_their_grouplimit_are_served_when_many_slots_free_at_once_or_the_ke
         a.extend(["OWNER".to_string(), "worker-1".to_string()]);
         a
     };
-    for i in 0..40 {
-        token(call!(
-            con,
-            "UNIQUE.LOCK",
-            "k",
-            format!("h{i}"),
-            &args(&format!("t{i}"))[..]
-        ));
-    }
+    forty_tenants_hold(con, args);
     let queue = |round: &str| -> Vec<_> {
         (0..40)
             .map(|i| {

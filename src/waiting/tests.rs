@@ -601,29 +601,32 @@ fn a_newcomer_is_held_back_alike_whether_the_waiters_kinds_are_known_or_not() {
     }
 }
 
+/// Client `c` waits on key "k" in tenant `group` at GROUPLIMIT 1 (a LOCK
+/// of LIMIT 1 that gives its kind).
+fn tenant_waits(w: &mut Waiters<u32>, c: u32, group: &str) {
+    let seq = w.next_seq();
+    let share = Share {
+        group: Some(group.as_bytes().into()),
+        group_limit: Some(1),
+        ..Share::default()
+    };
+    let call = Box::new(Alike(format!("j{c}").into_bytes()));
+    w.push(
+        key("k"),
+        Waiter {
+            call,
+            share,
+            seq,
+            ..waiter(c)
+        },
+    );
+}
+
 #[test]
 fn a_newcomer_passes_groups_found_full_under_the_same_stamp_without_a_look() {
     let mut w: Waiters<u32> = Waiters::default();
-    let join = |w: &mut Waiters<u32>, c: u32, group: &str| {
-        let seq = w.next_seq();
-        let share = Share {
-            group: Some(group.as_bytes().into()),
-            group_limit: Some(1),
-            ..Share::default()
-        };
-        let call = Box::new(Alike(format!("j{c}").into_bytes()));
-        w.push(
-            key("k"),
-            Waiter {
-                call,
-                share,
-                seq,
-                ..waiter(c)
-            },
-        );
-    };
     for (c, group) in [(1, "a"), (2, "b"), (3, "a")] {
-        join(&mut w, c, group);
+        tenant_waits(&mut w, c, group);
     }
     let holds_back = |w: &mut Waiters<u32>, stamp, held| {
         let mut key_holds = Stamped::holding(&["a", "b", "c"], held, stamp);
@@ -643,7 +646,7 @@ fn a_newcomer_passes_groups_found_full_under_the_same_stamp_without_a_look() {
     );
     assert_eq!(holds_back(&mut w, stamp(8), 1), (false, 0));
     // A waiter joins, perhaps of a group with room: looked at again.
-    join(&mut w, 4, "c");
+    tenant_waits(&mut w, 4, "c");
     assert_eq!(holds_back(&mut w, stamp(8), 1), (false, 3));
     // A lock of a few holders has no stamp: looked at every time.
     assert_eq!(holds_back(&mut w, None, 1), (false, 3));
@@ -660,20 +663,7 @@ fn a_newcomer_asks_only_the_parked_groups_the_key_names_freed() {
     // them all.
     let mut w: Waiters<u32> = Waiters::default();
     for (c, group) in (1..=6).zip(["a", "b", "c"].iter().cycle()) {
-        let seq = w.next_seq();
-        w.push(
-            key("k"),
-            Waiter {
-                call: Box::new(Alike(format!("j{c}").into_bytes())),
-                share: Share {
-                    group: g(group),
-                    group_limit: Some(1),
-                    ..Share::default()
-                },
-                seq,
-                ..waiter(c)
-            },
-        );
+        tenant_waits(&mut w, c, group);
     }
     let full = Stamped::holding(&["a", "b", "c"], 1, stamp(1));
     let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
@@ -842,27 +832,11 @@ impl KeyHoldings for Stamped {
 #[test]
 fn a_group_at_its_grouplimit_is_parked_until_the_key_frees_one_of_its_slots() {
     let g = |name: &str| Some(GroupName::new(name.as_bytes()));
-    // Tenants a, b, c and d, two waiters each, GROUPLIMIT 1; d's waiters
-    // wait without a group limit on the other side of the key.
+    // Tenants a, b, c and d, two waiters each, GROUPLIMIT 1; d holds
+    // nothing, so its first waiter is tried at every pass (and denied).
     let mut w: Waiters<u32> = Waiters::default();
-    let join = |w: &mut Waiters<u32>, c: u32, group: &str| {
-        let seq = w.next_seq();
-        w.push(
-            key("k"),
-            Waiter {
-                call: Box::new(Alike(format!("j{c}").into_bytes())),
-                share: Share {
-                    group: g(group),
-                    group_limit: Some(1),
-                    ..Share::default()
-                },
-                seq,
-                ..waiter(c)
-            },
-        );
-    };
     for (c, group) in (1..=8).zip(["a", "b", "c", "d"].iter().cycle()) {
-        join(&mut w, c, group);
+        tenant_waits(&mut w, c, group);
     }
     let mut key_holds = Stamped {
         held: [(g("a"), 1), (g("b"), 1), (g("c"), 1), (g("d"), 0)].into(),
@@ -933,7 +907,7 @@ fn a_group_at_its_grouplimit_is_parked_until_the_key_frees_one_of_its_slots() {
         (vec![g("d")], vec![4], Some(50))
     );
     // A waiter that joins a parked group may ask it for more: looked at.
-    join(&mut w, 9, "c");
+    tenant_waits(&mut w, 9, "c");
     assert_eq!(
         pass(&mut w, &key_holds, &[]),
         (vec![g("c"), g("d")], vec![4], Some(50))
