@@ -124,6 +124,13 @@ pub trait Call {
         each(&NoHolders)
     }
 
+    /// Whether the lease the call asks for is over by `now` (a PXAT that
+    /// passed): what ended its wait when its deadline timer fires, if not
+    /// its WAIT.
+    fn lapsed(&self, _now: i64) -> bool {
+        false
+    }
+
     /// What decides this call's new hold besides its [`Share`], when nothing
     /// else does (see `denials`): a pass that saw a waiter of the same kind
     /// denied keeps this one waiting without a retry. `None`: always retried.
@@ -819,12 +826,7 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
         with_waiters(|w| w.served(&waiter));
         let client = waiter.client;
         if reply.is_none() {
-            time_out(
-                ctx,
-                &id,
-                Some(waiter),
-                "the end of the lease it asked for came",
-            );
+            time_out(ctx, &id, Some(waiter), deadline_reason(true));
         } else {
             stop_deadline(ctx, &waiter);
         }
@@ -945,6 +947,17 @@ pub fn redirect(
 /// What Redis calls back for a waiting client, and its deadline timer.
 struct Callbacks;
 
+/// Why a waiter's deadline timer ended its wait, for the log: the timer
+/// comes at its WAIT or at the PXAT its lease asked for, whichever is first
+/// (`lapsed`: the PXAT came).
+fn deadline_reason(lapsed: bool) -> &'static str {
+    if lapsed {
+        "the end of the lease it asked for came"
+    } else {
+        "its WAIT ran out"
+    }
+}
+
 /// A wait that ends without a slot (`why`): the client leaves the queue of
 /// `id`, its deadline timer stops, and the time-out is counted for its lock
 /// type.
@@ -970,7 +983,8 @@ impl TimerHandler for Callbacks {
         if let Some((id, mut waiter)) = with_waiters(|w| w.deadline_passed(seq)) {
             waiter.deadline = None; // it fired: nothing to stop
             let client = waiter.client;
-            time_out(ctx, &id, Some(waiter), "its WAIT ran out");
+            let why = deadline_reason(waiter.call.lapsed(now_ms()));
+            time_out(ctx, &id, Some(waiter), why);
             ffi::unblock(client, None);
         }
     }

@@ -617,6 +617,49 @@ fn a_wait_ends_with_nil_when_the_pxat_it_asks_for_comes() {
     });
 }
 
+/// The verbose log says what ended a wait at its deadline timer: the WAIT,
+/// or the PXAT its lease asked for (LOCK's and LOCKALL's alike).
+#[test]
+fn the_log_tells_a_wait_ended_by_its_pxat_from_one_whose_wait_ran_out() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "{k}", "a"));
+    call!(con, "CONFIG", "SET", "loglevel", "verbose").expect("CONFIG SET");
+    let ran_out = "a client waiting on {k} (db 0) got nil: its WAIT ran out";
+    // The module reads the new level soon after the CONFIG SET.
+    wait_for("the module to follow the log level", || {
+        let _ = call!(con, "UNIQUE.LOCK", "{k}", "b", "WAIT", 10);
+        server.log().contains(ran_out)
+    });
+    let lapsed = "got nil: the end of the lease it asked for came";
+    assert!(!server.log().contains(lapsed));
+    let wait = (2 * common::patient().as_millis()).to_string();
+    let pxat = (common::server_time_ms(con) + 50).to_string();
+    assert_eq!(
+        call!(con, "UNIQUE.LOCK", "{k}", "c", "PXAT", &pxat, "WAIT", &wait),
+        Ok(Value::Nil)
+    );
+    wait_for("LOCK's line", || {
+        server
+            .log()
+            .contains(&format!("a client waiting on {{k}} (db 0) {lapsed}"))
+    });
+    let pxat = (common::server_time_ms(con) + 50).to_string();
+    let both = ["2", "{k}:x", "{k}", "d", "PXAT", &pxat, "WAIT", &wait];
+    assert_eq!(call!(con, "UNIQUE.LOCKALL", &both[..]), Ok(Value::Nil));
+    wait_for("LOCKALL's line", || {
+        server
+            .log()
+            .contains(&format!("a client waiting on 2 keys (db 0) {lapsed}"))
+    });
+    assert!(
+        !server
+            .log()
+            .contains("2 keys (db 0) got nil: its WAIT ran out"),
+        "not its WAIT"
+    );
+}
+
 /// A pass that comes after a waiter's PXAT but before its timer could end the
 /// wait (an UNLOCK read with a DEBUG SLEEP that outlasts the PXAT, in one
 /// event-loop iteration) ends it with nil too: not the error a LOCK given

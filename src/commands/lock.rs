@@ -267,6 +267,10 @@ impl WaitingLock {
 }
 
 impl waiting::Call for WaitingLock {
+    fn lapsed(&self, now: i64) -> bool {
+        self.expiry.is_some_and(|e| e.lapsed(now))
+    }
+
     /// Runs the LOCK again, as the longest waiter in the queue.
     fn retry(&self, ctx: &Context) -> Served {
         let opts = self.options();
@@ -275,7 +279,7 @@ impl waiting::Call for WaitingLock {
         // freed goes to the waiters after it in the same pass, not to a new
         // loop.
         let now = now_ms();
-        if self.expiry.is_some_and(|e| e.lapsed(now)) {
+        if waiting::Call::lapsed(self, now) {
             return Served::Lapsed;
         }
         match attempt(ctx, &key_name, &self.jid, &opts, Queue::Served, now) {

@@ -348,11 +348,15 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 struct Waiting(LockAll);
 
 impl waiting::AllCall for Waiting {
+    fn lapsed(&self, now: i64) -> bool {
+        self.0.expiry.is_some_and(|e| e.lapsed(now))
+    }
+
     fn retry(&self, ctx: &Context) -> ServedAll {
         // A retry runs inside the serving loop: what its prune freed goes to
         // the waiters after it, not to a new loop.
         let now = now_ms();
-        if self.0.expiry.is_some_and(|e| e.lapsed(now)) {
+        if self.lapsed(now) {
             return ServedAll::Lapsed;
         }
         match attempt(ctx, &self.0, true, now) {

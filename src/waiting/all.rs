@@ -242,7 +242,8 @@ impl TimerHandler for AllCallbacks {
         with_waiters(|w| w.count_timer(false));
         if let Some(mut waiter) = with_multi(|m| m.remove(seq)) {
             waiter.deadline = None; // it fired: nothing to stop
-            gave_up(ctx, &waiter, "its WAIT ran out");
+            let why = super::deadline_reason(waiter.call.lapsed(now_ms()));
+            gave_up(ctx, &waiter, why);
             ffi::unblock(waiter.client, None);
         }
     }

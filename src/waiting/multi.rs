@@ -54,6 +54,12 @@ pub enum ServedAll {
 pub trait AllCall {
     /// Runs the call again, all keys at once.
     fn retry(&self, ctx: &redis_module::Context) -> ServedAll;
+
+    /// Whether the lease the call asks for is over by `now` (a PXAT that
+    /// passed), as [`Call::lapsed`](super::Call::lapsed).
+    fn lapsed(&self, _now: i64) -> bool {
+        false
+    }
 }
 
 /// One blocked call over several keys.
