@@ -420,9 +420,6 @@ impl Indexed {
     /// Counts a holder of `group` (exclusive or not) in (`added`) or out of
     /// the per-group and exclusive counts.
     fn count(&mut self, group: Option<&[u8]>, exclusive: bool, added: bool) {
-        if !added {
-            self.note_decrease(holding_hash(group));
-        }
         if exclusive {
             self.exclusive = if added {
                 self.exclusive + 1
@@ -431,9 +428,16 @@ impl Indexed {
             };
         }
         let Some(group) = group else {
+            if !added {
+                self.note_decrease(holding_hash(None));
+            }
             return;
         };
+        // The name's hash is its holding hash too: hashed once.
         let hash = group_hash(group);
+        if !added {
+            self.note_decrease(hash);
+        }
         let named = |(g, _): &(Box<[u8]>, usize)| **g == *group;
         if added {
             self.grouped += 1;

@@ -53,9 +53,9 @@ impl Parked {
         self.groups.iter().map(|(name, waiters)| (name, waiters))
     }
 
-    /// Parks `group` with its waiters, found at its GROUPLIMIT as of `at`
-    /// (every group parked must be so as of the same stamp: see
-    /// [`Parked::settle`]).
+    /// Parks `group` with its waiters, found at its GROUPLIMIT by the pass
+    /// that ends with [`Parked::settle`] (every group parked must be so as
+    /// of the one stamp it records).
     pub(super) fn park(&mut self, group: Option<GroupName>, waiters: GroupWaiters, kinds: &Kinds) {
         self.kinds += kinds.kinds_of(&group);
         let hash = holding_hash_of(&group);

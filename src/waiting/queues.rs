@@ -61,14 +61,14 @@ pub(super) struct GroupWaiters {
 }
 
 impl GroupWaiters {
-    pub(super) fn new(seq: usize, weight: u32) -> Self {
+    fn new(seq: usize, weight: u32) -> Self {
         Self {
             first: (seq, weight),
             seqs: BTreeMap::from([(seq, weight)]),
         }
     }
 
-    pub(super) fn insert(&mut self, seq: usize, weight: u32) {
+    fn insert(&mut self, seq: usize, weight: u32) {
         self.seqs.insert(seq, weight);
         if seq <= self.first.0 {
             self.first = (seq, weight);
