@@ -3,9 +3,10 @@
 require_relative "test_helper"
 require_relative "app/reliable_jobs"
 
-# 1,000 short jobs across 3 Sidekiq processes with ReliableFetch, and kill -9s of random
-# processes in the middle of jobs (each replaced by a new one): every job completes, none
-# runs twice at once (the jobs record their own start and end), the working lists end empty.
+# 1,000 short jobs (and a few long ones) across 3 Sidekiq processes with ReliableFetch, and
+# kill -9s of random processes in the middle of jobs (each replaced by a new one): every job
+# completes, none runs twice at once (the jobs record their own start and end), the working
+# lists end empty.
 class ReliableFetchChaosTest < Minitest::Test
   include TestHelpers
 
@@ -14,6 +15,12 @@ class ReliableFetchChaosTest < Minitest::Test
   JOBS = 1000
   PROCESSES = 3
   KILLS = 4
+  # One job in LONG_EVERY sleeps LONG_MS: a kill lands in the middle of one (chosen within
+  # FRESH seconds of its start), so that each kill interrupts a job however late the kill
+  # comes on a loaded machine, where a kill aimed at a 10 to 50 ms job could miss it.
+  LONG_EVERY = 100
+  LONG_MS = 1000
+  FRESH = 0.3
   QUEUE = "rf_chaos"
   CLASSES = [ChaosPlainJob, ChaosUntilExecutedJob, ChaosWhileExecutingJob].freeze
 
@@ -37,10 +44,6 @@ class ReliableFetchChaosTest < Minitest::Test
     p.pid && !p.identity.nil?
   end
 
-  def in_flight(p)
-    conn.call("LLEN", RF.working_key(p.identity)).to_i
-  end
-
   def stats
     h = conn.call("HGETALL", RF::STATS_KEY)
     h = Hash[*h] if h.is_a?(Array)
@@ -53,7 +56,7 @@ class ReliableFetchChaosTest < Minitest::Test
     Array.new(PROCESSES) { spawn_process }.each { |p| p.wait_ready(conn) }
     requeued_before = stats["requeued_dead"].to_i
     rng = Random.new
-    millis = Array.new(JOBS) { rng.rand(10..50) }
+    millis = Array.new(JOBS) { |n| n % LONG_EVERY == LONG_EVERY / 2 ? LONG_MS : rng.rand(10..50) }
     jids = Array.new(JOBS) { |n| CLASSES[n % CLASSES.size].set(queue: QUEUE).perform_async(token, n, millis[n]) }
     assert_equal JOBS, jids.compact.uniq.size, "every push accepted (distinct args: no lock conflicts)"
 
@@ -61,10 +64,11 @@ class ReliableFetchChaosTest < Minitest::Test
     thresholds = Array.new(KILLS) { |i| (JOBS * (i + 1) / (KILLS + 2)) + rng.rand(-40..40) }
     kills = {} # pid => time of death
     thresholds.each do |at|
-      victim = wait_until(interval: 0.02, message: "#{at} jobs ended and a busy process to kill") do
+      victim = wait_until(interval: 0.02, message: "#{at} jobs ended and a long job just started to kill") do
         next nil if ends.call < at
 
-        busy = @procs.select { |p| ready?(p) && !kills.key?(p.pid) && in_flight(p).positive? }
+        long = long_jobs_started_within(FRESH, millis)
+        busy = @procs.select { |p| ready?(p) && !kills.key?(p.pid) && long.include?(p.pid) }
         busy.sample(random: rng) || (ends.call >= JOBS && :done)
       end
       break if victim == :done
@@ -111,6 +115,17 @@ class ReliableFetchChaosTest < Minitest::Test
   end
 
   private
+
+  # The pids of the processes running a long job that started less than `seconds` ago.
+  def long_jobs_started_within(seconds, millis)
+    running = {}
+    chaos_events.each do |e|
+      key = [e["jid"], e["pid"]]
+      e["e"] == "start" ? running[key] = e : running.delete(key)
+    end
+    now = Time.now.to_f
+    running.values.select { |e| millis[e["n"]] == LONG_MS && now - e["t"] < seconds }.map { |e| e["pid"] }
+  end
 
   def chaos_events
     conn.call("LRANGE", "chaos:#{token}", 0, -1).map { |e| JSON.parse(e) }
