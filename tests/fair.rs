@@ -69,6 +69,23 @@ fn holders(con: &mut Connection, key: &str) -> Vec<String> {
     common::holders(con, key)
 }
 
+/// A LOCK's options for `tenant` at GROUPLIMIT 1 on a key of LIMIT
+/// `limit`, its lease `ttl` ms.
+fn tenant_args(tenant: &str, limit: &str, ttl: &str) -> Vec<String> {
+    [
+        "LIMIT",
+        limit,
+        "GROUP",
+        tenant,
+        "GROUPLIMIT",
+        "1",
+        "TTL",
+        ttl,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// Tenants t0 to t39 each take a slot of "k" with a holder of their own
 /// (h0 to h39), LOCK given `args(tenant)`.
 fn forty_tenants_hold(con: &mut Connection, args: impl Fn(&str) -> Vec<String>) {
@@ -76,6 +93,22 @@ fn forty_tenants_hold(con: &mut Connection, args: impl Fn(&str) -> Vec<String>) 
         let a = args(&format!("t{i}"));
         token(call!(con, "UNIQUE.LOCK", "k", format!("h{i}"), &a[..]));
     }
+}
+
+/// Tenants t0 to t39 each queue a waiter on "k" (`{prefix}0` to
+/// `{prefix}39`), in that order, LOCK given `args(tenant)`.
+fn forty_tenants_wait(
+    server: &Server,
+    prefix: &str,
+    args: impl Fn(&str) -> Vec<String>,
+) -> Vec<JoinHandle<Result<Value, String>>> {
+    (0..40)
+        .map(|i| {
+            let a = args(&format!("t{i}"));
+            let a: Vec<&str> = a.iter().map(String::as_str).collect();
+            waiter(server, "k", &format!("{prefix}{i}"), &a)
+        })
+        .collect()
 }
 
 /// The case, with real clients: LIMIT 10; tenant "long" has 10 jobs
@@ -237,28 +270,9 @@ fn grouplimit_caps_each_tenant_and_the_others_use_the_rest() {
 fn forty_tenants_at_their_grouplimit_leave_a_free_slot_to_a_newcomer_and_get_their_own_back() {
     let server = Server::start();
     let con = &mut server.con();
-    let args = |tenant: &str| -> Vec<String> {
-        [
-            "LIMIT",
-            "42",
-            "GROUP",
-            tenant,
-            "GROUPLIMIT",
-            "1",
-            "TTL",
-            "600000",
-        ]
-        .map(String::from)
-        .to_vec()
-    };
+    let args = |tenant: &str| tenant_args(tenant, "42", "600000");
     forty_tenants_hold(con, args);
-    let waiters: Vec<_> = (0..40)
-        .map(|i| {
-            let a = args(&format!("t{i}"));
-            let a: Vec<&str> = a.iter().map(String::as_str).collect();
-            waiter(&server, "k", &format!("w{i}"), &a)
-        })
-        .collect();
+    let waiters = forty_tenants_wait(&server, "w", args);
     assert_eq!(waiting(con, "k"), 40, "each tenant waits at its limit");
     // 2 of 42 slots are free, and no waiter may take one.
     token(call!(con, "UNIQUE.LOCK", "k", "n", &args("new")[..]));
@@ -286,23 +300,10 @@ fn forty_tenants_at_their_grouplimit_leave_a_free_slot_to_a_newcomer_and_get_the
 fn tenants_passed_over_at_their_grouplimit_are_served_when_a_lease_of_theirs_ends() {
     let server = Server::start();
     let con = &mut server.con();
-    let args = |tenant: &str, ttl: &str| -> Vec<String> {
-        ["LIMIT", "0", "GROUP", tenant, "GROUPLIMIT", "1", "TTL", ttl]
-            .map(String::from)
-            .to_vec()
-    };
+    let args = |tenant: &str, ttl: &str| tenant_args(tenant, "0", ttl);
     // 40 holders: the layout of many, whose counts a pass reads.
-    for i in 0..40 {
-        let a = args(&format!("t{i}"), "600000");
-        token(call!(con, "UNIQUE.LOCK", "k", format!("h{i}"), &a[..]));
-    }
-    let waiters: Vec<_> = (0..40)
-        .map(|i| {
-            let a = args(&format!("t{i}"), "600000");
-            let a: Vec<&str> = a.iter().map(String::as_str).collect();
-            waiter(&server, "k", &format!("w{i}"), &a)
-        })
-        .collect();
+    forty_tenants_hold(con, |tenant| args(tenant, "600000"));
+    let waiters = forty_tenants_wait(&server, "w", |tenant| args(tenant, "600000"));
     assert_eq!(waiting(con, "k"), 40, "each tenant waits at its limit");
     // t5's holder now ends its lease in a second; then t7's releases.
     token(call!(
@@ -335,32 +336,13 @@ fn tenants_passed_over_at_their_grouplimit_are_served_when_a_lease_of_theirs_end
 fn tenants_at_their_grouplimit_are_served_when_many_slots_free_at_once_or_the_key_goes() {
     let server = Server::start();
     let con = &mut server.con();
-    let args = |tenant: &str| -> Vec<String> {
-        let a = [
-            "LIMIT",
-            "0",
-            "GROUP",
-            tenant,
-            "GROUPLIMIT",
-            "1",
-            "TTL",
-            "600000",
-        ];
-        let mut a = a.map(String::from).to_vec();
+    let args = |tenant: &str| {
+        let mut a = tenant_args(tenant, "0", "600000");
         a.extend(["OWNER".to_string(), "worker-1".to_string()]);
         a
     };
     forty_tenants_hold(con, args);
-    let queue = |round: &str| -> Vec<_> {
-        (0..40)
-            .map(|i| {
-                let a = args(&format!("t{i}"));
-                let a: Vec<&str> = a.iter().map(String::as_str).collect();
-                waiter(&server, "k", &format!("{round}{i}"), &a)
-            })
-            .collect()
-    };
-    let first = queue("w");
+    let first = forty_tenants_wait(&server, "w", args);
     assert_eq!(waiting(con, "k"), 40, "each tenant waits at its limit");
     // A release in between: its tenant is served, the others stay aside.
     call!(con, "UNIQUE.UNLOCK", "k", "h3").expect("unlock");
@@ -381,7 +363,7 @@ fn tenants_at_their_grouplimit_are_served_when_many_slots_free_at_once_or_the_ke
     wait_for("every waiter served", || waiting(con, "k") == 0);
     assert_eq!(holders(con, "k").len(), 39);
     // t3 holds nothing now: its next waiter takes a slot at once.
-    let second = queue("x");
+    let second = forty_tenants_wait(&server, "x", args);
     assert_eq!(waiting(con, "k"), 39);
     call!(con, "DEL", "k").expect("DEL");
     wait_for("every tenant's next waiter served", || {

@@ -68,29 +68,32 @@ impl Parked {
         self.at = Some(at);
     }
 
-    /// Moves `group` back among `into`, if it is parked: whether it was.
+    /// Moves `group` back among `into`, if it is parked.
     pub(super) fn unpark(
         &mut self,
         group: &Option<GroupName>,
         kinds: &Kinds,
         into: &mut GroupQueues,
-    ) -> bool {
-        let hash = holding_hash_of(group);
-        let Ok(entry) = self.groups.find_entry(hash, |(name, _)| name == group) else {
-            return false;
-        };
-        let ((name, waiters), _) = entry.remove();
-        self.kinds = self.kinds.saturating_sub(kinds.kinds_of(&name));
-        into.insert(name, waiters);
-        true
+    ) {
+        self.unpark_where(holding_hash_of(group), |name| name == group, kinds, into);
     }
 
     /// Moves back every parked group that `hash` may name.
     fn unpark_hash(&mut self, hash: u64, kinds: &Kinds, into: &mut GroupQueues) {
-        while let Ok(entry) = self
-            .groups
-            .find_entry(hash, |(name, _)| holding_hash_of(name) == hash)
-        {
+        let named = |name: &Option<GroupName>| holding_hash_of(name) == hash;
+        self.unpark_where(hash, named, kinds, into);
+    }
+
+    /// Moves back among `into` every parked group of `hash` that `is` picks,
+    /// its kinds counted out.
+    fn unpark_where(
+        &mut self,
+        hash: u64,
+        is: impl Fn(&Option<GroupName>) -> bool,
+        kinds: &Kinds,
+        into: &mut GroupQueues,
+    ) {
+        while let Ok(entry) = self.groups.find_entry(hash, |(name, _)| is(name)) {
             let ((name, waiters), _) = entry.remove();
             self.kinds = self.kinds.saturating_sub(kinds.kinds_of(&name));
             into.insert(name, waiters);
