@@ -43,7 +43,6 @@
 //! without a server (`tests.rs`).
 
 use std::cell::RefCell;
-use std::collections::BinaryHeap;
 use std::ops::Bound;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -61,12 +60,14 @@ use crate::metrics::{self, Event};
 mod all;
 mod denials;
 mod multi;
+mod order;
 mod parked;
 mod queues;
 pub use all::block_all;
 pub use denials::Admission;
-use denials::Denials;
+use denials::{Denials, Kinds};
 pub use multi::{AllCall, ServedAll};
+use order::Turn;
 use queues::{GroupWaiters, KeyId, Queue, Tally, Waiter, Waiters};
 
 /// The longest delay given to a module timer, about 34.8 years: Redis adds a
@@ -163,6 +164,13 @@ pub trait KeyHoldings {
     fn freed_since(&self, _since: HoldingsStamp, _each: &mut dyn FnMut(u64)) -> bool {
         false
     }
+
+    /// Shows `each` the [`holding_hash`](crate::engine::holding_hash) of
+    /// every group with a live holder, if the key has few enough to list
+    /// (where it keeps no stamp); false when it does not list them.
+    fn holding_hashes(&self, _each: &mut dyn FnMut(u64)) -> bool {
+        false
+    }
 }
 
 /// A key without holders (or a call that knows no groups): 0 for all.
@@ -175,6 +183,10 @@ impl KeyHoldings for NoHolders {
 
     fn next_lease_end(&self) -> Option<i64> {
         None
+    }
+
+    fn holding_hashes(&self, _each: &mut dyn FnMut(u64)) -> bool {
+        true
     }
 }
 
@@ -425,24 +437,29 @@ fn serve_pass<C>(
         kinds,
         mut exclusive,
         mut parked,
+        mut order,
         ..
     } = tally.unwrap_or_else(|| Tally::of(&queue));
     let mut kinds = known.then_some(kinds);
     let last = queue.range(before).next_back().map(|(&seq, _)| seq);
-    // Each group's `held`, asked of the key for every group at once (through
-    // the oldest waiter: all wait on the one key) and counted on as the pass
-    // grants. The key counts live holders only, those whose lease has ended
-    // left out as the first retry's prune will remove them: no count again.
-    // The groups parked by an earlier pass (at their GROUPLIMIT) are not
-    // asked: only those the key may have freed come back first.
-    let oldest = queue.values().next();
+    // Each group's `held`, asked of the key (through the oldest waiter: all
+    // wait on the one key) and counted on as the pass grants. The key counts
+    // live holders only, those whose lease has ended left out as the first
+    // retry's prune will remove them: no count again. The groups parked by
+    // an earlier pass (at their GROUPLIMIT) are not asked: only those the
+    // key may have freed come back first. The groups' order is kept from
+    // the last pass (see `order`): only the groups whose place may have
+    // changed are looked at, unless waiters behind a multi-key waiter must
+    // be left out (their groups' turns are made for this pass alone).
+    let mut afresh = until.is_some();
     if !parked.is_empty() {
         // A look of its own, made only while some groups are parked (the
         // key's counts are asked once the groups looked at are known).
         let mut woke = false;
-        if let (Some(oldest), Some(kinds)) = (oldest, kinds.as_ref()) {
+        if let (Some(oldest), Some(kinds)) = (queue.values().next(), kinds.as_ref()) {
             holdings(oldest, &mut |key| {
-                parked.wake(key, kinds, &mut seqs);
+                let mut moved = |seq| order.note(seq);
+                afresh |= !parked.wake(key, kinds, &mut seqs, &mut moved);
                 woke = true;
             });
         }
@@ -450,22 +467,8 @@ fn serve_pass<C>(
             // The key was not looked at (a bug there): what the parked
             // groups hold is unknown.
             parked.unpark_all(&mut seqs);
+            afresh = true;
         }
-    }
-    let mut groups: Vec<Group<'_>> = seqs
-        .iter()
-        .map(|(name, seqs)| Group::new(name, seqs, last))
-        .collect();
-    let mut next_lease = None;
-    let mut stamp = None;
-    if let Some(oldest) = oldest {
-        holdings(oldest, &mut |key| {
-            next_lease = key.next_lease_end();
-            stamp = key.stamp();
-            for g in groups.iter_mut() {
-                g.held = key.held(g.name.as_ref());
-            }
-        });
     }
     let mut denials = Denials::default();
     denials.parked(parked.kinds());
@@ -473,37 +476,44 @@ fn serve_pass<C>(
     // waiter a retry would grant (a pass only adds holders): it is not
     // tried, and the earliest end of a lease on the key, when it may hold
     // fewer, is when to look again. Many tenants at their GROUPLIMIT cost a
-    // pass a look each, not a retry each, and are parked after it.
-    let mut skipped = false;
-    let at_group_limit = |g: &Group<'_>| {
-        g.held > 0
-            && kinds
-                .as_ref()
-                .and_then(|k| k.group_gate(g.name))
-                .is_some_and(|max| g.held >= max as usize)
-    };
-    // Each group's head, best first (see `Turn`): all of them at the start,
-    // then only the group just tried goes back in (no other group changes),
-    // so that a turn costs O(log groups) and not a look at every group.
-    // (Made in a vector of the groups' number: a filtered iterator gives no
-    // size, and the heap would grow by doubling.)
-    let looked_at = groups.len();
-    let mut heads = Vec::with_capacity(looked_at);
-    // The groups passed over, by their place in `groups`: parked after.
-    let mut passed_over = Vec::new();
-    for (i, g) in groups.iter_mut().enumerate() {
-        if at_group_limit(g) {
-            g.covered = true;
-            passed_over.push(i);
-            skipped = true;
-            if let Some(kinds) = kinds.as_ref() {
-                denials.pass_over(g.name, kinds, looked_at);
+    // pass a look each, not a retry each, and are parked after it. Those
+    // found so at the start get no turn; a turn kept from an earlier pass
+    // may find one so when it comes out.
+    let mut passed_over: Vec<&Option<GroupName>> = Vec::new();
+    let mut next_lease = None;
+    let mut stamp = None;
+    let mut looked = false;
+    let pass = order.pass + 1;
+    {
+        let mut full = |name, waiters: &GroupWaiters, held| {
+            let full = at_group_limit(name, held, kinds.as_ref());
+            if full {
+                waiters.take(pass, usize::MAX);
+                passed_over.push(name);
+                if let Some(kinds) = kinds.as_ref() {
+                    denials.pass_over(name, kinds);
+                }
             }
-        } else {
-            heads.extend(g.turn(i));
+            full
+        };
+        if let Some(oldest) = queue.values().next() {
+            holdings(oldest, &mut |key| {
+                next_lease = key.next_lease_end();
+                stamp = key.stamp();
+                order.start(key, &queue, &seqs, last, afresh, &mut full);
+                looked = true;
+            });
+        }
+        if !looked {
+            // A bug there: every group counted as holding none, for this pass.
+            order.start(&NoHolders, &queue, &seqs, last, true, &mut full);
+            order.forget();
         }
     }
-    let mut turns = BinaryHeap::from(heads);
+    let mut turns = std::mem::take(&mut order.turns);
+    // The groups this pass tried, in the order it took their first turn.
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    let mut skipped = !passed_over.is_empty();
     let mut behind: Vec<Turn> = Vec::new();
     let mut fence = None;
     loop {
@@ -513,7 +523,7 @@ fn serve_pass<C>(
         if (turns.is_empty() && behind.is_empty())
             || kinds
                 .as_ref()
-                .is_some_and(|k| denials.cover(k, groups.iter().map(|g| g.name)))
+                .is_some_and(|k| denials.cover(k, seqs.keys()))
         {
             break;
         }
@@ -526,6 +536,49 @@ fn serve_pass<C>(
         }
         let mut next = None;
         while let Some(turn) = turns.pop() {
+            let turn = match turn.group {
+                Some(_) if turn.pass == pass => turn,
+                _ => {
+                    // A group's first turn in this pass: taken if it still
+                    // stands, its count checked if an earlier pass made it.
+                    let Some(waiter) = queue.get(&turn.seq) else {
+                        continue;
+                    };
+                    let Some((name, waiters)) = seqs.get_key_value(&waiter.share.group) else {
+                        continue;
+                    };
+                    if waiters.first().0 != turn.seq || waiters.taken_in(pass).is_some() {
+                        continue;
+                    }
+                    if turn.pass != pass {
+                        let mut held = None;
+                        holdings(waiter, &mut |key| held = Some(key.held(name.as_ref())));
+                        if let Some(held) = held.filter(|&held| held != turn.held) {
+                            turns.push(Turn { held, pass, ..turn });
+                            continue;
+                        }
+                    }
+                    if at_group_limit(name, turn.held, kinds.as_ref()) {
+                        waiters.take(pass, usize::MAX);
+                        passed_over.push(name);
+                        skipped = true;
+                        if let Some(kinds) = kinds.as_ref() {
+                            denials.pass_over(name, kinds);
+                        }
+                        continue;
+                    }
+                    let i = groups.len();
+                    let mut group = Group::new(name, waiters, last);
+                    group.held = turn.held;
+                    waiters.take(pass, i);
+                    let turn = group.turn(i, pass);
+                    groups.push(group);
+                    match turn {
+                        Some(turn) => turn,
+                        None => continue,
+                    }
+                }
+            };
             let blocked = match barrier {
                 Some(b) if turn.seq > b => true,
                 Some(b) if turn.seq == b => oldest != Some(b),
@@ -537,7 +590,12 @@ fn serve_pass<C>(
             }
             behind.push(turn);
         }
-        let Some(Turn { group: i, seq, .. }) = next else {
+        let Some(Turn {
+            group: Some(i),
+            seq,
+            ..
+        }) = next
+        else {
             break;
         };
         let Some(waiter) = queue.get(&seq) else {
@@ -592,19 +650,33 @@ fn serve_pass<C>(
                 .is_some_and(|k| denials.cover_group(k, g.name));
             if !g.covered {
                 g.advance();
-                turns.extend(g.turn(i));
+                turns.extend(g.turn(i, pass));
             }
         }
     }
-    let passed_over: Vec<Option<GroupName>> = passed_over
-        .into_iter()
-        .filter_map(|i| Some(groups.get(i)?.name.clone()))
-        .collect();
-    drop(groups);
+    // The groups tried or passed over are looked at again at the next start
+    // (their counts and first waiters changed, or they were not parked);
+    // the turns this pass gave them no longer stand, nor those behind a
+    // waiting exclusive request.
+    for g in &groups {
+        order.note(g.seqs.first().0);
+    }
+    for name in &passed_over {
+        if let Some(waiters) = seqs.get(*name) {
+            order.note(waiters.first().0);
+        }
+    }
+    let passed_over: Vec<Option<GroupName>> = passed_over.into_iter().cloned().collect();
+    drop((groups, denials, behind));
+    order.turns = turns;
     // The waiters that leave the queue leave their group's (their kinds
-    // were counted out as they left, for `cover`).
+    // were counted out as they left, for `cover`), a group's next waiter
+    // becoming its first.
     for (waiter, _) in &ended {
         queues::leave_group(&mut seqs, waiter);
+        if let Some(waiters) = seqs.get(&waiter.share.group) {
+            order.note(waiters.first().0);
+        }
     }
     // The groups passed over are parked, with those still parked: all hold
     // their GROUPLIMIT as of the key's stamp at the start of the pass (the
@@ -618,7 +690,13 @@ fn serve_pass<C>(
             }
             parked.settle(stamp);
         }
-        _ => parked.unpark_all(&mut seqs),
+        _ => {
+            if !parked.is_empty() {
+                // Back without a turn: the next pass makes them all.
+                order.forget();
+            }
+            parked.unpark_all(&mut seqs);
+        }
     }
     if skipped || !parked.is_empty() {
         wake_at = earliest(wake_at, next_lease);
@@ -639,8 +717,18 @@ fn serve_pass<C>(
             full_at: None,
             exclusive,
             parked,
+            order,
         }),
     }
+}
+
+/// Whether `group`, holding `held`, holds the largest GROUPLIMIT its
+/// waiters gave (`kinds` known): no retry of its waiters would grant one.
+fn at_group_limit(group: &Option<GroupName>, held: usize, kinds: Option<&Kinds>) -> bool {
+    held > 0
+        && kinds
+            .and_then(|k| k.group_gate(group))
+            .is_some_and(|max| held >= max as usize)
 }
 
 /// The earlier of two ends of lease (`None`: no lease ends).
@@ -696,54 +784,19 @@ impl<'a> Group<'a> {
             .and_then(|(seq, _)| self.head_from(self.seqs.after(seq)));
     }
 
-    /// The group's place in the order of turns, as group `i`; `None` when
-    /// it has nobody left to try.
-    fn turn(&self, i: usize) -> Option<Turn> {
+    /// The group's place in the order of turns, as group `i` of `pass`;
+    /// `None` when it has nobody left to try.
+    fn turn(&self, i: usize, pass: u64) -> Option<Turn> {
         let (seq, weight) = self.head.filter(|_| !self.covered)?;
         Some(Turn {
             held: self.held,
             weight,
             seq,
-            group: i,
+            pass,
+            group: Some(i),
         })
     }
 }
-
-/// A group's head as a candidate for the next slot: the greatest in a
-/// [`BinaryHeap`] is the group that holds the fewest slots for its weight
-/// (`held / weight`, compared in integers), then the one whose head came
-/// first.
-#[derive(Debug, Clone, Copy)]
-struct Turn {
-    held: usize,
-    weight: u32,
-    seq: usize,
-    group: usize,
-}
-
-impl Ord for Turn {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        // A count of holders times a WEIGHT (at most 1,000) fits 64 bits.
-        let mine = (self.held as u64).saturating_mul(u64::from(other.weight));
-        let theirs = (other.held as u64).saturating_mul(u64::from(self.weight));
-        // The smaller share, then the older head, is the greater.
-        theirs.cmp(&mine).then(other.seq.cmp(&self.seq))
-    }
-}
-
-impl PartialOrd for Turn {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for Turn {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-
-impl Eq for Turn {}
 
 /// What one [`serve_pass`] decided.
 struct Pass<C> {

@@ -344,6 +344,10 @@ impl waiting::KeyHoldings for GroupCounts<'_> {
     fn freed_since(&self, since: HoldingsStamp, each: &mut dyn FnMut(u64)) -> bool {
         GroupCounts::freed_since(self, since, each)
     }
+
+    fn holding_hashes(&self, each: &mut dyn FnMut(u64)) -> bool {
+        GroupCounts::holding_hashes(self, each)
+    }
 }
 
 /// Where a call stands relative to the clients waiting on the same key.

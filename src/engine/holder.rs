@@ -81,6 +81,24 @@ impl GroupCounts<'_> {
         true
     }
 
+    /// Shows `each` the [`holding_hash`](super::holding_hash) of every group
+    /// with a live holder, when the lock has few holders (a compact lock:
+    /// counted in a walk); false for an index, whose groups may be many.
+    /// What a caller that kept counts of its own asks instead of
+    /// [`Self::freed_since`] where the lock keeps no stamp: a group that
+    /// held none then and holds none now holds as many.
+    pub fn holding_hashes(&self, mut each: impl FnMut(u64)) -> bool {
+        let Counts::Counted(counts) = &self.counts else {
+            return false;
+        };
+        for &(group, n) in counts {
+            if n > 0 {
+                each(holding_hash(group));
+            }
+        }
+        true
+    }
+
     /// The earliest end of a lease that had not ended when counted: when a
     /// holder that is counted may leave first (what a denial now gives as
     /// the time to try again).

@@ -129,17 +129,7 @@ impl<'a> Denials<'a> {
     /// waiters gave): its kinds need no denial of their own for the pass
     /// to stop, or a group passed over would keep the pass turning through
     /// every other group.
-    /// `looked_at`: how many groups the pass looks at (all but the parked):
-    /// room for them all at once, as a pass may pass over most.
-    pub(super) fn pass_over(
-        &mut self,
-        group: &'a Option<GroupName>,
-        kinds: &Kinds,
-        looked_at: usize,
-    ) {
-        if self.passed.is_empty() {
-            self.passed.reserve(looked_at);
-        }
+    pub(super) fn pass_over(&mut self, group: &'a Option<GroupName>, kinds: &Kinds) {
         if self.passed.insert(group) {
             self.passed_kinds += kinds.known.get(group).map_or(0, Vec::len);
         }
@@ -758,13 +748,13 @@ mod tests {
         kinds.add(call(b"z", 0), at_limit);
         kinds.add(call(b"y", 0), at_limit);
         let mut d = Denials::default();
-        d.pass_over(&at_limit.group, &kinds, 2);
+        d.pass_over(&at_limit.group, &kinds);
         assert!(!covers(&mut d, &kinds), "nothing denied yet");
         d.record(call(b"a", 5), &tenants[0], &denied(None, Some(5)));
         assert!(covers(&mut d, &kinds), "the key full for the rest");
         // Without the key full, each other kind must be denied.
         let mut d = Denials::default();
-        d.pass_over(&at_limit.group, &kinds, 2);
+        d.pass_over(&at_limit.group, &kinds);
         for (i, t) in tenants.iter().enumerate() {
             assert!(!covers(&mut d, &kinds), "tenant {i} not denied yet");
             d.record(call(b"w", 5), t, &denied(None, None));

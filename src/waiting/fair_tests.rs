@@ -107,11 +107,11 @@ impl Sim {
     }
 
     /// `jid` of `group` takes a slot without waiting (a LOCK from outside
-    /// the queue), for `ttl`.
-    fn hold(&mut self, jid: &str, group: Option<u8>, ttl: i64) {
+    /// the queue, of LIMIT `limit`), for `ttl`.
+    fn hold(&mut self, jid: &str, group: Option<u8>, ttl: i64, limit: u32) {
         let group = name(group);
         let req = LockRequest {
-            limit: 0,
+            limit,
             expires_at: Some(self.now + ttl),
             group: group.as_deref(),
             ..LockRequest::new(jid.as_bytes())
@@ -577,8 +577,9 @@ proptest! {
 /// What a test does to a key of many holders between two passes.
 #[derive(Debug, Clone)]
 enum Step {
-    /// A waiter of group `.0` (of 4), GROUPLIMIT `.1`, lease `.2`.
-    Wait(u8, Option<u32>, i64),
+    /// A waiter of group `.0` (of 8), GROUPLIMIT `.1`, lease `.2`, weight
+    /// `.3`.
+    Wait(u8, Option<u32>, i64, u32),
     /// A holder from outside the queue takes a slot of group `.0`.
     Hold(u8, i64),
     /// The `.0`th holder (of those there, by jid) is released.
@@ -595,8 +596,9 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        3 => (0u8..4, prop::option::of(1u32..4), 1i64..60).prop_map(|(g, l, t)| Step::Wait(g, l, t)),
-        1 => (0u8..4, 1i64..60).prop_map(|(g, t)| Step::Hold(g, t)),
+        3 => (0u8..8, prop::option::of(1u32..4), 1i64..60, 1u32..4)
+            .prop_map(|(g, l, t, w)| Step::Wait(g, l, t, w)),
+        1 => (0u8..8, 1i64..60).prop_map(|(g, t)| Step::Hold(g, t)),
         2 => (0usize..100).prop_map(Step::Release),
         1 => (0usize..100).prop_map(Step::GiveUp),
         1 => Just(Step::NextLease),
@@ -605,82 +607,140 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// Runs `steps` on two keys of LIMIT `limit`, each first given `fill`
+/// holders of a group nobody waits in: one whose queue's tally (its parked
+/// groups and its groups' order with it) is kept from pass to pass, one
+/// whose tally is counted afresh for each pass. Both must serve the same
+/// waiters in the same order, wake at the same time and answer newcomers
+/// alike: once as the module runs, once with the order of any number of
+/// groups kept (a test's queue has a few).
+fn kept_and_fresh_serve_alike(
+    limit: u32,
+    fill: usize,
+    steps: Vec<Step>,
+) -> Result<(), TestCaseError> {
+    for few_afresh in [true, false] {
+        let mut kept = Sim::keeping_the_tally(limit);
+        if !few_afresh && let Some(tally) = kept.tally.as_mut() {
+            tally.order.keep_every_order();
+        }
+        serve_alike(kept, Sim::new(limit), fill, steps.clone())?;
+    }
+    Ok(())
+}
+
+fn serve_alike(
+    mut kept: Sim,
+    mut fresh: Sim,
+    fill: usize,
+    steps: Vec<Step>,
+) -> Result<(), TestCaseError> {
+    for sim in [&mut kept, &mut fresh] {
+        for i in 0..fill {
+            sim.hold(&format!("h{i}"), Some(9), 1_000_000, 0);
+        }
+    }
+    for step in steps {
+        for sim in [&mut kept, &mut fresh] {
+            match step {
+                Step::Wait(g, group_limit, ttl, weight) => {
+                    sim.wait(Ask {
+                        group_limit,
+                        ttl,
+                        weight,
+                        ..Ask::of(g)
+                    });
+                }
+                Step::Hold(g, ttl) => {
+                    let jid = format!("o{}", sim.token);
+                    let limit = sim.limit;
+                    sim.hold(&jid, Some(g), ttl, limit);
+                }
+                Step::Release(i) => {
+                    let jids = {
+                        let lock = sim.lock.borrow();
+                        let mut jids: Vec<Vec<u8>> = lock
+                            .live_holders(sim.now)
+                            .map(|h| h.jid().to_vec())
+                            .collect();
+                        jids.sort();
+                        jids
+                    };
+                    if !jids.is_empty() {
+                        let jid = &jids[i % jids.len()];
+                        sim.lock.borrow_mut().release(jid);
+                    }
+                }
+                Step::GiveUp(i) => {
+                    let seqs: Vec<usize> = sim.queue.keys().copied().collect();
+                    if !seqs.is_empty() {
+                        sim.give_up(seqs[i % seqs.len()]);
+                    }
+                }
+                Step::NextLease => {
+                    sim.next_lease();
+                }
+                Step::Newcomer | Step::Pass => {}
+            }
+        }
+        if matches!(step, Step::Newcomer) {
+            // As LOCK asks: the key pruned first.
+            for sim in [&mut kept, &mut fresh] {
+                sim.lock.borrow_mut().prune(sim.now);
+            }
+            let counts = |sim: &Sim| {
+                let lock = sim.lock.borrow();
+                let counted = Tally::of(&sim.queue);
+                let by_kept = sim
+                    .tally
+                    .as_ref()
+                    .map(|t| t.hold_back(&lock.group_counts(sim.now)));
+                (by_kept, counted.hold_back(&lock.group_counts(sim.now)))
+            };
+            let (by_kept, by_count) = counts(&kept);
+            prop_assert_eq!(by_kept, Some(by_count), "held back");
+            prop_assert_eq!(counts(&fresh).1, by_count, "the same keys");
+        }
+        if matches!(step, Step::Pass | Step::NextLease) {
+            let (a, b) = (kept.serve()?, fresh.serve()?);
+            prop_assert_eq!(a, b, "served");
+            prop_assert_eq!(kept.wake_at, fresh.wake_at, "wake-up");
+        }
+    }
+    prop_assert_eq!(&kept.granted, &fresh.granted);
+    Ok(())
+}
+
 proptest! {
     /// Groups parked at their GROUPLIMIT between passes change nothing: a
     /// key of many holders (indexed, so it keeps a stamp and names the
     /// groups whose count went down), its queue's tally kept from pass to
-    /// pass, serves the same waiters in the same order, and wakes at the
-    /// same time, as the same key whose tally is counted afresh for each
+    /// pass, serves as the same key whose tally is counted afresh for each
     /// pass, through grants from outside, releases, time-outs and ended
     /// leases.
     #[test]
     fn parked_groups_serve_as_a_fresh_look_does(
         steps in prop::collection::vec(step(), 1..80),
     ) {
-        let mut kept = Sim::keeping_the_tally(0);
-        let mut fresh = Sim::new(0);
-        for sim in [&mut kept, &mut fresh] {
-            // Enough holders of a group nobody waits in for the index.
-            for i in 0..40 {
-                sim.hold(&format!("h{i}"), Some(9), 1_000_000);
-            }
-        }
-        for step in steps {
-            for sim in [&mut kept, &mut fresh] {
-                match step {
-                    Step::Wait(g, group_limit, ttl) => {
-                        sim.wait(Ask { group_limit, ttl, ..Ask::of(g) });
-                    }
-                    Step::Hold(g, ttl) => {
-                        let jid = format!("o{}", sim.token);
-                        sim.hold(&jid, Some(g), ttl);
-                    }
-                    Step::Release(i) => {
-                        let jids = {
-                            let lock = sim.lock.borrow();
-                            let mut jids: Vec<Vec<u8>> =
-                                lock.live_holders(sim.now).map(|h| h.jid().to_vec()).collect();
-                            jids.sort();
-                            jids
-                        };
-                        if !jids.is_empty() {
-                            let jid = &jids[i % jids.len()];
-                            sim.lock.borrow_mut().release(jid);
-                        }
-                    }
-                    Step::GiveUp(i) => {
-                        let seqs: Vec<usize> = sim.queue.keys().copied().collect();
-                        if !seqs.is_empty() {
-                            sim.give_up(seqs[i % seqs.len()]);
-                        }
-                    }
-                    Step::NextLease => {
-                        sim.next_lease();
-                    }
-                    Step::Newcomer | Step::Pass => {}
-                }
-            }
-            if matches!(step, Step::Newcomer) {
-                // As LOCK asks: the key pruned first.
-                for sim in [&mut kept, &mut fresh] {
-                    sim.lock.borrow_mut().prune(sim.now);
-                }
-                let counts = |sim: &Sim| {
-                    let lock = sim.lock.borrow();
-                    let counted = Tally::of(&sim.queue);
-                    let by_kept = sim.tally.as_ref().map(|t| t.hold_back(&lock.group_counts(sim.now)));
-                    (by_kept, counted.hold_back(&lock.group_counts(sim.now)))
-                };
-                let (by_kept, by_count) = counts(&kept);
-                prop_assert_eq!(by_kept, Some(by_count), "held back");
-                prop_assert_eq!(counts(&fresh).1, by_count, "the same keys");
-            }
-            if matches!(step, Step::Pass | Step::NextLease) {
-                let (a, b) = (kept.serve()?, fresh.serve()?);
-                prop_assert_eq!(a, b, "served");
-                prop_assert_eq!(kept.wake_at, fresh.wake_at, "wake-up");
-            }
-        }
-        prop_assert_eq!(&kept.granted, &fresh.granted);
+        kept_and_fresh_serve_alike(0, 40, steps)?;
+    }
+
+    /// The groups' order kept between passes changes nothing either, on a
+    /// key whose LIMIT ends most passes after a grant or two: one of many
+    /// holders (its stamp names what went down) ...
+    #[test]
+    fn a_kept_order_serves_as_a_fresh_look_does_on_a_key_of_many_holders(
+        steps in prop::collection::vec(step(), 1..80),
+    ) {
+        kept_and_fresh_serve_alike(44, 40, steps)?;
+    }
+
+    /// ... and one of a few, which keeps no stamp (the groups holding
+    /// then and now are looked at again).
+    #[test]
+    fn a_kept_order_serves_as_a_fresh_look_does_on_a_key_of_few_holders(
+        steps in prop::collection::vec(step(), 1..80),
+    ) {
+        kept_and_fresh_serve_alike(4, 0, steps)?;
     }
 }

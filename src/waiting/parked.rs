@@ -75,27 +75,36 @@ impl Parked {
         kinds: &Kinds,
         into: &mut GroupQueues,
     ) {
-        self.unpark_where(holding_hash_of(group), |name| name == group, kinds, into);
+        let is = |name: &Option<GroupName>| name == group;
+        self.unpark_where(holding_hash_of(group), is, kinds, into, &mut |_| {});
     }
 
     /// Moves back every parked group that `hash` may name.
-    fn unpark_hash(&mut self, hash: u64, kinds: &Kinds, into: &mut GroupQueues) {
+    fn unpark_hash(
+        &mut self,
+        hash: u64,
+        kinds: &Kinds,
+        into: &mut GroupQueues,
+        moved: &mut dyn FnMut(usize),
+    ) {
         let named = |name: &Option<GroupName>| holding_hash_of(name) == hash;
-        self.unpark_where(hash, named, kinds, into);
+        self.unpark_where(hash, named, kinds, into, moved);
     }
 
     /// Moves back among `into` every parked group of `hash` that `is` picks,
-    /// its kinds counted out.
+    /// its kinds counted out, showing `moved` each one's first waiter.
     fn unpark_where(
         &mut self,
         hash: u64,
         is: impl Fn(&Option<GroupName>) -> bool,
         kinds: &Kinds,
         into: &mut GroupQueues,
+        moved: &mut dyn FnMut(usize),
     ) {
         while let Ok(entry) = self.groups.find_entry(hash, |(name, _)| is(name)) {
             let ((name, waiters), _) = entry.remove();
             self.kinds = self.kinds.saturating_sub(kinds.kinds_of(&name));
+            moved(waiters.first().0);
             into.insert(name, waiters);
         }
     }
@@ -110,11 +119,18 @@ impl Parked {
     }
 
     /// At the start of a pass, given its key's holders: moves back among
-    /// `into` each parked group that may hold fewer than it did, and all of
-    /// them when the key cannot say which.
-    pub(super) fn wake(&mut self, key: &dyn KeyHoldings, kinds: &Kinds, into: &mut GroupQueues) {
+    /// `into` each parked group that may hold fewer than it did, showing
+    /// `moved` its first waiter; false when the key cannot say which, and
+    /// all of them moved back.
+    pub(super) fn wake(
+        &mut self,
+        key: &dyn KeyHoldings,
+        kinds: &Kinds,
+        into: &mut GroupQueues,
+        moved: &mut dyn FnMut(usize),
+    ) -> bool {
         if self.groups.is_empty() {
-            return;
+            return true;
         }
         let mut freed = Vec::new();
         let told = self.at.is_some_and(|at| {
@@ -122,11 +138,12 @@ impl Parked {
         });
         if !told {
             self.unpark_all(into);
-            return;
+            return false;
         }
         for hash in freed {
-            self.unpark_hash(hash, kinds, into);
+            self.unpark_hash(hash, kinds, into, moved);
         }
+        true
     }
 
     /// The parked groups that may hold fewer than they did, given the key's

@@ -3,11 +3,13 @@
 //! and the timers counted. `C` stands for a blocked client's handle, so the
 //! unit tests use plain numbers.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::ops::Bound;
 
 use super::denials::Kinds;
+use super::order::Order;
 use super::parked::Parked;
 use super::{Call, KeyHoldings, Share};
 use crate::engine::{GroupName, HoldingsStamp};
@@ -54,18 +56,44 @@ pub(super) type GroupQueues = BTreeMap<Option<GroupName>, GroupWaiters>;
 /// first of them also kept apart, beside the group's name: a pass reads
 /// every group's first at its start, without a descent into each group's
 /// map.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) struct GroupWaiters {
     first: (usize, u32),
     seqs: BTreeMap<usize, u32>,
+    /// The last pass that took the group's turn, and the group's place
+    /// among those it tried: marked through the shared borrow the pass
+    /// holds, so that the turns it no longer stands by are dropped without
+    /// a map of its own.
+    taken: Cell<(u64, usize)>,
 }
+
+impl PartialEq for GroupWaiters {
+    fn eq(&self, other: &Self) -> bool {
+        (self.first, &self.seqs) == (other.first, &other.seqs)
+    }
+}
+
+impl Eq for GroupWaiters {}
 
 impl GroupWaiters {
     fn new(seq: usize, weight: u32) -> Self {
         Self {
             first: (seq, weight),
             seqs: BTreeMap::from([(seq, weight)]),
+            taken: Cell::new((0, 0)),
         }
+    }
+
+    /// The group's place among the groups tried by `pass`, if that pass
+    /// took its turn (passes are numbered from 1).
+    pub(super) fn taken_in(&self, pass: u64) -> Option<usize> {
+        let (by, at) = self.taken.get();
+        (by == pass).then_some(at)
+    }
+
+    /// `pass` took the group's turn, as its group `at`.
+    pub(super) fn take(&self, pass: u64, at: usize) {
+        self.taken.set((pass, at));
     }
 
     fn insert(&mut self, seq: usize, weight: u32) {
@@ -124,6 +152,9 @@ pub(super) struct Tally {
     /// oldest first: the first of them is where a pass stops letting the
     /// waiters behind it in, found without a walk of the queue.
     pub(super) exclusive: BTreeSet<usize>,
+    /// The groups' turns, kept for the next pass: told of each group that
+    /// comes and of each whose first waiter leaves.
+    pub(super) order: Order,
 }
 
 impl Tally {
@@ -132,6 +163,7 @@ impl Tally {
         // A new waiter, perhaps of a group with room: look again (at its
         // group too, if parked: it may ask for more).
         self.full_at = None;
+        let had_turn = self.groups.contains_key(&waiter.share.group);
         self.parked
             .unpark(&waiter.share.group, &self.kinds, &mut self.groups);
         self.kinds.add(waiter.call.admission(), &waiter.share);
@@ -148,6 +180,12 @@ impl Tally {
                 );
             }
         }
+        // A group that had a turn keeps it: the waiter joins behind its
+        // first (numbers grow). A new one, or one back from the parked,
+        // gets one.
+        if !had_turn && let Some(seqs) = self.groups.get(&waiter.share.group) {
+            self.order.note(seqs.first().0);
+        }
     }
 
     /// Counts `waiter` out: its wait ended.
@@ -161,6 +199,12 @@ impl Tally {
         let gone = kinds.saturating_sub(self.kinds.kinds_of(group));
         if !self.parked.leave(group, waiter.seq, gone) {
             leave_group(&mut self.groups, waiter);
+            // The group's turn was its first waiter's.
+            if let Some(seqs) = self.groups.get(group)
+                && seqs.first().0 > waiter.seq
+            {
+                self.order.note(seqs.first().0);
+            }
         }
     }
 

@@ -932,3 +932,92 @@ fn a_group_at_its_grouplimit_is_parked_until_the_key_frees_one_of_its_slots() {
         "a left with its last waiter"
     );
 }
+
+#[test]
+fn a_pass_on_a_full_key_asks_only_the_groups_whose_place_changed() {
+    let g = |i: u32| Some(GroupName::new(format!("t{i}").as_bytes()));
+    // 1,000 tenants, two waiters each (no GROUPLIMIT), on a full key: each
+    // pass grants one waiter, and the next retry finds the key full.
+    let mut w: Waiters<u32> = Waiters::default();
+    for c in 0..2000 {
+        let seq = w.next_seq();
+        w.push(
+            key("k"),
+            Waiter {
+                call: Box::new(Alike(format!("j{c}").into_bytes())),
+                share: Share {
+                    group: g(c % 1000),
+                    ..Share::default()
+                },
+                seq,
+                ..waiter(c)
+            },
+        );
+    }
+    let mut key_holds = Stamped {
+        held: (0..1000).map(|i| (g(i), 1)).collect(),
+        freed: Some(Vec::new()),
+        asked: RefCell::default(),
+        stamp: stamp(1),
+    };
+    let pass = |w: &mut Waiters<u32>, key_holds: &Stamped| {
+        key_holds.asked.borrow_mut().clear();
+        let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
+        let mut tried = 0;
+        let pass = serve_pass(
+            queue,
+            None,
+            Some(tally),
+            |_, each| each(key_holds),
+            |_| {
+                tried += 1;
+                if tried == 1 {
+                    Served::Granted(1)
+                } else {
+                    Served::Denied {
+                        lease_end: Some(50),
+                        full: Some(1000),
+                    }
+                }
+            },
+        );
+        let served: Vec<u32> = pass.ended.iter().map(|(w, _)| w.client).collect();
+        for (waiter, _) in &pass.ended {
+            w.served(waiter);
+        }
+        w.put_back(key("k"), pass.still, pass.tally.unwrap_or_default());
+        (served, key_holds.asked())
+    };
+    // The first pass makes the order: every tenant asked. Tenant 0's first
+    // waiter (client 0), the oldest, is served.
+    let (served, asked) = pass(&mut w, &key_holds);
+    assert_eq!((served, asked.len()), (vec![0], 1000));
+    // Then, per pass: the counts that changed since the last (the tenant
+    // served, and the one a release freed, which the key names), and who
+    // is served: the tenant that holds the fewest, the oldest waiter first.
+    // Each pass asks about the tenant served last, the one freed, the one
+    // the last pass tried and found the key full for, and the turns it
+    // takes that an earlier pass counted: a few, not each tenant.
+    let steps = [
+        // Tenant 500 freed holds none: its first waiter goes first.
+        (vec![(0, 2), (500, 0)], Some(500), 500),
+        // All hold one: tenant 1's first waiter is the oldest.
+        (vec![(500, 1), (0, 1)], Some(0), 1),
+        (vec![(1, 2), (999, 0)], Some(999), 999),
+        // Tenant 2 (tried and denied by the last pass: asked again) holds
+        // one more, and tenant 3 took four slots from outside the queue,
+        // unannounced (no count went down): its turn, kept from the first
+        // pass, is checked when it comes first, and tenant 4 goes first.
+        (vec![(999, 1), (2, 2), (3, 5)], None, 4),
+    ];
+    for (i, (counts, freed, expected)) in steps.into_iter().enumerate() {
+        for (tenant, n) in counts {
+            key_holds.held.insert(g(tenant), n);
+        }
+        key_holds.freed = Some(freed.into_iter().map(g).collect());
+        key_holds.stamp = stamp(2 + i as u64);
+        let (served, asked) = pass(&mut w, &key_holds);
+        assert_eq!(served, vec![expected], "pass {i}");
+        assert!(asked.len() <= 5, "pass {i} asked about {asked:?}");
+    }
+}
