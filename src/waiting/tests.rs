@@ -829,6 +829,27 @@ impl KeyHoldings for Stamped {
     }
 }
 
+/// One pass over the queue of "k" on `key_holds`, each waiter tried with
+/// `retry`: those whose wait ended leave, the others go back with the
+/// tally. What it asked the key about (in order of name), whom it served
+/// and when it wakes.
+fn pass_on(
+    w: &mut Waiters<u32>,
+    key_holds: &Stamped,
+    retry: impl FnMut(&Waiter<u32>) -> Served,
+) -> (Vec<Option<GroupName>>, Vec<u32>, Option<i64>) {
+    key_holds.asked.borrow_mut().clear();
+    let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
+    let pass = serve_pass(queue, None, Some(tally), |_, each| each(key_holds), retry);
+    let served = pass.ended.iter().map(|(w, _)| w.client).collect();
+    for (waiter, _) in &pass.ended {
+        w.served(waiter);
+    }
+    let wake_at = pass.wake_at;
+    w.put_back(key("k"), pass.still, pass.tally.unwrap_or_default());
+    (key_holds.asked(), served, wake_at)
+}
+
 #[test]
 fn a_group_at_its_grouplimit_is_parked_until_the_key_frees_one_of_its_slots() {
     let g = |name: &str| Some(GroupName::new(name.as_bytes()));
@@ -847,32 +868,19 @@ fn a_group_at_its_grouplimit_is_parked_until_the_key_frees_one_of_its_slots() {
     // One pass, each asked of the key and retried by `serves`: what it
     // asked about, in order of name, and who it tried.
     let pass = |w: &mut Waiters<u32>, key_holds: &Stamped, serves: &[u32]| {
-        key_holds.asked.borrow_mut().clear();
-        let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
         let mut tried = Vec::new();
-        let pass = serve_pass(
-            queue,
-            None,
-            Some(tally),
-            |_, each| each(key_holds),
-            |w| {
-                tried.push(w.client);
-                if serves.contains(&w.client) {
-                    Served::Granted(1)
-                } else {
-                    Served::Denied {
-                        lease_end: Some(50),
-                        full: None,
-                    }
+        let (asked, _, wake_at) = pass_on(w, key_holds, |w| {
+            tried.push(w.client);
+            if serves.contains(&w.client) {
+                Served::Granted(1)
+            } else {
+                Served::Denied {
+                    lease_end: Some(50),
+                    full: None,
                 }
-            },
-        );
-        for (waiter, _) in &pass.ended {
-            w.served(waiter);
-        }
-        let wake_at = pass.wake_at;
-        w.put_back(key("k"), pass.still, pass.tally.unwrap_or_default());
-        (key_holds.asked(), tried, wake_at)
+            }
+        });
+        (asked, tried, wake_at)
     };
     // The first pass asks of every group, tries d (denied), passes over
     // the others and parks them; the next asks of d alone.
@@ -961,32 +969,19 @@ fn a_pass_on_a_full_key_asks_only_the_groups_whose_place_changed() {
         stamp: stamp(1),
     };
     let pass = |w: &mut Waiters<u32>, key_holds: &Stamped| {
-        key_holds.asked.borrow_mut().clear();
-        let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
         let mut tried = 0;
-        let pass = serve_pass(
-            queue,
-            None,
-            Some(tally),
-            |_, each| each(key_holds),
-            |_| {
-                tried += 1;
-                if tried == 1 {
-                    Served::Granted(1)
-                } else {
-                    Served::Denied {
-                        lease_end: Some(50),
-                        full: Some(1000),
-                    }
+        let (asked, served, _) = pass_on(w, key_holds, |_| {
+            tried += 1;
+            if tried == 1 {
+                Served::Granted(1)
+            } else {
+                Served::Denied {
+                    lease_end: Some(50),
+                    full: Some(1000),
                 }
-            },
-        );
-        let served: Vec<u32> = pass.ended.iter().map(|(w, _)| w.client).collect();
-        for (waiter, _) in &pass.ended {
-            w.served(waiter);
-        }
-        w.put_back(key("k"), pass.still, pass.tally.unwrap_or_default());
-        (served, key_holds.asked())
+            }
+        });
+        (served, asked)
     };
     // The first pass makes the order: every tenant asked. Tenant 0's first
     // waiter (client 0), the oldest, is served.
