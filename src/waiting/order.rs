@@ -23,9 +23,10 @@
 //!
 //! Turns that no longer stand (the group's first waiter changed, the group
 //! left or was parked, it was looked at again) stay in the heap until they
-//! come out, and are dropped then. When they could outnumber the groups
-//! threefold, or the key cannot say what went down, the order is made
-//! afresh, as every pass made it before: a pass then looks at every group.
+//! come out, and are dropped then. When the turns outnumber the groups
+//! twice over (and 64), or the key cannot say what went down, the order is
+//! made afresh, as every pass made it before: a pass then looks at every
+//! group.
 
 use std::collections::BinaryHeap;
 
