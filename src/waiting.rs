@@ -488,7 +488,7 @@ fn serve_pass<C>(
         let mut full = |name, waiters: &GroupWaiters, held| {
             let full = at_group_limit(name, held, kinds.as_ref());
             if full {
-                waiters.take(pass, usize::MAX);
+                waiters.take(pass);
                 passed_over.push(name);
                 if let Some(kinds) = kinds.as_ref() {
                     denials.pass_over(name, kinds);
@@ -547,7 +547,7 @@ fn serve_pass<C>(
                     let Some((name, waiters)) = seqs.get_key_value(&waiter.share.group) else {
                         continue;
                     };
-                    if waiters.first().0 != turn.seq || waiters.taken_in(pass).is_some() {
+                    if waiters.first().0 != turn.seq || waiters.taken_in(pass) {
                         continue;
                     }
                     if turn.pass != pass {
@@ -559,7 +559,7 @@ fn serve_pass<C>(
                         }
                     }
                     if at_group_limit(name, turn.held, kinds.as_ref()) {
-                        waiters.take(pass, usize::MAX);
+                        waiters.take(pass);
                         passed_over.push(name);
                         skipped = true;
                         if let Some(kinds) = kinds.as_ref() {
@@ -570,7 +570,7 @@ fn serve_pass<C>(
                     let i = groups.len();
                     let mut group = Group::new(name, waiters, last);
                     group.held = turn.held;
-                    waiters.take(pass, i);
+                    waiters.take(pass);
                     let turn = group.turn(i, pass);
                     groups.push(group);
                     match turn {

@@ -60,11 +60,10 @@ pub(super) type GroupQueues = BTreeMap<Option<GroupName>, GroupWaiters>;
 pub(super) struct GroupWaiters {
     first: (usize, u32),
     seqs: BTreeMap<usize, u32>,
-    /// The last pass that took the group's turn, and the group's place
-    /// among those it tried: marked through the shared borrow the pass
-    /// holds, so that the turns it no longer stands by are dropped without
-    /// a map of its own.
-    taken: Cell<(u64, usize)>,
+    /// The last pass that took the group's turn (tried it or passed it
+    /// over): marked through the shared borrow the pass holds, so that the
+    /// group's other turns are dropped without a map of its own.
+    taken: Cell<u64>,
 }
 
 impl PartialEq for GroupWaiters {
@@ -80,20 +79,18 @@ impl GroupWaiters {
         Self {
             first: (seq, weight),
             seqs: BTreeMap::from([(seq, weight)]),
-            taken: Cell::new((0, 0)),
+            taken: Cell::new(0),
         }
     }
 
-    /// The group's place among the groups tried by `pass`, if that pass
-    /// took its turn (passes are numbered from 1).
-    pub(super) fn taken_in(&self, pass: u64) -> Option<usize> {
-        let (by, at) = self.taken.get();
-        (by == pass).then_some(at)
+    /// Whether `pass` took the group's turn (passes are numbered from 1).
+    pub(super) fn taken_in(&self, pass: u64) -> bool {
+        self.taken.get() == pass
     }
 
-    /// `pass` took the group's turn, as its group `at`.
-    pub(super) fn take(&self, pass: u64, at: usize) {
-        self.taken.set((pass, at));
+    /// `pass` took the group's turn.
+    pub(super) fn take(&self, pass: u64) {
+        self.taken.set(pass);
     }
 
     fn insert(&mut self, seq: usize, weight: u32) {
