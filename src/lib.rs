@@ -39,9 +39,9 @@ use crate::datatype::LOCK_TYPE;
 // the fuzz targets (feature `system-alloc`) run outside Redis, where it does
 // not exist.
 #[cfg(not(any(test, feature = "system-alloc")))]
-type Allocator = redis_module::alloc::RedisAlloc;
+type Allocator = ffi::RedisAllocator;
 #[cfg(not(any(test, feature = "system-alloc")))]
-const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+const ALLOCATOR: Allocator = ffi::RedisAllocator;
 #[cfg(any(test, feature = "system-alloc"))]
 type Allocator = std::alloc::System;
 #[cfg(any(test, feature = "system-alloc"))]

@@ -11,6 +11,7 @@
 //! commands are handed in by `lib.rs`).
 
 mod acl;
+mod alloc;
 mod argv;
 mod blocking;
 mod cluster;
@@ -25,6 +26,7 @@ mod scan;
 mod timers;
 
 pub use acl::{AclUser, Categories, NoCaller, add_acl_category, caller_name, set_acl_categories};
+pub use alloc::RedisAllocator;
 pub use blocking::{BlockHandler, Blocked, WaiterReply, block_client, unblock};
 pub use cluster::{
     MigrationHandler, MigrationStep, SlotRange, key_slot, set_module_options,

@@ -1,5 +1,9 @@
 //! The holders' slots by jid: a hash table of 4-byte entries, each a slot
-//! number with the top bits of its jid's hash above it (a tag).
+//! number with the top bits of its jid's hash above it (a tag), kept
+//! complemented so that an empty entry is zero: a new table is allocated
+//! zeroed, which the allocator gives from pages no one has written (the
+//! kernel's, zero already) without writing a megabyte of markers in the
+//! command that takes it over.
 //!
 //! Why not a general hash table: finding a holder on a key of 100,000 is
 //! memory-bound (its reads miss the cache, each waiting for the last), and a
@@ -23,10 +27,11 @@
 //! rebuilt the table). Until they have all moved, a lookup tries the new
 //! table, then the old.
 
-/// An entry never used: a lookup stops here.
-const EMPTY: u32 = u32::MAX;
+/// An entry never used: a lookup stops here. Zero, so that a table of them
+/// is a zeroed allocation (entries are complemented: see [`slot_number`]).
+const EMPTY: u32 = 0;
 /// An entry removed: a lookup goes on past it.
-const TOMB: u32 = u32::MAX - 1;
+const TOMB: u32 = 1;
 /// The fewest entries a table is built with.
 const MIN_ENTRIES: usize = 16;
 /// The fewest bits given to the slot number.
@@ -334,7 +339,7 @@ impl Table {
     }
 
     fn tag_of(&self, entry: u32) -> u32 {
-        entry.checked_shr(self.slot_bits).unwrap_or(0)
+        (!entry).checked_shr(self.slot_bits).unwrap_or(0)
     }
 
     fn slot_of(&self, entry: u32) -> u32 {
@@ -342,11 +347,12 @@ impl Table {
     }
 
     fn entry(&self, hash: u64, slot: u32) -> u32 {
-        self.tag(hash).checked_shl(self.slot_bits).unwrap_or(0) | slot
+        !(self.tag(hash).checked_shl(self.slot_bits).unwrap_or(0) | slot)
     }
 
     /// The largest slot number an entry can hold without being taken for
-    /// `EMPTY` or `TOMB` (whose slot bits are all ones, or all but the last).
+    /// `EMPTY` or `TOMB` (whose complements' slot bits are all ones, or all
+    /// but the last).
     fn largest_slot(&self) -> u32 {
         largest_for(self.slot_bits)
     }
@@ -378,8 +384,9 @@ fn slot_mask(slot_bits: u32) -> u32 {
     1u32.checked_shl(slot_bits).map_or(u32::MAX, |b| b - 1)
 }
 
+/// The slot number of a kept entry: its complement's low `slot_bits`.
 fn slot_number(slot_bits: u32, entry: u32) -> u32 {
-    entry & slot_mask(slot_bits)
+    !entry & slot_mask(slot_bits)
 }
 
 fn largest_for(slot_bits: u32) -> u32 {
@@ -458,6 +465,24 @@ mod tests {
             }
             // Enough operations see a move under way.
             prop_assert!(moves > 0 || model.len() < 100);
+        }
+    }
+
+    #[test]
+    fn a_new_table_is_all_zeros_and_its_entries_never_are() {
+        // Zeros, so that it is allocated zeroed: untouched pages, not a
+        // megabyte of markers written by the command that grows the key.
+        let table = Table::sized(100_000, bits_for(100_000));
+        assert!(table.entries.iter().all(|&e| e == 0));
+        assert_eq!(table.find(7, |_| true), None);
+        // No entry is zero or a tombstone, whatever its slot and tag.
+        for slot in [0, 1, table.largest_slot()] {
+            for hash in [0, u64::MAX, 1 << 63, 0x0123_4567_89ab_cdef] {
+                let entry = table.entry(hash, slot);
+                assert!(entry != EMPTY && entry != TOMB, "{slot} {hash:#x}");
+                assert_eq!(table.slot_of(entry), slot);
+                assert_eq!(table.tag_of(entry), table.tag(hash));
+            }
         }
     }
 
