@@ -477,7 +477,7 @@ HOLDER_SIZES = tuple(int(n) for n in os.environ.get("MANY_SIZES", "1 100 1000 10
 MANY_COMMANDS = os.environ.get("MANY_COMMANDS", "").split()  # none named: every one
 
 
-def many_holders(server, sizes=HOLDER_SIZES):
+def many_holders(server, sizes=HOLDER_SIZES, native=True):
     """One key of N holders (LIMIT 0, a lease that outlasts the run), against
     redis-semaphore's sorted set in Lua (ZREMRANGEBYSCORE, ZSCORE or ZCARD,
     ZADD, PEXPIRE; release is ZREM) holding the same N, for each N of `sizes`
@@ -487,7 +487,10 @@ def many_holders(server, sizes=HOLDER_SIZES):
     a renewal renews, a grant grants, a release releases, a denial denies.
     Beside each N > 1 the same command runs on a one-holder key in the same
     rounds, so that the ratio between them is not one of two moments of a
-    shared machine."""
+    shared machine. With `native`, beside each renewal, what Redis's own hash
+    keeps at N of what it does with one field: HSET of an existing field in
+    the same scrambled order (a hash table of N fields against a listpack of
+    one), the least an update of one of N entries in one key can cost."""
     acquire, refresh = (lua_shas_named(server, name) for name in ("semaphore_acquire",
                                                                    "semaphore_refresh"))
     now, ttl, big = int(time.time() * 1000), 600_000, 1 << 40
@@ -540,19 +543,33 @@ def many_holders(server, sizes=HOLDER_SIZES):
             if n != 1:
                 # The module's contender (the first) again, on a one-holder key.
                 contenders[ONE_HOLDER] = next(iter(commands[op](1).values()))
+            if native and op == "renewal":
+                contenders[HASH] = hset(n)
+                if n != 1:
+                    contenders[HASH_ONE] = hset(1)
             out[n][op] = compare(server, contenders, 16)
     return out
 
 
 ONE_HOLDER = "one holder"
+HASH, HASH_ONE = "hash", "hash of one field"
+
+
+def hset(n):
+    """HSET of the fields of a hash of `n`, in scrambled order (`many_holders`)."""
+    def prepare(server, _):
+        fill(server, ["HSET", "h", "job:{}", "v"], n)
+    return ["HSET", "h", "job:{}", "v"], prepare, lambda r: r["zero"] == sum(r.values()), {"cycle": n}
 
 
 def print_many_holders(many):
     print("holders on one key (pipeline 16; req/s and the server's CPU µs per request; x1: "
           "against the same command on a one-holder key, zset: against the sorted set, each by "
-          "req/s and by CPU µs, the steadier on a shared machine):")
-    print("%-8s %-14s %11s %6s %11s %6s %6s %6s %6s %6s" % (
-        "holders", "command", "module", "µs", "sorted set", "µs", "x1", "x1 µs", "zset", "zs µs"))
+          "req/s and by CPU µs, the steadier on a shared machine; hash x1: HSET of one of N "
+          "fields against a hash of one field, by CPU µs, beside renewal):")
+    print("%-8s %-14s %11s %6s %11s %6s %6s %6s %6s %6s %7s" % (
+        "holders", "command", "module", "µs", "sorted set", "µs", "x1", "x1 µs", "zset", "zs µs",
+        "hash x1"))
     rows = []
     for n, ops in sorted(many.items()):
         for op, res in ops.items():
@@ -563,11 +580,19 @@ def print_many_holders(many):
                    "vs_one_holder": ratio(m["rps"], m1["rps"]), "vs_sorted_set": ratio(m["rps"], z["rps"]),
                    "vs_one_holder_cpu": ratio(m1["cpu_us"], m["cpu_us"]),
                    "vs_sorted_set_cpu": ratio(z["cpu_us"], m["cpu_us"])}
+            if HASH in res:
+                # What Redis's own hash keeps at N, in the same rounds.
+                h = res[HASH]
+                h1 = res.get(HASH_ONE, h)
+                row.update({"hash": h, "hash_one_field": h1,
+                            "hash_vs_one_field": ratio(h["rps"], h1["rps"]),
+                            "hash_vs_one_field_cpu": ratio(h1["cpu_us"], h["cpu_us"])})
             rows.append(row)
             # (A ratio is None when a run took less CPU than the clock counts.)
             x = ["%5.2fx" % r if r is not None else "    -" for r in (
-                row["vs_one_holder"], row["vs_one_holder_cpu"], row["vs_sorted_set"], row["vs_sorted_set_cpu"])]
-            print("%-8s %-14s %11.0f %6.2f %11.0f %6.2f %s %s %s %s" % (
+                row["vs_one_holder"], row["vs_one_holder_cpu"], row["vs_sorted_set"], row["vs_sorted_set_cpu"],
+                row.get("hash_vs_one_field_cpu"))]
+            print("%-8s %-14s %11.0f %6.2f %11.0f %6.2f %s %s %s %s %7s" % (
                 format(n, ","), op, m["rps"], m["cpu_us"], z["rps"], z["cpu_us"], *x))
     return rows
 

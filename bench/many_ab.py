@@ -31,7 +31,7 @@ def run(module):
     bench.MODULE = module
     server = bench.Server()
     try:
-        many = bench.many_holders(server)
+        many = bench.many_holders(server, native=False)
     finally:
         server.stop()
     out = {}
