@@ -483,7 +483,7 @@ fn serve_pass<C>(
     let mut next_lease = None;
     let mut stamp = None;
     let mut looked = false;
-    let pass = order.pass + 1;
+    let pass = order.next_pass();
     {
         let mut full = |name, waiters: &GroupWaiters, held| {
             let full = at_group_limit(name, held, kinds.as_ref());

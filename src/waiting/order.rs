@@ -116,7 +116,7 @@ pub(super) struct Order {
     /// Up to how many groups every one is looked at ([`FEW`]).
     few: usize,
     /// This pass's number: the turns counted at its start are exact.
-    pub(super) pass: u64,
+    pass: u64,
 }
 
 impl Default for Order {
@@ -159,12 +159,20 @@ impl Order {
         self.since = Since::Unknown;
     }
 
-    /// Starts a pass: brings the turns up to date in the pass's look at
-    /// its `key`, `groups` being those the pass looks at, none of whose
-    /// waiters after `last` is tried. Made afresh when `afresh`, when the
-    /// key cannot say which counts went down, or when dropped turns pile up.
-    /// Each group looked at is shown to `full` with what it holds: one that
-    /// holds its GROUPLIMIT (`full` says so) gets no turn.
+    /// Numbers a new pass, before its [`Order::start`]: what it marks the
+    /// groups it takes with, and the turns it counts.
+    pub(super) fn next_pass(&mut self) -> u64 {
+        self.pass += 1;
+        self.pass
+    }
+
+    /// Starts the pass [`Order::next_pass`] numbered: brings the turns up to
+    /// date in the pass's look at its `key`, `groups` being those the pass
+    /// looks at, none of whose waiters after `last` is tried. Made afresh
+    /// when `afresh`, when the key cannot say which counts went down, or when
+    /// dropped turns pile up. Each group looked at is shown to `full` with
+    /// what it holds: one that holds its GROUPLIMIT (`full` says so) gets no
+    /// turn.
     pub(super) fn start<'g, C>(
         &mut self,
         key: &dyn KeyHoldings,
@@ -174,7 +182,6 @@ impl Order {
         afresh: bool,
         full: &mut dyn FnMut(&'g Option<GroupName>, &'g GroupWaiters, usize) -> bool,
     ) {
-        self.pass += 1;
         // A few groups are looked at afresh: as cheap as finding which.
         let few = groups.len() <= self.few;
         let afresh = afresh || few;

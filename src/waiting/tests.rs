@@ -457,9 +457,26 @@ fn pass_after_one_grant(
     }
     let (queue, tally) = w.take_queue(&key("k")).expect("a queue");
     let mut tried = 0;
-    let pass = serve_pass(queue, None, Some(tally), nothing_held, |_| {
-        tried += 1;
-        if tried == 1 {
+    let pass = serve_pass(
+        queue,
+        None,
+        Some(tally),
+        nothing_held,
+        first_granted(&mut tried, full),
+    );
+    (tried, pass)
+}
+
+/// A retry that grants the first waiter it tries and denies every later one
+/// (the key's next lease ending at 50; by LIMIT, `full`, when given),
+/// counting them in `tried`.
+fn first_granted(
+    tried: &mut usize,
+    full: Option<usize>,
+) -> impl FnMut(&Waiter<u32>) -> Served + '_ {
+    move |_| {
+        *tried += 1;
+        if *tried == 1 {
             Served::Granted(1)
         } else {
             Served::Denied {
@@ -467,8 +484,7 @@ fn pass_after_one_grant(
                 full,
             }
         }
-    });
-    (tried, pass)
+    }
 }
 
 #[test]
@@ -970,17 +986,7 @@ fn a_pass_on_a_full_key_asks_only_the_groups_whose_place_changed() {
     };
     let pass = |w: &mut Waiters<u32>, key_holds: &Stamped| {
         let mut tried = 0;
-        let (asked, served, _) = pass_on(w, key_holds, |_| {
-            tried += 1;
-            if tried == 1 {
-                Served::Granted(1)
-            } else {
-                Served::Denied {
-                    lease_end: Some(50),
-                    full: Some(1000),
-                }
-            }
-        });
+        let (asked, served, _) = pass_on(w, key_holds, first_granted(&mut tried, Some(1000)));
         (served, asked)
     };
     // The first pass makes the order: every tenant asked. Tenant 0's first
