@@ -11,7 +11,9 @@ move a single run's slowest by milliseconds: compare the runs, not one).
 
     python3 bench/many_slowest.py [A.so [B.so ...]]   (default: the release build)
 
-SLOWEST_N: N (default 100,000); SLOWEST_RUNS: runs of each build (default 3)."""
+SLOWEST_N: N (default 100,000); SLOWEST_RUNS: runs of each build (default 3);
+SLOWEST_SERVER: a server of ../shared/servers (redis-8.0.6, valkey-9.1.2, ...;
+default the redis-server on the PATH)."""
 
 import os
 import sys
@@ -55,10 +57,13 @@ def run(module):
 
 
 def main():
+    if os.environ.get("SLOWEST_SERVER"):
+        bench.SERVER_BINARY = bench.built_server(os.environ["SLOWEST_SERVER"])
     modules = [os.path.abspath(m) for m in sys.argv[1:]] or [
         os.path.join(bench.ROOT, "target", "release", "libredis_unique.so")]
-    print("one key growing to %s holders, then %s releases and grants again: commands over "
-          "%d µs, the slowest five (µs)" % (format(N, ","), format(2 * N, ","), OVER_US))
+    print("%s: one key growing to %s holders, then %s releases and grants again: commands "
+          "over %d µs, the slowest five (µs)" % (os.path.basename(bench.SERVER_BINARY),
+                                                  format(N, ","), format(2 * N, ","), OVER_US))
     for i in range(RUNS):
         for module in modules if i % 2 == 0 else modules[::-1]:
             grown, churned = run(module)
