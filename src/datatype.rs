@@ -33,7 +33,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_load: None,
         aux_save: None,
         aux_save_triggers: 0,
-        free_effort: None,
+        free_effort: Some(free_effort),
         unlink: None,
         copy: Some(copy),
         defrag: None,
@@ -199,6 +199,16 @@ fn key_name<'a>(ctx: *mut raw::RedisModuleKeyOptCtx) -> &'a [u8] {
         }
         std::slice::from_raw_parts(ptr.cast::<u8>(), len)
     }
+}
+
+/// How much freeing a value costs ([`Lock::free_effort`]): above 64, Redis
+/// frees it on its lazy-free thread where the command allows (UNLINK,
+/// FLUSHALL ASYNC, the lazyfree-lazy-* settings).
+extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
+    // SAFETY: Redis passes the value of one of our keys.
+    no_unwind(1, || {
+        unsafe { lock_ref(value.cast_mut()) }.map_or(1, Lock::free_effort)
+    })
 }
 
 /// May run on a Redis background thread (FLUSHALL ASYNC, lazy free).

@@ -417,3 +417,54 @@ fn a_million_operations_give_their_memory_back() {
         "the module kept {lock_growth} B, the control {control_growth} B"
     );
 }
+
+/// `lazyfreed_objects`: what Redis's lazy-free thread has freed so far.
+fn lazyfreed(con: &mut Connection) -> i64 {
+    info_field(con, "memory", "lazyfreed_objects")
+}
+
+/// The module's gauges: (locks, holders).
+fn gauges(con: &mut Connection) -> (i64, i64) {
+    let m = common::metrics_json(con, &[]);
+    (
+        m["locks"].as_i64().unwrap_or(-1),
+        m["holders"].as_i64().unwrap_or(-1),
+    )
+}
+
+#[test]
+fn unlink_leaves_a_key_of_many_holders_to_the_lazy_free_thread_and_frees_a_few_at_once() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let mut pipe = redis::pipe();
+    for (key, holders) in [("few", 3), ("many", 1_000)] {
+        for i in 0..holders {
+            pipe.cmd("UNIQUE.LOCK")
+                .arg(key)
+                .arg(format!("job-{i}"))
+                .arg("LIMIT")
+                .arg(0)
+                .arg("TTL")
+                .arg(600_000)
+                .arg("META")
+                .arg(r#"{"worker":"SyncUserJob","queue":"default"}"#)
+                .ignore();
+        }
+    }
+    pipe.query::<()>(con).expect("fill");
+    assert_eq!(gauges(con), (2, 1_003));
+    let before = lazyfreed(con);
+
+    // A few holders: freed by the command itself, nothing left to a thread.
+    let unlinked: i64 = redis::cmd("UNLINK").arg("few").query(con).expect("UNLINK");
+    assert_eq!(unlinked, 1);
+    assert_eq!(gauges(con), (1, 1_000));
+    assert_eq!(lazyfreed(con), before);
+
+    // A thousand (each with its META apart): the lazy-free thread frees it.
+    let unlinked: i64 = redis::cmd("UNLINK").arg("many").query(con).expect("UNLINK");
+    assert_eq!(unlinked, 1);
+    wait_for("the lazy-free thread to free the key", || {
+        lazyfreed(con) == before + 1 && gauges(con) == (0, 0)
+    });
+}

@@ -103,6 +103,11 @@ pub(super) struct Indexed {
     groups: HashTable<(Box<[u8]>, usize)>,
     /// Holders with a group.
     grouped: usize,
+    /// Bytes of the holders' texts kept apart from their slots (a META, a
+    /// long jid) and of the group entries, as MEMORY USAGE counts them:
+    /// kept as holders come, change and go, so that it walks none.
+    texts: usize,
+    group_bytes: usize,
     /// Holders in MODE exclusive.
     exclusive: usize,
     /// The slots of each owner.
@@ -215,6 +220,8 @@ impl Indexed {
             len: 0,
             groups: HashTable::new(),
             grouped: 0,
+            texts: 0,
+            group_bytes: 0,
             exclusive: 0,
             owners: Owners::default(),
             epoch: Stamp::fresh(),
@@ -322,6 +329,7 @@ impl Indexed {
         };
         let leased = holder.expires_at();
         self.count(holder.group(), holder.is_exclusive(), true);
+        self.texts += holder.heap_bytes();
         if let Some(s) = self.slots.get_mut(slot as usize) {
             *s = Some(holder);
         }
@@ -360,6 +368,7 @@ impl Indexed {
         self.delist(slot);
         let holder = self.slots.get_mut(slot as usize)?.take()?;
         self.count(holder.group(), holder.is_exclusive(), false);
+        self.texts = self.texts.saturating_sub(holder.heap_bytes());
         if holder.expires_at().is_none() {
             self.no_lease -= 1;
         }
@@ -381,7 +390,9 @@ impl Indexed {
         // The owner before the change, to move the slot in the owners' index
         // if it changes.
         let old_owner = SavedOwner::of(holder.owner());
+        let old_text = holder.heap_bytes();
         change(holder);
+        self.texts = (self.texts + holder.heap_bytes()).saturating_sub(old_text);
         if holder.owner() != old_owner.get() {
             if let Some(old) = old_owner.get() {
                 self.owners.remove(&self.slots, &self.hasher, old, slot);
@@ -445,6 +456,7 @@ impl Indexed {
             match self.groups.find_mut(hash, named) {
                 Some((_, n)) => *n += 1,
                 None => {
+                    self.group_bytes += group_entry_bytes(group);
                     self.groups
                         .insert_unique(hash, (group.into(), 1), |(g, _)| group_hash(g));
                 }
@@ -456,7 +468,8 @@ impl Indexed {
                 *n = n.saturating_sub(1);
                 if *n == 0 {
                     // An idle group keeps no state.
-                    entry.remove();
+                    let ((name, _), _) = entry.remove();
+                    self.group_bytes = self.group_bytes.saturating_sub(group_entry_bytes(&name));
                 }
             }
         }
@@ -674,12 +687,8 @@ impl Indexed {
             + (self.free.capacity() + self.leases.capacity()) * 4
             // a slot number and its tag an entry
             + self.by_jid.capacity() * 4
-            + self.iter().map(Holder::heap_bytes).sum::<usize>()
-            + self
-                .groups
-                .iter()
-                .map(|(g, _)| g.len() + 3 * std::mem::size_of::<usize>())
-                .sum::<usize>()
+            + self.texts
+            + self.group_bytes
             + self.owners.mem_usage()
             + self
                 .journal
@@ -980,11 +989,25 @@ impl Indexed {
         if holders.iter().filter(|h| h.is_exclusive()).count() != self.exclusive {
             return Err("exclusive holders miscounted".into());
         }
+        let texts: usize = holders.iter().map(|h| h.heap_bytes()).sum();
+        let group_bytes: usize = self.groups.iter().map(|(g, _)| group_entry_bytes(g)).sum();
+        if (texts, group_bytes) != (self.texts, self.group_bytes) {
+            return Err(format!(
+                "texts and group entries of {texts} and {group_bytes} bytes kept as {} and {}",
+                self.texts, self.group_bytes
+            ));
+        }
         if !in_token_order(&self.ordered().into_iter().cloned().collect::<Vec<_>>()) {
             return Err("tokens repeat".into());
         }
         self.owners.check(&self.slots, &self.hasher)
     }
+}
+
+/// What a group's entry counts in MEMORY USAGE: its name and its count,
+/// with the table's share.
+fn group_entry_bytes(name: &[u8]) -> usize {
+    name.len() + 3 * std::mem::size_of::<usize>()
 }
 
 /// The hash of the jid in `slot` (0 for an empty slot, which the jids'

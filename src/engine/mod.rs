@@ -325,6 +325,15 @@ impl Lock {
         self.holders.len()
     }
 
+    /// What freeing the lock costs, counted as Redis counts its own types'
+    /// (a hash table's elements, 1 for a compact encoding): a lock of many
+    /// holders (its slots, and each holder's text kept apart) is worth
+    /// freeing on Redis's lazy-free thread, one of a few is not. Never 0,
+    /// which Redis takes as worth it whatever the size.
+    pub fn free_effort(&self) -> usize {
+        self.holders.free_effort()
+    }
+
     /// Removes the holders whose lease ran out; returns how many.
     pub fn prune(&mut self, now: i64) -> usize {
         self.prune_each(now, |_| {})

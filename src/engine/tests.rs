@@ -561,6 +561,35 @@ fn mem_usage_grows_with_holders_and_meta() {
     );
 }
 
+#[test]
+fn a_lock_of_many_holders_is_worth_freeing_in_the_background_one_of_a_few_is_not() {
+    let mut lock = Lock::default();
+    let mut t = Tokens(NOW * TOKENS_PER_MS);
+    assert_eq!(
+        lock.free_effort(),
+        1,
+        "never 0: Redis would take it as large"
+    );
+    for i in 0..100 {
+        let jid = format!("j{i}");
+        lock.acquire(
+            &LockRequest {
+                limit: 0,
+                ..req(&jid)
+            },
+            NOW,
+            t.next(),
+        );
+        let effort = lock.free_effort();
+        // Redis frees a value on its lazy-free thread above 64.
+        if i < 32 {
+            assert_eq!(effort, 1, "compact at {} holders", i + 1);
+        } else {
+            assert_eq!(effort, i + 1, "indexed at {} holders", i + 1);
+        }
+    }
+}
+
 /// 60 holders (the indexed layout) in the groups b, d and f, 20 each (holder
 /// `i` in the `i % 3`th), holder `i`'s lease ending at `lease(i)`.
 fn sixty_in_groups_b_d_f(lease: impl Fn(usize) -> Option<i64>) -> Lock {
@@ -582,6 +611,53 @@ fn sixty_in_groups_b_d_f(lease: impl Fn(usize) -> Option<i64>) -> Lock {
     }
     assert_eq!(lock.len(), 60);
     lock
+}
+
+#[test]
+fn memory_usage_of_many_holders_counts_a_group_while_it_holds_and_texts_while_kept() {
+    let meta = r#"{"worker":"SyncUserJob","queue":"default"}"#;
+    let kept_as_walked = |lock: &Lock| match &lock.holders {
+        // What the index keeps against a walk over its holders and groups.
+        Holders::Indexed(i) => assert_eq!(i.check(), Ok(())),
+        _ => panic!("60 holders are indexed"),
+    };
+    let mut lock = sixty_in_groups_b_d_f(|_| None);
+    kept_as_walked(&lock);
+    // Group b's 20 holders go, and its entry with the last.
+    for i in (0..60).step_by(3) {
+        assert!(lock.release(format!("j{i}").as_bytes()).is_some());
+        kept_as_walked(&lock);
+    }
+    // A renewal that gives a holder a META counts its text.
+    let mut t = Tokens(NOW * TOKENS_PER_MS + 1_000);
+    let renew = |lock: &mut Lock, meta: Option<&str>, t: &mut Tokens| {
+        let group = [b'd'];
+        lock.acquire(
+            &LockRequest {
+                limit: 0,
+                group: Some(&group),
+                meta,
+                ..req("j1")
+            },
+            NOW,
+            t.next(),
+        );
+    };
+    let before = lock.mem_usage();
+    renew(&mut lock, Some(meta), &mut t);
+    kept_as_walked(&lock);
+    // The holder's text (its jid, META and group) now apart from its slot.
+    let text = lock
+        .holders()
+        .find(|h| h.is(b"j1"))
+        .map_or(0, Holder::heap_bytes);
+    assert!(text > meta.len(), "{text}");
+    assert_eq!(lock.mem_usage(), before + text);
+    // Renewed without one, it keeps its META; released, its text goes.
+    renew(&mut lock, None, &mut t);
+    assert_eq!(lock.mem_usage(), before + text);
+    assert!(lock.release(b"j1").is_some());
+    kept_as_walked(&lock);
 }
 
 #[test]
