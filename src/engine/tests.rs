@@ -19,6 +19,14 @@ fn req(jid: &str) -> LockRequest<'_> {
     LockRequest::new(jid.as_bytes())
 }
 
+/// A request of a counted lock (LIMIT 0): every jid granted.
+fn counted(jid: &str) -> LockRequest<'_> {
+    LockRequest {
+        limit: 0,
+        ..req(jid)
+    }
+}
+
 fn jids(lock: &Lock, now: i64) -> Vec<String> {
     lock.live_holders(now)
         .map(|h| String::from_utf8_lossy(&h.jid()).into_owned())
@@ -519,15 +527,7 @@ fn one_holder_takes_one_slot() {
     lock.acquire(&req("a"), NOW, t.next());
     assert_eq!(lock.holders.capacity(), 1);
     for i in 0..100 {
-        let jid = format!("j{i}");
-        lock.acquire(
-            &LockRequest {
-                limit: 0,
-                ..req(&jid)
-            },
-            NOW,
-            t.next(),
-        );
+        lock.acquire(&counted(&format!("j{i}")), NOW, t.next());
     }
     assert_eq!(lock.len(), 101);
 }
@@ -571,15 +571,7 @@ fn a_lock_of_many_holders_is_worth_freeing_in_the_background_one_of_a_few_is_not
         "never 0: Redis would take it as large"
     );
     for i in 0..100 {
-        let jid = format!("j{i}");
-        lock.acquire(
-            &LockRequest {
-                limit: 0,
-                ..req(&jid)
-            },
-            NOW,
-            t.next(),
-        );
+        lock.acquire(&counted(&format!("j{i}")), NOW, t.next());
         let effort = lock.free_effort();
         // Redis frees a value on its lazy-free thread above 64.
         if i < 32 {
