@@ -1101,15 +1101,15 @@ impl Holders {
         }
     }
 
-    /// Bytes held beyond the lock itself, for MEMORY USAGE: a lone holder
-    /// is inside the lock (or the rate's box), and a text kept in place is
-    /// inside its holder, so only a vector and texts on the heap add.
     /// [`crate::engine::Lock::free_effort`]: an indexed lock's holders, 1
     /// for a compact one (at most a vector and a few dozen texts).
     pub(super) fn free_effort(&self) -> usize {
         self.indexed().map_or(1, |i| i.len().max(1))
     }
 
+    /// Bytes held beyond the lock itself, for MEMORY USAGE: a lone holder
+    /// is inside the lock (or the rate's box), and a text kept in place is
+    /// inside its holder, so only a vector and texts on the heap add.
     pub(super) fn mem_usage(&self) -> usize {
         let rated = self.rate().map_or(0, |_| std::mem::size_of::<Rated>());
         rated

@@ -104,9 +104,10 @@ pub(super) struct Indexed {
     /// Holders with a group.
     grouped: usize,
     /// Bytes of the holders' texts kept apart from their slots (a META, a
-    /// long jid) and of the group entries, as MEMORY USAGE counts them:
-    /// kept as holders come, change and go, so that it walks none.
+    /// jid of another shape), as MEMORY USAGE counts them: kept as holders
+    /// come, change and go, so that it walks none.
     texts: usize,
+    /// Bytes of the group entries ([`group_entry_bytes`]), kept alike.
     group_bytes: usize,
     /// Holders in MODE exclusive.
     exclusive: usize,
