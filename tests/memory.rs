@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{Connection, Server, Value, info_field, wait_for};
+use common::{Connection, Server, Value, gauges, info_field, wait_for};
 
 /// Keys per round, rounds, and the waiters blocked (and served) per round.
 const KEYS: usize = 2_000;
@@ -421,15 +421,6 @@ fn a_million_operations_give_their_memory_back() {
 /// `lazyfreed_objects`: what Redis's lazy-free thread has freed so far.
 fn lazyfreed(con: &mut Connection) -> i64 {
     info_field(con, "memory", "lazyfreed_objects")
-}
-
-/// The module's gauges: (locks, holders).
-fn gauges(con: &mut Connection) -> (i64, i64) {
-    let m = common::metrics_json(con, &[]);
-    (
-        m["locks"].as_i64().unwrap_or(-1),
-        m["holders"].as_i64().unwrap_or(-1),
-    )
 }
 
 #[test]

@@ -3,16 +3,8 @@
 
 mod common;
 
-use common::{Connection, Server, Value, token, wait_for};
+use common::{Connection, Server, Value, gauges, token, wait_for};
 use serde_json::json;
-
-fn gauges(con: &mut Connection) -> (i64, i64) {
-    let m = common::metrics_json(con, &[]);
-    (
-        m["locks"].as_i64().unwrap_or(-1),
-        m["holders"].as_i64().unwrap_or(-1),
-    )
-}
 
 fn counters(pairs: &[(&str, u64)]) -> serde_json::Value {
     let mut all = json!({"acquired": 0, "renewed": 0, "denied": 0, "released": 0, "unlock_missed": 0,

@@ -617,6 +617,16 @@ pub fn metrics_json(con: &mut Connection, extra: &[&str]) -> serde_json::Value {
     serde_json::from_str(&text).expect("JSON")
 }
 
+/// The module's gauges from UNIQUE.METRICS: (locks, holders), -1 for one
+/// missing.
+pub fn gauges(con: &mut Connection) -> (i64, i64) {
+    let m = metrics_json(con, &[]);
+    (
+        m["locks"].as_i64().unwrap_or(-1),
+        m["holders"].as_i64().unwrap_or(-1),
+    )
+}
+
 /// LOCKEDBY WITHMETA on RESP2: each holder as its (field, value) pairs, in order.
 pub fn with_meta(con: &mut Connection, key: &str) -> Vec<Vec<(String, Value)>> {
     let Ok(Value::Array(list)) = call!(con, "UNIQUE.LOCKEDBY", key, "WITHMETA") else {
