@@ -85,11 +85,15 @@ pub(super) struct Indexed {
     free: Vec<u32>,
     by_jid: Jids,
     hasher: RandomState,
-    /// The slot of the jid last found: one command looks its jid up several
-    /// times (to check it, to decide, to change it, to replicate it), and a
-    /// hash of it costs more than all the rest of a lookup. Checked against
-    /// the slot's jid before use, so a stale one only misses.
+    /// The slot of the jid last found or seated: one command looks its jid
+    /// up several times (to check it, to decide, to change it, to replicate
+    /// it), and a hash of it costs more than all the rest of a lookup.
+    /// Checked against the slot's jid before use, so a stale one only misses.
     last_found: Cell<u32>,
+    /// The jid last hashed and its hash: a grant hashes its jid to look for
+    /// a holder to renew, then to seat one; a release to find the holder,
+    /// then to take it out of the table. Hashed once each.
+    last_hashed: Cell<Option<Hashed>>,
     leases: Vec<u32>,
     /// Holders without a lease: while there is one the key never expires.
     no_lease: usize,
@@ -212,6 +216,7 @@ impl Indexed {
             by_jid: Jids::default(),
             hasher: RandomState::new(),
             last_found: Cell::new(NIL),
+            last_hashed: Cell::new(None),
             links: Chunked::default(),
             head: NIL,
             tail: NIL,
@@ -274,7 +279,12 @@ impl Indexed {
     }
 
     fn hash(&self, jid: &[u8]) -> u64 {
-        self.hasher.hash_one(jid)
+        if let Some(hashed) = self.last_hashed.get().filter(|h| h.jid() == Some(jid)) {
+            return hashed.hash;
+        }
+        let hash = self.hasher.hash_one(jid);
+        self.last_hashed.set(Hashed::of(jid, hash));
+        hash
     }
 
     fn holder_at(&self, slot: u32) -> Option<&Holder> {
@@ -340,6 +350,9 @@ impl Indexed {
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.by_jid
             .insert(hash, slot, |s| jid_hash(slots, hasher, s));
+        // The command that seats a holder asks for it again (to answer, to
+        // replicate it).
+        self.last_found.set(slot);
         self.len += 1;
         if leased.is_none() {
             self.no_lease += 1;
@@ -1009,6 +1022,34 @@ impl Indexed {
 /// with the table's share.
 fn group_entry_bytes(name: &[u8]) -> usize {
     name.len() + 3 * std::mem::size_of::<usize>()
+}
+
+/// The longest jid [`Hashed`] keeps: a UUID's 36 characters and more.
+const HASHED_BYTES: usize = 46;
+
+/// A jid of up to [`HASHED_BYTES`] bytes and its hash.
+#[derive(Debug, Clone, Copy)]
+struct Hashed {
+    hash: u64,
+    len: u8,
+    bytes: [u8; HASHED_BYTES],
+}
+
+impl Hashed {
+    /// `jid` and its `hash`, if it is short enough to keep.
+    fn of(jid: &[u8], hash: u64) -> Option<Self> {
+        let mut bytes = [0; HASHED_BYTES];
+        bytes.get_mut(..jid.len())?.copy_from_slice(jid);
+        Some(Self {
+            hash,
+            len: u8::try_from(jid.len()).ok()?,
+            bytes,
+        })
+    }
+
+    fn jid(&self) -> Option<&[u8]> {
+        self.bytes.get(..usize::from(self.len))
+    }
 }
 
 /// The hash of the jid in `slot` (0 for an empty slot, which the jids'

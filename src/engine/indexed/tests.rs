@@ -44,6 +44,32 @@ fn holders_out_of_token_order_are_handed_back() {
     assert_eq!(indexed.page(0, 1).1.len(), 1);
 }
 
+#[test]
+fn a_jid_hashed_again_takes_its_own_hash_and_no_other() {
+    let indexed = Indexed::empty();
+    let fresh = |jid: &[u8]| indexed.hasher.hash_one(jid);
+    let long = [b'j'; HASHED_BYTES + 1];
+    // Each after the one before it: the same jid, another of its length, a
+    // prefix, a longer one, the longest kept and one byte past it (not
+    // kept), empty, then one again.
+    let jids: [&[u8]; 10] = [
+        b"job-1",
+        b"job-1",
+        b"job-2",
+        b"job-",
+        b"job-12",
+        &long[..HASHED_BYTES],
+        &long,
+        &long[..HASHED_BYTES],
+        b"",
+        b"job-1",
+    ];
+    for jid in jids {
+        assert_eq!(indexed.hash(jid), fresh(jid), "{jid:?}");
+    }
+    assert!(Hashed::of(&long, 1).is_none(), "a longer jid is not kept");
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Insert(u16, Option<i64>),
