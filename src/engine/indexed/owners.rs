@@ -31,6 +31,9 @@ pub(super) struct Owners {
     table: HashTable<Owned>,
     /// Holders with an owner.
     owned: usize,
+    /// Bytes of the owners' sets of other slots ([`set_bytes`]), kept as
+    /// they grow, shrink and go, so that MEMORY USAGE walks no table.
+    sets: usize,
 }
 
 /// The owner of the holder in `slot`, if it has one.
@@ -72,8 +75,14 @@ impl Owners {
         );
         match entry {
             Entry::Occupied(mut e) => {
-                let rest = e.get_mut().rest.get_or_insert_with(Default::default);
-                rest.insert_unique(slot_hash(&slot), slot, slot_hash);
+                let rest = &mut e.get_mut().rest;
+                let before = set_bytes(rest);
+                rest.get_or_insert_with(Default::default).insert_unique(
+                    slot_hash(&slot),
+                    slot,
+                    slot_hash,
+                );
+                self.sets = (self.sets + set_bytes(rest)).saturating_sub(before);
             }
             Entry::Vacant(e) => {
                 e.insert(Owned {
@@ -104,6 +113,7 @@ impl Owners {
         };
         self.owned = self.owned.saturating_sub(1);
         let owned = entry.get_mut();
+        let before = set_bytes(&owned.rest);
         if owned.first == slot {
             // Another of its slots keys the entry now, if it has one.
             let next = owned
@@ -117,11 +127,13 @@ impl Owners {
                 }
                 None => {
                     entry.remove();
+                    return;
                 }
             }
         } else {
             take_from(&mut owned.rest, slot);
         }
+        self.sets = (self.sets + set_bytes(&owned.rest)).saturating_sub(before);
     }
 
     /// Takes out every slot of `owner` (in no particular order).
@@ -139,6 +151,7 @@ impl Owners {
             return Vec::new();
         };
         let (owned, _) = entry.remove();
+        self.sets = self.sets.saturating_sub(set_bytes(&owned.rest));
         let mut taken = vec![owned.first];
         if let Some(rest) = owned.rest {
             taken.reserve_exact(rest.len());
@@ -155,14 +168,8 @@ impl Owners {
 
     /// Bytes held, for MEMORY USAGE.
     pub(super) fn mem_usage(&self) -> usize {
-        let sets: usize = self
-            .table
-            .iter()
-            .filter_map(|o| o.rest.as_deref())
-            .map(|rest| std::mem::size_of::<HashTable<u32>>() + rest.capacity() * 5)
-            .sum();
         // an entry and a control byte a bucket
-        self.table.capacity() * (std::mem::size_of::<Owned>() + 1) + sets
+        self.table.capacity() * (std::mem::size_of::<Owned>() + 1) + self.sets
     }
 
     /// Every invariant of the index against the holders in `slots`, for the
@@ -207,6 +214,10 @@ impl Owners {
             .filter_map(|s| u32::try_from(s).ok())
             .filter(|&s| owner_of(slots, s).is_some())
             .count();
+        let sets: usize = self.table.iter().map(|o| set_bytes(&o.rest)).sum();
+        if self.sets != sets {
+            return Err(format!("{} bytes of sets kept, {sets} held", self.sets));
+        }
         if seen.len() != owned || self.owned != owned {
             return Err(format!(
                 "{} slots indexed, {} counted, of {owned} with an owner",
@@ -216,6 +227,14 @@ impl Owners {
         }
         Ok(())
     }
+}
+
+/// Bytes of an owner's set of other slots: the table and a slot number and
+/// a control byte a bucket.
+fn set_bytes(rest: &Option<Box<HashTable<u32>>>) -> usize {
+    rest.as_deref().map_or(0, |set| {
+        std::mem::size_of::<HashTable<u32>>() + set.capacity() * 5
+    })
 }
 
 /// Takes `slot` out of an owner's other slots; the set goes when emptied.
