@@ -53,8 +53,11 @@ impl GroupCounts<'_> {
         }
     }
 
-    /// The key's [`Lock::holdings_stamp`](super::Lock::holdings_stamp)
-    /// when counted (`None`: a compact lock, counted afresh).
+    /// What stays the same only while no group's count of holders goes
+    /// down, and that no other lock shares: while it stays, whatever was
+    /// found full (a group at its GROUPLIMIT) still is; after, the groups
+    /// that [`Self::freed_since`] does not name still are. `None` for a
+    /// lock of a few holders, whose groups are few enough to count again.
     pub fn stamp(&self) -> Option<HoldingsStamp> {
         match &self.counts {
             Counts::Kept(index, _) => Some(index.holdings_stamp()),
@@ -1045,6 +1048,7 @@ impl Holders {
 
     /// The index's [`Indexed::holdings_stamp`]; `None` for a compact lock
     /// (a few dozen holders, looked at again).
+    #[cfg(test)]
     pub(super) fn holdings_stamp(&self) -> Option<HoldingsStamp> {
         self.indexed().map(Indexed::holdings_stamp)
     }

@@ -132,7 +132,7 @@ pub(super) struct Indexed {
 /// How many of the latest decreases of a group's count an index names.
 const JOURNAL: usize = 32;
 
-/// One state of one index's group counts (see `Lock::holdings_stamp`):
+/// One state of one index's group counts (see `GroupCounts::stamp`):
 /// what stays while no group's count of holders goes down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HoldingsStamp {
