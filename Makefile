@@ -63,8 +63,9 @@ bench-ruby: deps build-pgo
 	REDIS_UNIQUE_MODULE=$(CURDIR)/$(PGO_MODULE) ruby -Iclients/ruby/lib clients/ruby/bench/bench.rb
 
 ## test-valgrind: the integration tests of the module's unsafe paths with every server under
-## valgrind memcheck: Redis 7.2.6 built with MALLOC=libc (scripts/valgrind-server.sh) and the
-## module built with the system allocator (target/valgrind), so that valgrind sees both heaps;
+## valgrind memcheck: Redis 7.2.6 built with MALLOC=libc (scripts/valgrind-server.sh), so that
+## valgrind sees its heap and the module's, which takes every block from it as in production
+## (src/ffi/alloc.rs: RedisModule_Alloc, Calloc, Realloc; a line-tables build, target/valgrind);
 ## fails on invalid reads/writes/frees, uninitialised memory or a block definitely lost through
 ## the module (scripts/valgrind-check.sh reads one log per server, in target/valgrind/logs)
 VALGRIND_TESTS ?= commands durability forged waiting reaping reaper_scan metrics replication rate modes fair lockall
@@ -81,7 +82,7 @@ VALGRIND_SKIP ?= --skip the_reaper_gives_back_what_it_scans \
 	--skip waiters_refused_by_the_rate_are_served_in_arrival_order_when_it_allows
 test-valgrind: deps
 	CARGO_TARGET_DIR=target/valgrind CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
-		cargo build --release --lib --features system-alloc
+		cargo build --release --lib
 	rm -rf target/valgrind/logs && mkdir -p target/valgrind/logs
 	REDIS_SERVER="$$(scripts/locked-build redis-7.2.6-libc)" \
 	REDIS_UNIQUE_MODULE=$(CURDIR)/target/valgrind/release/libredis_unique.so \
