@@ -15,12 +15,12 @@ class ReliableFetchChaosTest < Minitest::Test
   JOBS = 1000
   PROCESSES = 3
   KILLS = 4
-  # One job in LONG_EVERY sleeps LONG_MS: a kill lands in the middle of one (chosen within
-  # FRESH seconds of its start), so that each kill interrupts a job however late the kill
-  # comes on a loaded machine, where a kill aimed at a 10 to 50 ms job could miss it.
-  LONG_EVERY = 100
-  LONG_MS = 1000
-  FRESH = 0.3
+  # One job in HELD_EVERY is held in flight until every kill is done: each kill is aimed at
+  # a process running one, so that it interrupts a job however late it lands on a loaded
+  # machine. (A kill aimed at a 10 to 50 ms job could miss it, and one aimed within 0.3 s
+  # of the start of a 1 s job found none in time when the polls came slower than that.)
+  HELD_EVERY = 100
+  HELD = -1
   QUEUE = "rf_chaos"
   CLASSES = [ChaosPlainJob, ChaosUntilExecutedJob, ChaosWhileExecutingJob].freeze
 
@@ -56,7 +56,7 @@ class ReliableFetchChaosTest < Minitest::Test
     Array.new(PROCESSES) { spawn_process }.each { |p| p.wait_ready(conn) }
     requeued_before = stats["requeued_dead"].to_i
     rng = Random.new
-    millis = Array.new(JOBS) { |n| n % LONG_EVERY == LONG_EVERY / 2 ? LONG_MS : rng.rand(10..50) }
+    millis = Array.new(JOBS) { |n| n % HELD_EVERY == HELD_EVERY / 2 ? HELD : rng.rand(10..50) }
     jids = Array.new(JOBS) { |n| CLASSES[n % CLASSES.size].set(queue: QUEUE).perform_async(token, n, millis[n]) }
     assert_equal JOBS, jids.compact.uniq.size, "every push accepted (distinct args: no lock conflicts)"
 
@@ -64,14 +64,14 @@ class ReliableFetchChaosTest < Minitest::Test
     thresholds = Array.new(KILLS) { |i| (JOBS * (i + 1) / (KILLS + 2)) + rng.rand(-40..40) }
     kills = {} # pid => time of death
     thresholds.each do |at|
-      victim = wait_until(interval: 0.02, message: "#{at} jobs ended and a long job just started to kill") do
+      # Held jobs start as the queue reaches them and end only when let go, so one is in
+      # flight on a live process by now or will be once the queue reaches the next.
+      victim = wait_until(interval: 0.02, message: "#{at} jobs ended and a held job in flight to kill") do
         next nil if ends.call < at
 
-        long = long_jobs_started_within(FRESH, millis)
-        busy = @procs.select { |p| ready?(p) && !kills.key?(p.pid) && long.include?(p.pid) }
-        busy.sample(random: rng) || (ends.call >= JOBS && :done)
+        holding = held_jobs_in_flight(millis)
+        @procs.select { |p| ready?(p) && !kills.key?(p.pid) && holding.include?(p.pid) }.sample(random: rng)
       end
-      break if victim == :done
 
       pid = victim.pid
       victim.kill9
@@ -81,6 +81,9 @@ class ReliableFetchChaosTest < Minitest::Test
       Thread.new { fresh.wait_ready(RedisUnique::Connection.new(TestSuite.raw_connection)) rescue nil } # rubocop:disable Style/RescueModifier
     end
     assert_equal KILLS, kills.size, "every kill happened while jobs were in flight"
+    # Every held job may end now: one go each, for the run that ends it (a run killed while
+    # it waited took none).
+    millis.each_with_index { |m, n| conn.call("RPUSH", "chaos:#{token}:go:#{n}", "1") if m == HELD }
 
     wait_until(timeout: dead_after + 90, interval: 0.1, message: "all #{JOBS} jobs ended (#{ends.call} ends)") do
       done_jids.size == JOBS
@@ -116,15 +119,14 @@ class ReliableFetchChaosTest < Minitest::Test
 
   private
 
-  # The pids of the processes running a long job that started less than `seconds` ago.
-  def long_jobs_started_within(seconds, millis)
+  # The pids of the processes running a held job (started there, not ended).
+  def held_jobs_in_flight(millis)
     running = {}
     chaos_events.each do |e|
       key = [e["jid"], e["pid"]]
       e["e"] == "start" ? running[key] = e : running.delete(key)
     end
-    now = Time.now.to_f
-    running.values.select { |e| millis[e["n"]] == LONG_MS && now - e["t"] < seconds }.map { |e| e["pid"] }
+    running.values.select { |e| millis[e["n"]] == HELD }.map { |e| e["pid"] }
   end
 
   def chaos_events

@@ -13,9 +13,19 @@ module ChaosJobs
                        JSON.generate("e" => event, "jid" => job.jid, "n" => n, "pid" => Process.pid, "t" => Time.now.to_f))
   end
 
+  # The longest a held job waits for its go: reached only when a test fails before it lets
+  # the job go (the job then ends as if let go).
+  HELD_MAX = 180
+
+  # A job of negative `millis` is held: it waits for RPUSH chaos:<token>:go:<n>, so that a
+  # test can kill its process while it is certainly in flight.
   def run(job, token, n, millis)
     record(token, "start", job, n)
-    sleep(millis / 1000.0)
+    if millis.negative?
+      TestJobs.conn.blocking_call(HELD_MAX + 5, "BLPOP", "chaos:#{token}:go:#{n}", HELD_MAX)
+    else
+      sleep(millis / 1000.0)
+    end
     record(token, "end", job, n)
     TestJobs.conn.call("INCR", "chaos:#{token}:ends")
   end
