@@ -81,9 +81,9 @@ class ReliableFetchChaosTest < Minitest::Test
       Thread.new { fresh.wait_ready(RedisUnique::Connection.new(TestSuite.raw_connection)) rescue nil } # rubocop:disable Style/RescueModifier
     end
     assert_equal KILLS, kills.size, "every kill happened while jobs were in flight"
-    # Every held job may end now: one go each, for the run that ends it (a run killed while
-    # it waited took none).
-    millis.each_with_index { |m, n| conn.call("RPUSH", "chaos:#{token}:go:#{n}", "1") if m == HELD }
+    # Every held job may end now: a go each, for the run that ends it (a run killed while it
+    # waited took none).
+    conn.call("RPUSH", "chaos:#{token}:go", *Array.new(millis.count(HELD), "1"))
 
     wait_until(timeout: dead_after + 90, interval: 0.1, message: "all #{JOBS} jobs ended (#{ends.call} ends)") do
       done_jids.size == JOBS

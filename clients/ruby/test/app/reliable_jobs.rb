@@ -17,12 +17,12 @@ module ChaosJobs
   # the job go (the job then ends as if let go).
   HELD_MAX = 180
 
-  # A job of negative `millis` is held: it waits for RPUSH chaos:<token>:go:<n>, so that a
-  # test can kill its process while it is certainly in flight.
+  # A job of negative `millis` is held: it waits for a go from chaos:<token>:go (one a
+  # job), so that a test can kill its process while it is certainly in flight.
   def run(job, token, n, millis)
     record(token, "start", job, n)
     if millis.negative?
-      TestJobs.conn.blocking_call(HELD_MAX + 5, "BLPOP", "chaos:#{token}:go:#{n}", HELD_MAX)
+      TestJobs.conn.blocking_call(HELD_MAX + 5, "BLPOP", "chaos:#{token}:go", HELD_MAX)
     else
       sleep(millis / 1000.0)
     end
