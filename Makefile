@@ -7,7 +7,7 @@ PGO_MODULE := target/pgo/libredis_unique.so
 # The Node package's build (dist/), made once by the first suite that needs it.
 NODE_DIST := clients/node/dist/.built
 
-.PHONY: run test build build-pgo bench bench-floor bench-cell bench-scale bench-many bench-waiters loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
+.PHONY: run test build build-pgo bench bench-plots bench-floor bench-cell bench-scale bench-many bench-waiters loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -123,6 +123,18 @@ bench: deps build-pgo loadgen
 	python3 bench/floor.py
 	python3 bench/cell.py
 	$(MAKE) bench-ruby
+	$(MAKE) --no-print-directory bench-plots
+
+## bench-plots: the charts of docs/img/ drawn from bench/results/*.json and the Node client's
+## contended run (bench/plots.py, matplotlib in the bench's venv bench/.venv, made here)
+BENCH_VENV := bench/.venv
+$(BENCH_VENV)/.installed: bench/requirements.txt
+	python3 -m venv $(BENCH_VENV) || { echo "python3 -m venv failed: on Debian, apt-get install -y python3-venv" >&2; exit 1; }
+	$(BENCH_VENV)/bin/python -m pip install --quiet -r bench/requirements.txt
+	touch $@
+
+bench-plots: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python bench/plots.py
 
 ## bench-floor: UNIQUE.LOCK/UNLOCK against the floor (bench/floor/floor.c, the least a lock module
 ## command can do, built against each server's redismodule.h) and SET NX PX / DEL: throughput

@@ -109,6 +109,8 @@ def main():
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                   "machine": {"cpus": os.cpu_count(), "platform": bench.platform.platform(),
+                               "cpu": bench.cpu_model()},
                    "redis_cell": TAG, "rounds": ROUNDS, "callgrind_requests": CG_REQUESTS,
                    "clients": bench.CLIENTS, **res, "seconds": round(time.time() - started, 1)},
                   f, indent=2)

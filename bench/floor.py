@@ -227,6 +227,8 @@ def main():
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                   "machine": {"cpus": os.cpu_count(), "platform": bench.platform.platform(),
+                               "cpu": bench.cpu_model()},
                    "jid": JID, "rounds": ROUNDS, "callgrind_requests": CG_REQUESTS,
                    "clients": bench.CLIENTS,
                    "pipeline": 16, "servers": results,
