@@ -68,6 +68,16 @@ class ReadmeTest < Minitest::Test
     assert_operator replay_on(3, example), :>=, 8
   end
 
+  # The quick start, replayed; the root README shows the same block.
+  def test_the_quick_start_replays_and_is_the_root_readmes
+    text = File.read(README)
+    section = text[/^## Quick start\n(.*?)(?=^## )/m, 1] or flunk "no Quick start in the README"
+    example = section[/^```ruby\n(.*?)^```\n/m, 1] or flunk "no ruby block in the Quick start"
+    assert_operator replay_on(4, example), :>=, 4
+    root = File.read(File.expand_path("../../../README.md", __dir__))
+    assert_includes root, "```ruby\n#{example}```\n", "the root README's Ruby quick start is this one"
+  end
+
   # Replays `example` on database `n`, a database of the test's own: the example's keys are plain.
   def replay_on(n, example)
     url = TestSuite.url.sub(%r{/0\z}, "/#{n}")
