@@ -46,6 +46,13 @@ def machine_text(m):
     return "%s, %s CPUs" % (m.get("cpu") or "unknown CPU", m.get("cpus", "?"))
 
 
+def server_text(binary):
+    """A results file names the server's binary: the server on the PATH, or a built one."""
+    name = os.path.basename(os.path.dirname(os.path.dirname(binary))) if "/" in binary else ""
+    return name.replace("redis-", "Redis ").replace("valkey-", "Valkey ") or \
+        "%s on the PATH (its version not recorded)" % binary
+
+
 def caption(fig, lines):
     fig.text(0.01, 0.01, "\n".join(lines), fontsize=7.5, color="#444444",
              ha="left", va="bottom")
@@ -223,8 +230,10 @@ def contended():
     ax.set_title("Throughput under contention (higher is better)", fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     caption(fig, ["Node %s clients (ioredis) on one key, 1 ms hold, median of %s rounds of %s s; "
-                  "machine not recorded in the file;"
-                  % (data.get("node", ""), data.get("rounds", "?"), data.get("seconds", "?")),
+                  "server: %s; %s;"
+                  % (data.get("node", ""), data.get("rounds", "?"), data.get("seconds", "?"),
+                     data.get("server", "redis-server on the PATH (its version not recorded)"),
+                     machine_text(data.get("machine"))),
                   "run of %s (make bench-node, clients/node/bench/results-contended.json). "
                   "A p50 under 0.05 ms is drawn at 0.05 ms." % data["date"]])
     fig.tight_layout(rect=(0, 0.07, 1, 1))
@@ -256,10 +265,11 @@ def rate():
     axes[0].legend(fontsize=8, loc="upper left")
     caption(fig, ["%s, %s, %s clients, median of %s rounds; run of %s (make bench-cell, "
                   "bench/results/cell.json); redis-cell %s."
-                  % (cell.get("server", "redis-server").replace("redis-server", "Redis on the PATH"),
+                  % (server_text(cell.get("server", "redis-server")),
                      machine_text(cell.get("machine")), cell.get("clients"), cell.get("rounds"),
                      cell["date"], cell.get("redis_cell"))])
-    fig.suptitle("RATE 100 PER 1000 against redis-cell", fontsize=11)
+    fig.suptitle("UNIQUE.LOCK ... RATE against redis-cell's CL.THROTTLE (fresh keys: RATE 100 PER 1000; "
+                 "one hot key: RATE 1 PER 3600000)", fontsize=11)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     save(fig, "rate.png")
 

@@ -9,6 +9,7 @@
 // tables and writes bench/results.json (the contended runs: bench/results-contended.json).
 // BENCH_SECONDS per run (default 3); BENCH_ONLY=contended runs the contended part alone.
 import { writeFileSync } from "node:fs";
+import { cpus, platform, release } from "node:os";
 import IORedis from "ioredis";
 import { Mutex as RSMutex, Semaphore as RSSemaphore } from "redis-semaphore";
 import { Queue, Worker } from "bullmq";
@@ -19,6 +20,13 @@ import { startServer, waitFor, clientCount } from "../test/helpers.mjs";
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ONLY = process.env.BENCH_ONLY;
 const server = await startServer();
+// What the results files record of the run: the server's version and the machine.
+const probe = new IORedis(server.port);
+const serverInfo = await probe.info("server");
+await probe.quit();
+const field = (name) => serverInfo.match(new RegExp(`^${name}:(.*)$`, "m"))?.[1]?.trim();
+const serverName = field("server_name") === "valkey" ? `Valkey ${field("valkey_version")}` : `Redis ${field("redis_version")}`;
+const machine = { cpus: cpus().length, cpu: cpus()[0]?.model ?? "unknown", platform: `${platform()} ${release()}` };
 
 async function pairs(makeMutex, parallel) {
   const mutexes = Array.from({ length: parallel }, (_, i) => makeMutex(`bench:${i}`));
@@ -155,7 +163,7 @@ server.stop();
 if (!ONLY) console.table(results);
 console.table(contendedResults);
 console.log(`server clients (CLIENT LIST, the asking one included) before the contended runs: ${clientsBefore}, after: ${clientsAfter}`);
-const meta = { date: new Date().toISOString(), node: process.version, seconds: SECONDS };
+const meta = { date: new Date().toISOString(), node: process.version, server: serverName, machine, seconds: SECONDS };
 if (!ONLY) writeFileSync(new URL("./results.json", import.meta.url), JSON.stringify({ ...meta, results }, null, 2) + "\n");
 writeFileSync(new URL("./results-contended.json", import.meta.url), JSON.stringify({ ...meta, rounds: ROUNDS, clientsBefore, clientsAfter, contended: contendedResults }, null, 2) + "\n");
 process.exit(0);
