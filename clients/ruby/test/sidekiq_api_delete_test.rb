@@ -23,9 +23,9 @@ class SidekiqApiDeleteTest < Minitest::Test
 
   # Pushes an until_executed job for `arg` to the parked queue (or the schedule with
   # `in:`); returns [jid, digest] with the lock held.
-  def push(arg = token, klass: UntilExecutedDefaultJob, in: nil, queue: parked)
+  def push(arg = token, klass: UntilExecutedDefaultJob, in: nil, queue: parked, lock_ttl: nil)
     delay = binding.local_variable_get(:in)
-    setter = klass.set(queue: queue)
+    setter = klass.set(queue: queue, **(lock_ttl ? { lock_ttl: lock_ttl } : {}))
     jid = delay ? setter.perform_in(delay, arg) : setter.perform_async(arg)
     digest = digest_of(klass, arg, queue: queue)
     assert_equal [jid], client.locked_by(digest), "pushed with its lock"
@@ -169,6 +169,41 @@ class SidekiqApiDeleteTest < Minitest::Test
       define_method(:initialize) { Sidekiq::SortedSet.instance_method(:initialize).bind_call(self, name) }
     end.new
   end
+
+  def test_retry_and_dead_set_delete_and_delete_by_value
+    jid, digest = push
+    move_to("retry", jid)
+    Sidekiq::RetrySet.new.delete(Sidekiq::RetrySet.new.find_job(jid).score, jid)
+    assert_nil Sidekiq::RetrySet.new.find_job(jid)
+    assert_empty client.locked_by(digest), "RetrySet#delete(score, jid)"
+
+    jid, digest = push("#{token}-dead", klass: UntilExpiredDefaultJob, lock_ttl: 600)
+    move_to("dead", jid)
+    Sidekiq::DeadSet.new.delete(Sidekiq::DeadSet.new.find_job(jid).score, jid)
+    assert_nil Sidekiq::DeadSet.new.find_job(jid)
+    assert_empty client.locked_by(digest), "DeadSet#delete(score, jid), until_expired"
+
+    jid, digest = push("#{token}-value")
+    move_to("retry", jid)
+    set = Sidekiq::RetrySet.new
+    assert set.delete_by_value(set.name, set.find_job(jid).value)
+    assert_empty client.locked_by(digest), "JobSet#delete_by_value"
+  end
+
+  # Each test that the README's table names is one of these two files'.
+  def test_the_readme_table_names_tests_that_exist
+    readme = File.read(File.expand_path("../README.md", __dir__))
+    section = readme[/^### Removing and moving jobs.*?(?=^###? )/m] or flunk("no section in the README")
+    names = section.scan(/`(test_\w+)`/).flatten.uniq
+    defined = self.class.public_instance_methods.map(&:to_s) + WEB_TESTS
+    assert_operator names.size, :>=, 20
+    assert_empty names - defined, "named in the README's table, defined nowhere"
+    rows = section.lines.grep(/^\| `/)
+    assert_equal 11, rows.size, "rows"
+    rows.each { |row| assert_match(/`test_\w+`\s*\|\s*$/, row, "each row names its tests") }
+  end
+
+  WEB_TESTS = File.read(File.expand_path("web_delete_browser_test.rb", __dir__)).scan(/def (test_\w+)/).flatten
 
   def test_kill_all_frees_the_locks_of_the_killed_jobs
     set = own_retry_set
