@@ -105,6 +105,18 @@ class SidekiqApiDeleteTest < Minitest::Test
     assert_empty client.locked_by(digest), "SortedEntry#delete of a fetched entry (the web UI's)"
   end
 
+  def test_clears_bomb_alias_frees_the_locks_too
+    jid, digest = push
+    Sidekiq::Queue.new(parked).💣
+    refute_includes queue_jids(parked), jid
+    assert_empty client.locked_by(digest), "Queue#💣"
+
+    jid, digest = push("#{token}-set")
+    move_to("schedule-#{token}", jid)
+    Sidekiq::JobSet.new("schedule-#{token}").💣
+    assert_empty client.locked_by(digest), "JobSet#💣"
+  end
+
   def test_job_set_clear_frees_the_locks_of_the_set
     # a set of this test's own: JobSet#clear is the same code for schedule, retry and dead
     jid, digest = push

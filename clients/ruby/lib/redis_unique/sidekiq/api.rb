@@ -149,6 +149,11 @@ module RedisUnique
         Deleted.clearing(name, sorted: true) { super }
       end
 
+      # Sidekiq's alias of clear names its own clear, not this one.
+      def 💣
+        clear
+      end
+
       private
 
       def payload_of(score, jid)
@@ -162,6 +167,10 @@ module RedisUnique
     module QueueDeletion
       def clear
         Deleted.clearing("queue:#{name}", sorted: false, queue: name) { super }
+      end
+
+      def 💣
+        clear
       end
     end
 
