@@ -217,6 +217,36 @@ class SidekiqApiDeleteTest < Minitest::Test
 
   WEB_TESTS = File.read(File.expand_path("web_delete_browser_test.rb", __dir__)).scan(/def (test_\w+)/).flatten
 
+  # The same paths on jobs that a Sidekiq process failed into the retry set (not moved there
+  # by the test): Kill frees the lock; Retry Now keeps it through the run, until the job
+  # succeeds.
+  def test_kill_and_retry_now_of_jobs_a_sidekiq_process_failed
+    TestSuite.workers
+    killed = "#{token}-kill"
+    opts = { "fail" => 1, "hold" => true }
+    kill_jid = UntilExecutedRetryLaterJob.perform_async(killed, opts)
+    retry_jid = UntilExecutedRetryLaterJob.perform_async(token, opts)
+    release(killed)
+    release(token)
+    [kill_jid, retry_jid].each do |jid|
+      wait_until(message: "#{jid} in the retry set") { Sidekiq::RetrySet.new.find_job(jid) }
+    end
+    kill_digest = digest_of(UntilExecutedRetryLaterJob, killed, opts)
+    digest = digest_of(UntilExecutedRetryLaterJob, token, opts)
+    assert_equal [kill_jid], client.locked_by(kill_digest), "a failed job keeps its lock in the retry set"
+
+    Sidekiq::RetrySet.new.find_job(kill_jid).kill
+    assert_empty client.locked_by(kill_digest), "Kill"
+
+    Sidekiq::RetrySet.new.find_job(retry_jid).retry
+    wait_events("start", 2)
+    assert_equal [retry_jid], client.locked_by(digest), "Retry Now: held by the same jid while it runs again"
+    assert_nil UntilExecutedRetryLaterJob.perform_async(token, opts), "no duplicate meanwhile"
+    release(token)
+    wait_events("done")
+    wait_until(message: "freed once the retried job succeeded") { client.locked_by(digest).empty? }
+  end
+
   def test_kill_all_frees_the_locks_of_the_killed_jobs
     set = own_retry_set
     held = Array.new(3) { |i| push("#{token}-#{i}") }
