@@ -1,14 +1,16 @@
 # frozen_string_literal: true
 
-# Sidekiq's API (and so its web UI: Delete, Delete All, Clear, Kill) frees the locks of
-# the jobs it removes, as sidekiq-unique-jobs v9 does: a deleted job's until_executed lock
-# would otherwise be held by a jid that will never run, and the same job could never be
-# pushed again. Each lock is freed for the deleted job's jid only (UNIQUE.UNLOCK key jid),
-# and only when the job was really removed by this call: a job that another process moved
-# meanwhile (the scheduler pushing it to its queue) keeps its lock.
+# Sidekiq's API (and so its web UI: Delete, Delete All, Clear, Kill, Kill All) frees the
+# locks of the jobs it removes, as sidekiq-unique-jobs v9 does: a deleted job's
+# until_executed lock would otherwise be held by a jid that will never run, and the same
+# job could never be pushed again. Each lock is freed for the removed job's jid only
+# (UNIQUE.UNLOCK key jid), and only when the job was really removed by this call: a job
+# that another process moved meanwhile (the scheduler pushing it to its queue) keeps its
+# lock. A deleted job frees every lock it holds; a killed one is dead, and frees what the
+# death handler frees (until_expired's lock stays until its lease ends).
 #
-# Moving a job (Retry Now, Add to Queue) keeps its lock: the push renews it for the same
-# jid, so no duplicate can slip in between (v9 frees it, then takes it again).
+# Moving a job (Retry Now, Add to Queue, Retry All) keeps its lock: the push renews it for
+# the same jid, so no duplicate can slip in between (v9 frees it, then takes it again).
 
 require "securerandom"
 
@@ -18,9 +20,12 @@ module RedisUnique
     module Deleted
       # Only a job hash that names a lock is parsed.
       MARKER = '"lock"'
-      # Queue#clear and JobSet#clear move the key aside atomically (nothing pushed later is
-      # lost or left locked), free the locks of what was there, then delete it.
-      RENAME_SCRIPT = <<~LUA
+      # Queue#clear and JobSet#clear: one script does what Sidekiq's clear does (the key
+      # gone; a queue out of `queues`) by moving the key aside, so that a job pushed while
+      # clearing is neither lost nor left locked; the locks of what was moved are freed, then
+      # it is deleted.
+      CLEAR_SCRIPT = <<~LUA
+        if KEYS[3] then redis.call('SREM', KEYS[3], ARGV[1]) end
         if redis.call('EXISTS', KEYS[1]) == 1 then
           redis.call('RENAME', KEYS[1], KEYS[2])
           return 1
@@ -47,6 +52,14 @@ module RedisUnique
                             "#{e.class}: #{e.message}")
       end
 
+      # Frees what `job` holds as a dead job (the death handler's rule).
+      def died(job)
+        item = job.is_a?(Hash) ? job : parse(job)
+        return unless item.is_a?(Hash) && item["jid"] && (item.key?("lock") || item.key?("lock_digest"))
+
+        DEATH_HANDLER.call(item, nil)
+      end
+
       def parse(json)
         return nil unless json.is_a?(String) && json.include?(MARKER)
 
@@ -59,13 +72,16 @@ module RedisUnique
         reply == true || (reply.is_a?(Integer) && reply.positive?)
       end
 
-      # Clears `key` (a queue list or a sorted set) with `clear` (Sidekiq's own clear), then
-      # frees the locks of the jobs that were in it.
-      def clearing(key, sorted:)
+      # Clears `key` (a queue list, whose name is `queue`, or a sorted set) as Sidekiq's own
+      # clear does, then frees the locks of the jobs that were in it. Sidekiq's clear
+      # (`yield`) runs only when the key was not there.
+      def clearing(key, sorted:, queue: nil)
         aside = "redis_unique:clearing:#{SecureRandom.hex(8)}"
-        moved = ::Sidekiq.redis { |conn| Connection.invoke(conn, ["EVAL", RENAME_SCRIPT, "2", key, aside], nil) }
-        result = yield
-        return result unless moved.to_i == 1
+        keys = queue ? [key, aside, "queues"] : [key, aside]
+        moved = ::Sidekiq.redis do |conn|
+          Connection.invoke(conn, ["EVAL", CLEAR_SCRIPT, keys.size.to_s, *keys, queue.to_s], nil)
+        end
+        return yield unless moved.to_i == 1
 
         begin
           start = 0
@@ -81,7 +97,7 @@ module RedisUnique
         ensure
           ::Sidekiq.redis { |conn| Connection.invoke(conn, ["UNLINK", aside], nil) }
         end
-        result
+        true
       end
     end
 
@@ -94,25 +110,15 @@ module RedisUnique
       end
     end
 
-    # SortedEntry#delete (Delete on the Scheduled, Retries and Dead pages) goes through the
-    # set's delete_by_value or delete_by_jid; SortedEntry#kill (Kill, Kill All) moves the
-    # job to the dead set, where the job is over.
-    module SortedEntryKill
-      def kill
-        @redis_unique_removed = false
+    # DeadSet#kill: where SortedEntry#kill (Kill) and JobSet#kill_all (Kill All: on Sidekiq 7
+    # and 8 it pops the set, with no SortedEntry#kill) put a job. SortedEntry#delete
+    # (Delete on the Scheduled, Retries and Dead pages) goes through the set's
+    # delete_by_value or delete_by_jid.
+    module DeadSetKill
+      def kill(message, opts = {})
         result = super
-        Deleted.free(item) if @redis_unique_removed
+        Deleted.died(message)
         result
-      end
-
-      private
-
-      # Sidekiq's remove_job yields the payload only when it took it out of the set.
-      def remove_job(*args)
-        super do |message|
-          @redis_unique_removed = true
-          yield message
-        end
       end
     end
 
@@ -143,6 +149,11 @@ module RedisUnique
         Deleted.clearing(name, sorted: true) { super }
       end
 
+      # Sidekiq's alias of clear names its own clear, not this one.
+      def 💣
+        clear
+      end
+
       private
 
       def payload_of(score, jid)
@@ -155,12 +166,16 @@ module RedisUnique
     # Queue#clear (the web UI's Clear on a queue).
     module QueueDeletion
       def clear
-        Deleted.clearing("queue:#{name}", sorted: false) { super }
+        Deleted.clearing("queue:#{name}", sorted: false, queue: name) { super }
+      end
+
+      def 💣
+        clear
       end
     end
 
     ::Sidekiq::JobRecord.prepend(JobRecordDeletion)
-    ::Sidekiq::SortedEntry.prepend(SortedEntryKill)
+    ::Sidekiq::DeadSet.prepend(DeadSetKill)
     ::Sidekiq::JobSet.prepend(JobSetDeletion)
     ::Sidekiq::Queue.prepend(QueueDeletion)
   end
