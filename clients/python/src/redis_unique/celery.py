@@ -69,7 +69,9 @@ with a lock held while the task runs (``while_executing`` or ``until_and_while_e
 
 In a cluster every key of one grant needs one hash tag (``{api}``), the run lock's too (a
 ``key`` callable giving ``"{api}..."``). Not with ``lock_group``: a grant of several keys has
-no fair sharing among groups.
+no fair sharing among groups. A ``lock_limits`` naming the run lock itself
+(``unique:<task name>:<digest>:run``) with another limit than ``unique``'s ``limit`` raises
+``ValueError`` (a key has one limit), at ``apply_async`` and when the task starts.
 
 Lock keys are ``unique:<task name>:<digest>`` (``...:run`` for the lock held
 while running); the job id of a holder is the Celery task id; the OWNER of a

@@ -39,7 +39,9 @@ lock and every one of these keys are taken in one grant, every key or none, wait
 ``lock_wait`` for all of them at once; renewed as one; released when it ends. A
 ``lock_key`` giving None takes only the limits. No room: ``on_conflict`` (``raise`` and
 ``retry`` with :class:`~redis_unique.LockNotAcquired`). The decorator takes ``limits`` and
-``rates``, the same, computed at each call. Not with a group.
+``rates``, the same, computed at each call. Not with a group. Limits naming the run lock
+itself (``unique:<func>:<digest>:run``) with another limit than ``lock_limit`` raise
+``ValueError`` (a key has one limit), at ``enqueue_unique`` and when the job starts.
 
 ``lock_limit``: how many calls with the same key hold the lock at once (default
 1). Fair sharing of that limit among tenants: ``lock_group`` (a string, or
