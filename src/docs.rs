@@ -456,7 +456,7 @@ pub static UNLOCK: CommandDoc = CommandDoc {
     summary: "Releases a job's hold on a lock.",
     since: VERSION,
     complexity: "O(log N) where N is the number of holders of the key, plus O(log N) for each ended lease it removes.",
-    arity: 3,
+    arity: -3,
     flags: "write fast",
     acl_categories: "write fast",
     tips: "",
@@ -468,6 +468,13 @@ pub static UNLOCK: CommandDoc = CommandDoc {
     args: &[
         Arg::new("key", ArgType::Key(0), "the lock"),
         Arg::new("jid", ArgType::String, "the job id"),
+        Arg::option(
+            "token",
+            ArgType::Integer,
+            "TOKEN",
+            "t",
+            "release only the hold of this fencing token (the one its LOCK replied)",
+        ),
     ],
 };
 
@@ -647,6 +654,14 @@ pub static UNLOCKALL: CommandDoc = CommandDoc {
         Arg::new("numkeys", ArgType::Integer, "how many keys follow, 1 to 64"),
         Arg::new("key", ArgType::Key(0), "the locks").multiple(),
         Arg::new("jid", ArgType::String, "the job id"),
+        Arg::option(
+            "token",
+            ArgType::Integer,
+            "TOKEN",
+            "t",
+            "one value per key, in key order: release the hold on that key only when it has this fencing token (the one LOCKALL replied for it)",
+        )
+        .multiple(),
     ],
 };
 
@@ -880,14 +895,14 @@ mod tests {
             of("unique.lock"),
             "UNIQUE.LOCK key jid [LIMIT n] [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [RATE n PER ms [BURST b]] [GROUP name [WEIGHT w]] [GROUPLIMIT m] [MODE shared|exclusive] [WAIT ms]"
         );
-        assert_eq!(of("unique.unlock"), "UNIQUE.UNLOCK key jid");
+        assert_eq!(of("unique.unlock"), "UNIQUE.UNLOCK key jid [TOKEN t]");
         assert_eq!(
             of("unique.lockall"),
             "UNIQUE.LOCKALL numkeys key [key ...] jid [LIMIT n [n ...]] [RATE i n PER ms [BURST b]]... [GROUP i name [WEIGHT w]]... [GROUPLIMIT i m]... [MODE i shared|exclusive]... [TTL ms | PXAT unix-ms] [TYPE name] [OWNER id] [META json] [WAIT ms]"
         );
         assert_eq!(
             of("unique.unlockall"),
-            "UNIQUE.UNLOCKALL numkeys key [key ...] jid"
+            "UNIQUE.UNLOCKALL numkeys key [key ...] jid [TOKEN t [t ...]]"
         );
         assert_eq!(
             of("unique.lockedby"),

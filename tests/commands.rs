@@ -653,9 +653,11 @@ fn errors_are_exact_and_leave_nothing_behind() {
         call!(con, "UNIQUE.UNLOCK", "k"),
         Err("ERR wrong number of arguments for 'unique.unlock' command".into())
     );
+    // UNLOCK's only option is TOKEN t: anything else after the jid is an
+    // unknown option.
     assert_eq!(
         call!(con, "UNIQUE.UNLOCK", "k", "j", "extra"),
-        Err("ERR wrong number of arguments for 'unique.unlock' command".into())
+        Err("ERR syntax error".into())
     );
     assert_eq!(
         call!(con, "UNIQUE.LOCKEDBY"),

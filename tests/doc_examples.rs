@@ -15,6 +15,8 @@
 //!   same number both times (a renewal keeps its token);
 //! - the integer after a `"ttl"` field is the time left: any integer;
 //! - a word that ends in `...` matches any word that starts with the rest;
+//! - such an integer in a command (a TOKEN passed back) is the number a
+//!   reply before it showed in its place;
 //! - `# ... in another redis-cli: COMMAND` right after a command that blocks
 //!   runs COMMAND from a second client once the first one is blocked.
 
@@ -150,10 +152,19 @@ fn replay(file: &str) -> usize {
     let mut vars = HashMap::new();
     let mut failures = Vec::new();
     for step in &steps {
+        let args: Vec<String> = step
+            .args
+            .iter()
+            .map(|a| {
+                vars.get(&format!("n{a}"))
+                    .cloned()
+                    .unwrap_or_else(|| a.clone())
+            })
+            .collect();
         let actual = match &step.meanwhile {
-            None => redis_cli(port, &step.args),
+            None => redis_cli(port, &args),
             Some(other) => {
-                let args = step.args.clone();
+                let args = args.clone();
                 let blocked = std::thread::spawn(move || redis_cli(port, &args));
                 wait_for("the example to block", || blocked_clients(port) > 0);
                 redis_cli(port, other);

@@ -308,11 +308,12 @@ fn getkeysandflags_names_the_key_and_what_the_command_does_to_it() {
 fn redis_itself_answers_short_calls_with_the_arity_error() {
     let server = Server::start();
     let con = &mut server.con();
-    let calls: [&[&str]; 5] = [
+    // (UNLOCK takes TOKEN t after the jid: a call longer than `key jid` is
+    // the module's to answer, a syntax error; see tests/fenced_unlock.rs.)
+    let calls: [&[&str]; 4] = [
         &["UNIQUE.LOCK"],
         &["UNIQUE.LOCK", "k"],
         &["UNIQUE.UNLOCK", "k"],
-        &["UNIQUE.UNLOCK", "k", "j", "extra"],
         &["UNIQUE.LOCKEDBY"],
     ];
     for args in calls.into_iter().chain([&["UNIQUE.REAP"][..]]) {

@@ -1,11 +1,15 @@
-//! UNIQUE.UNLOCK key jid
+//! UNIQUE.UNLOCK key jid [TOKEN t]
+//!
+//! With TOKEN, a fenced release: `jid`'s hold is released only when its
+//! fencing token is `t`, so a late unlock for an older hold frees nothing of
+//! a newer hold of the same jid.
 
 use std::ops::Deref;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::decisions::InRedis;
-use super::{Change, finish, prune_expired, tracked};
+use super::{Change, finish, is_keyword, parse_int, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::command_now_ms;
 use crate::metrics::{self, Event};
@@ -18,8 +22,11 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     key_name: &RedisString,
     args: &[A],
 ) -> RedisResult {
-    let [_, _, jid] = args else {
-        return Err(RedisError::WrongArity);
+    let (jid, token) = match args {
+        [_, _, jid] => (jid, None),
+        [_, _, jid, option, t] if is_keyword(option, b"TOKEN") => (jid, Some(parse_token(t)?)),
+        [_, _, _, ..] => return Err(RedisError::Str("ERR syntax error")),
+        _ => return Err(RedisError::WrongArity),
     };
     let now = command_now_ms();
     let mut key =
@@ -30,7 +37,11 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     };
     let (expired, released) = tracked(lock, |lock| {
         let expired = prune_expired(lock, now, &mut InRedis);
-        (expired, lock.release(jid))
+        let released = match token {
+            None => lock.release(jid),
+            Some(token) => lock.release_token(jid, token),
+        };
+        (expired, released)
     });
     let (change, reply) = match released {
         Some(holder) => {
@@ -44,4 +55,16 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
     };
     finish(ctx, key_name, key, now, expired, change)?.serve_waiters(ctx, key_name);
     Ok(RedisValue::Integer(reply))
+}
+
+/// The error of a TOKEN that is no fencing token.
+pub const TOKEN_ERROR: &str =
+    "ERR TOKEN must be the hold's fencing token: an integer from 1 to 9223372036854775807";
+
+/// A TOKEN's value: a token the module grants is always positive.
+pub fn parse_token(arg: &[u8]) -> Result<i64, RedisError> {
+    parse_int(arg)
+        .ok()
+        .filter(|&t| t > 0)
+        .ok_or(RedisError::Str(TOKEN_ERROR))
 }

@@ -1,14 +1,17 @@
-//! UNIQUE.UNLOCKALL numkeys key [key ...] jid
+//! UNIQUE.UNLOCKALL numkeys key [key ...] jid [TOKEN t [t ...]]
 //!
 //! Releases `jid`'s hold on every key that has one, as UNLOCK does on each,
-//! with one effect replicated for all of them. Reply: how many holds it
+//! with one effect replicated for all of them. With TOKEN (one per key, in
+//! key order, as LOCKALL's LIMIT), a key's hold is released only when its
+//! token is that key's `t`, as UNLOCK's TOKEN. Reply: how many holds it
 //! released.
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::decisions::InRedis;
 use super::lockall::{parse_keys, told_key_positions};
-use super::{events, prune_expired, settle, tracked};
+use super::unlock::parse_token;
+use super::{events, is_keyword, prune_expired, settle, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::{self, command_now_ms};
 use crate::metrics::{self, Event};
@@ -22,8 +25,12 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     let (keys, rest) = parse_keys(bytes.get(1..).unwrap_or_default())?;
-    let [jid] = rest else {
-        return Err(RedisError::Str("ERR syntax error"));
+    let (jid, tokens) = match rest {
+        [jid] => (jid, None),
+        [jid, option, values @ ..] if is_keyword(option, b"TOKEN") => {
+            (jid, Some(parse_tokens(values, keys.len())?))
+        }
+        _ => return Err(RedisError::Str("ERR syntax error")),
     };
     let now = command_now_ms();
     // The client's own key strings: numkeys is args[1].
@@ -36,11 +43,16 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         opened.push(key);
     }
     let mut outcome = Vec::with_capacity(opened.len());
-    for key in &mut opened {
+    for (i, key) in opened.iter_mut().enumerate() {
+        let token = tokens.as_ref().and_then(|t| t.get(i).copied());
         let (expired, released) = match key.lock_mut()? {
             Some(lock) => tracked(lock, |lock| {
                 let expired = prune_expired(lock, now, &mut InRedis);
-                (expired, lock.release(jid))
+                let released = match token {
+                    None => lock.release(jid),
+                    Some(token) => lock.release_token(jid, token),
+                };
+                (expired, released)
             }),
             None => (0, None),
         };
@@ -61,7 +73,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .iter()
         .any(|&(expired, released)| expired > 0 || released)
     {
-        ffi::replicate_release_all(ctx, &names[0], now, jid, keys);
+        ffi::replicate_release_all(ctx, &names[0], now, jid, keys, tokens.as_deref());
     }
     // Serving waiters opens the keys again: ours must be closed first.
     drop(opened);
@@ -81,4 +93,15 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
     }
     Ok(RedisValue::Integer(released_count))
+}
+
+/// The values after UNLOCKALL's TOKEN: exactly one token per key, in key
+/// order (as LOCKALL's LIMIT), nothing after them.
+fn parse_tokens(values: &[&[u8]], numkeys: usize) -> Result<Vec<i64>, RedisError> {
+    if values.len() != numkeys {
+        return Err(RedisError::Str(
+            "ERR syntax error: TOKEN takes one value per key, in key order (TOKEN t [t ...])",
+        ));
+    }
+    values.iter().map(|v| parse_token(v)).collect()
 }

@@ -530,6 +530,16 @@ impl Lock {
         self.holders.remove(jid)
     }
 
+    /// Removes `jid`'s hold only when its fencing token is `token` (a fenced
+    /// release: a late call for an older hold of the same jid frees nothing),
+    /// and returns it. Call after [`Lock::prune`].
+    pub fn release_token(&mut self, jid: &[u8], token: i64) -> Option<Holder> {
+        if self.holders.find(jid)?.token() != token {
+            return None;
+        }
+        self.holders.remove(jid)
+    }
+
     /// The holder of `jid`, if any (live or not).
     pub fn holder(&self, jid: &[u8]) -> Option<&Holder> {
         self.holders.find(jid)

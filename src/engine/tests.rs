@@ -294,6 +294,32 @@ fn release_removes_only_the_named_holder() {
 }
 
 #[test]
+fn a_fenced_release_frees_only_the_hold_of_that_token() {
+    let mut lock = Lock::default();
+    let mut t = Tokens(0);
+    for jid in ["a", "b"] {
+        lock.acquire(
+            &LockRequest {
+                limit: 0,
+                ..req(jid)
+            },
+            NOW,
+            t.next(),
+        );
+    }
+    assert!(
+        lock.release_token(b"b", 1).is_none(),
+        "a's token is not b's"
+    );
+    assert!(lock.release_token(b"b", 3).is_none(), "no such token");
+    assert!(lock.release_token(b"zzz", 2).is_none());
+    assert_eq!(jids(&lock, NOW), ["a", "b"], "nothing was freed");
+    assert_eq!(lock.release_token(b"b", 2).map(|h| h.token()), Some(2));
+    assert!(lock.release_token(b"b", 2).is_none());
+    assert_eq!(jids(&lock, NOW), ["a"]);
+}
+
+#[test]
 fn key_expiry_is_the_latest_lease_or_none() {
     let mut lock = Lock::default();
     let mut t = Tokens(0);

@@ -76,21 +76,30 @@ pub fn replicate_hold_all(
     replicate(ctx, first, argv);
 }
 
-/// Replicates `UNIQUE.APPLY first now RELEASEALL jid n key...`.
+/// Replicates `UNIQUE.APPLY first now RELEASEALL jid n key... [TOKEN t...]`:
+/// with `tokens` (one per key), each key loses `jid`'s hold only when it has
+/// that key's token, as it did on the primary.
 pub fn replicate_release_all(
     ctx: &Context,
     first: &RedisString,
     now: i64,
     jid: &[u8],
     keys: &[&[u8]],
+    tokens: Option<&[i64]>,
 ) {
-    let mut argv = Strings(Vec::with_capacity(4 + keys.len()));
+    let mut argv = Strings(Vec::with_capacity(5 + 2 * keys.len()));
     argv.signed(now);
     argv.buffer(ApplyOp::ReleaseAll.word().to_bytes());
     argv.buffer(jid);
     argv.unsigned(keys.len() as u64);
     for key in keys {
         argv.buffer(key);
+    }
+    if let Some(tokens) = tokens {
+        argv.buffer(b"TOKEN");
+        for &token in tokens {
+            argv.signed(token);
+        }
     }
     replicate(ctx, first, argv);
 }

@@ -309,7 +309,9 @@ export class GroupLimit<T = unknown> {
     } finally {
       refresher.stop();
       if (!refresher.lost) {
-        const release = "keys" in held ? this.client.unlockAll(held.keys, jid) : this.client.unlock(held.key, jid);
+        const release = "keys" in held
+          ? this.client.unlockAll(held.keys, jid, held.tokens)
+          : this.client.unlock(held.key, jid, held.token);
         await release.catch(() => {});
       }
     }
@@ -448,7 +450,7 @@ export class UniqueJobs<T = unknown> {
     try {
       return (await queue.add(name as never, data as never, { ...opts, jobId })) as Job<T>;
     } catch (err) {
-      await this.client.unlock(key, jobId).catch(() => {});
+      await this.client.unlock(key, jobId, token).catch(() => {}); // this call's own hold, not a later one
       throw err;
     }
   }

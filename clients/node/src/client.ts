@@ -180,13 +180,13 @@ export class Client {
   }
 
   /** Releases `jid`'s holds of every key of `keys`: how many it held. */
-  unlockAll(keys: string[], jid: string): Promise<number> {
-    return this.run(commands.unlockAll(keys, jid));
+  unlockAll(keys: string[], jid: string, tokens?: readonly number[]): Promise<number> {
+    return this.run(commands.unlockAll(keys, jid, tokens));
   }
 
   /** Releases `jid`'s hold: true if it held the lock. */
-  unlock(key: string, jid: string): Promise<boolean> {
-    return this.run(commands.unlock(key, jid));
+  unlock(key: string, jid: string, token?: number): Promise<boolean> {
+    return this.run(commands.unlock(key, jid, token));
   }
 
   /** The jids holding `key`, oldest grant first. */
@@ -424,8 +424,8 @@ export class Batch {
     return this.add(commands.lock(key, jid, options));
   }
 
-  unlock(key: string, jid: string): this {
-    return this.add(commands.unlock(key, jid));
+  unlock(key: string, jid: string, token?: number): this {
+    return this.add(commands.unlock(key, jid, token));
   }
 
   lockAll(keys: string[], jid: string, options: Omit<LockAllOptions, "wait"> = {}): this {
@@ -435,8 +435,8 @@ export class Batch {
     return this.add(commands.lockAll(keys, jid, options));
   }
 
-  unlockAll(keys: string[], jid: string): this {
-    return this.add(commands.unlockAll(keys, jid));
+  unlockAll(keys: string[], jid: string, tokens?: readonly number[]): this {
+    return this.add(commands.unlockAll(keys, jid, tokens));
   }
 
   lockedBy(key: string): this {

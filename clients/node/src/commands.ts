@@ -254,9 +254,24 @@ export function lock(key: string, jid: string, options?: LockOptions): Command<n
   return { argv: lockArgv(key, jid, options), parse: (r) => (r === null ? null : int(r)) };
 }
 
-/** UNLOCK: true when `jid` held the lock and no longer does. */
-export function unlock(key: string, jid: string): Command<boolean> {
-  return { argv: ["UNIQUE.UNLOCK", checkKey(key), checkJid(jid)], parse: (r) => int(r) === 1 };
+/** A fencing token as LOCK replied it, for a fenced unlock: a whole number from 1 on. */
+export function checkToken(token: unknown, name = "token"): string {
+  if (typeof token === "bigint" && token >= 1n && token <= 9223372036854775807n) return String(token);
+  if (typeof token !== "number" || !Number.isSafeInteger(token) || token < 1) {
+    throw new TypeError(`redis-unique: ${name} must be a fencing token as lock() returned it (a whole number of at least 1), got ${String(token)}`);
+  }
+  return String(token);
+}
+
+/**
+ * UNLOCK: true when `jid` held the lock and no longer does. With `token` (the one lock()
+ * returned), a fenced unlock: only the hold of that token is released, so a late unlock never
+ * frees a newer hold of the same jid.
+ */
+export function unlock(key: string, jid: string, token?: number): Command<boolean> {
+  const argv = ["UNIQUE.UNLOCK", checkKey(key), checkJid(jid)];
+  if (token !== undefined) argv.push("TOKEN", checkToken(token));
+  return { argv, parse: (r) => int(r) === 1 };
 }
 
 /** LOCKEDBY: the jids of the live holders, oldest grant first. */
@@ -491,8 +506,18 @@ export function lockAll(keys: string[], jid: string, options?: LockAllOptions): 
   return { argv: lockAllArgv(keys, jid, options), parse: tokens };
 }
 
-/** UNLOCKALL: how many of the keys `jid` held and no longer does. */
-export function unlockAll(keys: string[], jid: string): Command<number> {
+/**
+ * UNLOCKALL: how many of the keys `jid` held and no longer does. With `tokens` (one per key,
+ * in key order, as lockAll() returned them), a key is released only when its hold has its token.
+ */
+export function unlockAll(keys: string[], jid: string, tokens?: readonly number[]): Command<number> {
   checkKeys(keys);
-  return { argv: ["UNIQUE.UNLOCKALL", String(keys.length), ...keys, checkJid(jid)], parse: int };
+  const argv = ["UNIQUE.UNLOCKALL", String(keys.length), ...keys, checkJid(jid)];
+  if (tokens !== undefined) {
+    if (!Array.isArray(tokens) || tokens.length !== keys.length) {
+      throw new TypeError(`redis-unique: tokens must be one per key, in key order (${keys.length} keys, got ${Array.isArray(tokens) ? tokens.length : typeof tokens})`);
+    }
+    argv.push("TOKEN", ...tokens.map((t) => checkToken(t, "each token")));
+  }
+  return { argv, parse: int };
 }

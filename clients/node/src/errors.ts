@@ -44,20 +44,39 @@ export class ModuleVersionMismatchError extends UniqueError {
   }
 }
 
-/** acquire() gave up: the lock stayed held by others for the whole wait. */
+/**
+ * acquire() gave up: the lock stayed held by others for the whole wait. With `kind` (a lock
+ * object's: `mutex`, `semaphore`...), the message starts as redis-semaphore's timeout does,
+ * `Acquire mutex <key> timeout`, and says who holds it after that.
+ */
 export class LockNotAcquiredError extends UniqueError {
-  constructor(readonly key: string, readonly holders: string[] = []) {
-    super(`the lock ${key} is held${holders.length ? ` by ${holders.join(", ")}` : ""}`);
+  constructor(readonly key: string, readonly holders: string[] = [], kind?: string) {
+    super(
+      `${kind ? `Acquire ${kind} ${key} timeout: ` : ""}the lock ${key} is held${holders.length ? ` by ${holders.join(", ")}` : ""}`,
+    );
   }
 }
 
-/** A lock this process held is gone: its lease ran out, or another client removed it. */
+/**
+ * What a lock object's acquire() throws when the wait ends (redis-semaphore's `TimeoutError`,
+ * under its name): a LockNotAcquiredError, `Acquire <kind> <key> timeout: the lock <key> is held by ...`.
+ */
+export class TimeoutError extends LockNotAcquiredError {}
+
+/**
+ * A lock this process held is gone: its lease ran out, or another client removed it. With
+ * `kind` (a lock object's), the message starts as redis-semaphore's LostLockError does,
+ * `Lost mutex for key <key>`, and says why after that. Exported as `LostLockError` too.
+ */
 export class LockLostError extends UniqueError {
   /** Every key of the hold: `[key]`, or the keys of a hold taken by lockAll (lost together). */
   readonly keys: string[];
 
-  constructor(readonly key: string, readonly identifier: string, readonly reason?: string, keys?: string[]) {
-    super(`the lock ${key} is no longer held by ${identifier}: ${reason ?? "its lease ran out or it was removed"}`);
+  constructor(readonly key: string, readonly identifier: string, readonly reason?: string, keys?: string[], kind?: string) {
+    super(
+      `${kind ? `Lost ${kind} for key ${key}: ` : ""}the lock ${key} is no longer held by ${identifier}: ` +
+        (reason ?? "its lease ran out or it was removed"),
+    );
     this.keys = keys ?? [key];
   }
 }

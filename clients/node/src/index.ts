@@ -8,16 +8,18 @@ export {
   AlreadyAcquiredError,
   CommandError,
   LockLostError,
+  LockLostError as LostLockError,
   LockNotAcquiredError,
   ModuleNotLoadedError,
   ModuleVersionMismatchError,
+  TimeoutError,
   UniqueError,
 } from "./errors.js";
-export { Mutex, RWLock, Semaphore, defaultOnLockLost } from "./locks.js";
+export { Mutex, RWLock, Semaphore, defaultOnLockLost, defaultTimeoutOptions } from "./locks.js";
 export { MultiLock } from "./multilock.js";
 export type { MultiLockLostCallback, MultiLockOptions } from "./multilock.js";
 export { VERSION } from "./version.js";
-export type { LockLostCallback, LockObjectOptions, RWLockOptions } from "./locks.js";
+export type { LockLostCallback, LockObjectOptions, RWLockOptions, TimeoutOptions } from "./locks.js";
 export type { IoRedisLike, NodeRedisLike, RedisClient, Transport } from "./transport.js";
 export {
   Refresher, RENEW_RETRY_CODES, renewIntervalMs, renewRetryMs, renewalAllArgv, renewalAllOutcome, renewalArgv, renewalOutcome,

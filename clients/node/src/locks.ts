@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { Client } from "./client.js";
 import * as commands from "./commands.js";
-import { AlreadyAcquiredError, LockLostError, LockNotAcquiredError } from "./errors.js";
+import { AlreadyAcquiredError, LockLostError, TimeoutError } from "./errors.js";
 import { Refresher, renewIntervalMs } from "./refresh.js";
 import type { RedisClient, Transport } from "./transport.js";
 
@@ -31,11 +31,17 @@ export interface LockObjectOptions {
   /** redis-semaphore's deprecated form of `{ identifier, acquiredExternally: true }`. */
   externallyAcquiredIdentifier?: string;
   /**
-   * 1: a single attempt, no wait (as redis-semaphore's `acquireAttemptsLimit: 1`). Any other
-   * finite count is refused: nothing polls here, so there are no attempts to count; bound
-   * the wait with `acquireTimeout`.
+   * redis-semaphore's count of attempts, `retryInterval` apart: the wait is bounded by the
+   * time those attempts take, `(acquireAttemptsLimit - 1) * retryInterval` ms (and always by
+   * `acquireTimeout`). 1: a single attempt, no wait. Default Infinity: `acquireTimeout` alone.
    */
   acquireAttemptsLimit?: number;
+  /**
+   * redis-semaphore's pause between attempts (default 10 ms). Nothing polls here (a waiting
+   * acquire is woken by the release itself, on the server), so it has no effect but the bound
+   * `acquireAttemptsLimit` gives the wait.
+   */
+  retryInterval?: number;
   /** The worker process holding it, for reaping by owner. */
   owner?: string;
   /** Metadata kept with the holder. */
@@ -63,9 +69,46 @@ export interface LockObjectOptions {
 
 const KNOWN_OPTIONS = new Set([
   "lockTimeout", "acquireTimeout", "refreshInterval", "identifier", "identifierSuffix", "acquiredExternally",
-  "externallyAcquiredIdentifier", "acquireAttemptsLimit", "owner", "meta", "type", "rate", "group", "weight",
-  "groupLimit", "onLockLost",
+  "externallyAcquiredIdentifier", "acquireAttemptsLimit", "retryInterval", "owner", "meta", "type", "rate", "group",
+  "weight", "groupLimit", "onLockLost",
 ]);
+
+/** redis-semaphore's timing options (its `TimeoutOptions`), every one accepted. */
+export interface TimeoutOptions {
+  lockTimeout?: number;
+  acquireTimeout?: number;
+  acquireAttemptsLimit?: number;
+  retryInterval?: number;
+  refreshInterval?: number;
+}
+
+/** redis-semaphore's defaults, the same values (`retryInterval` only bounds a limited count of attempts here). */
+export const defaultTimeoutOptions = Object.freeze({
+  lockTimeout: 10_000,
+  acquireTimeout: 10_000,
+  acquireAttemptsLimit: Number.POSITIVE_INFINITY,
+  retryInterval: 10,
+});
+
+/**
+ * How long an acquire waits, natively: `acquireTimeout`, bounded, when `acquireAttemptsLimit`
+ * is finite, by the time redis-semaphore's attempts `retryInterval` apart would take (a grant
+ * there can come at the last attempt, `(n - 1) * retryInterval` ms after the first).
+ */
+export function acquireWaitMs(options: TimeoutOptions): number {
+  const { acquireAttemptsLimit: attempts, retryInterval = defaultTimeoutOptions.retryInterval } = options;
+  const timeout = options.acquireTimeout ?? defaultTimeoutOptions.acquireTimeout;
+  if (typeof retryInterval !== "number" || !Number.isFinite(retryInterval) || retryInterval < 0) {
+    throw new RangeError(`redis-unique: retryInterval must be a number of ms of at least 0, got ${String(retryInterval)}`);
+  }
+  if (attempts === undefined || attempts === Number.POSITIVE_INFINITY) return timeout;
+  if (typeof attempts !== "number" || !Number.isInteger(attempts) || attempts < 1) {
+    throw new RangeError(
+      `redis-unique: acquireAttemptsLimit must be a whole number of at least 1 (or Infinity), got ${String(attempts)}`,
+    );
+  }
+  return Math.min(timeout, Math.ceil((attempts - 1) * retryInterval));
+}
 
 /** redis-semaphore's default: the error is thrown where nothing catches it. */
 export function defaultOnLockLost(error: LockLostError): never {
@@ -92,23 +135,9 @@ function checkOptions(options: LockObjectOptions): void {
   if (typeof options !== "object" || options === null) throw new TypeError("redis-unique: lock options must be an object");
   for (const name of Object.keys(options)) {
     if ((options as Record<string, unknown>)[name] === undefined) continue;
-    if (name === "retryInterval") {
-      throw new TypeError(
-        "redis-unique: retryInterval is not supported: nothing polls here, a waiting acquire is woken by the " +
-          "release itself on the server. Remove it (acquireTimeout still bounds the wait)",
-      );
-    }
     if (!KNOWN_OPTIONS.has(name)) {
       throw new TypeError(`redis-unique: unknown lock option ${name} (known: ${[...KNOWN_OPTIONS].join(", ")})`);
     }
-  }
-  const limit = options.acquireAttemptsLimit;
-  if (limit !== undefined && limit !== 1 && limit !== Number.POSITIVE_INFINITY) {
-    throw new RangeError(
-      `redis-unique: acquireAttemptsLimit ${String(limit)} is not supported: nothing polls here, so there are no ` +
-        "attempts to count. Bound the wait with acquireTimeout (ms), or use acquireAttemptsLimit: 1 (or " +
-        "acquireTimeout: 0) for a single attempt",
-    );
   }
   const { identifier, identifierSuffix, acquiredExternally, externallyAcquiredIdentifier } = options;
   if (identifier !== undefined && identifierSuffix !== undefined) {
@@ -169,6 +198,8 @@ class LeasedLock {
     readonly key: string,
     readonly limit: number,
     private readonly options: LockObjectOptions = {},
+    /** @internal What it is in its errors' messages, as redis-semaphore's (`Acquire mutex <key> timeout`). */
+    readonly kind = "mutex",
   ) {
     this.lockObject = this as unknown as Mutex;
     checkOptions(options);
@@ -179,7 +210,7 @@ class LeasedLock {
     this.identifier = commands.checkJid(id);
     this.external = options.acquiredExternally === true || externallyAcquiredIdentifier !== undefined;
     this.lockTimeout = options.lockTimeout ?? 10_000;
-    this.acquireTimeout = options.acquireAttemptsLimit === 1 ? 0 : (options.acquireTimeout ?? 10_000);
+    this.acquireTimeout = acquireWaitMs(options);
     this.refreshInterval = options.refreshInterval ?? renewIntervalMs(this.lockTimeout);
     this.onLockLost = options.onLockLost ?? defaultOnLockLost;
     // Checked now, so that a bad option fails at construction, not at the first acquire.
@@ -239,28 +270,32 @@ class LeasedLock {
     this.sentAt = Date.now(); // a wait is spent before the grant: the lease starts at the reply, at the latest
     if (abort?.aborted) {
       // Granted in the instant of the abort: nobody wants that hold now.
-      if (waited !== null) await this.client.unlock(this.key, this.identifier).catch(() => {});
+      if (waited !== null) await this.client.unlock(this.key, this.identifier, waited).catch(() => {});
       throw abort.reason;
     }
     return this.took(waited);
   }
 
   /**
-   * tryAcquire() that throws LockNotAcquiredError (with the holders) when the lock stays
-   * held for `acquireTimeout` ms, or the signal's reason when aborted.
+   * tryAcquire() that throws TimeoutError (a LockNotAcquiredError: `Acquire mutex <key>
+   * timeout: the lock <key> is held by ...`, with the holders) when the lock stays held for
+   * `acquireTimeout` ms, or the signal's reason when aborted.
    */
   async acquire(signal?: AbortSignal | { signal?: AbortSignal }): Promise<void> {
     if (await this.tryAcquire(signal)) return;
-    throw new LockNotAcquiredError(this.key, await this.client.lockedBy(this.key).catch(() => []));
+    throw new TimeoutError(this.key, await this.client.lockedBy(this.key).catch(() => []), this.kind);
   }
 
   /** Releases the hold (a no-op when not held; a hold taken elsewhere under `acquiredExternally` too). */
   async release(): Promise<void> {
     this.stopRefresh();
     if (this._token === null && !this.external) return;
+    // The hold's own token when known (a fenced unlock: never a later hold of this identifier);
+    // a hold taken elsewhere (acquiredExternally, not taken over) by its identifier.
+    const token = this._token ?? undefined;
     this._token = null;
     this.external = false;
-    await this.client.unlock(this.key, this.identifier);
+    await this.client.unlock(this.key, this.identifier, token);
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -300,7 +335,7 @@ class LeasedLock {
     const token = await this.client.lock(this.key, this.identifier, this.lockOptions());
     if (token !== held.token) {
       // Its lease ended between the two calls: this is a new grant, not that hold.
-      if (token !== null) await this.client.unlock(this.key, this.identifier).catch(() => {});
+      if (token !== null) await this.client.unlock(this.key, this.identifier, token).catch(() => {});
       return false;
     }
     this.external = false;
@@ -323,7 +358,7 @@ class LeasedLock {
     }
     if (token === null) return false;
     this.forget();
-    await this.client.unlock(this.key, this.identifier).catch(() => {});
+    await this.client.unlock(this.key, this.identifier, token).catch(() => {});
     throw new LockLostError(this.key, this.identifier, "the hold had ended before the change of mode (the new grant was given up)");
   }
 
@@ -339,7 +374,7 @@ class LeasedLock {
     if (this.refreshInterval > 0) {
       this.refresher = new Refresher(this.client, {
         key: this.key, jid: this.identifier, token, leaseMs: this.lockTimeout, sentAt: this.sentAt,
-        intervalMs: this.refreshInterval,
+        intervalMs: this.refreshInterval, kind: this.kind,
         onLost: (error) => {
           this.refresher = undefined;
           this._token = null;
@@ -366,7 +401,7 @@ export class Semaphore extends LeasedLock {
     if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1) {
       throw new RangeError(`redis-unique: a Semaphore's limit must be a whole number of at least 1, got ${String(limit)}`);
     }
-    super(redis, key, limit, options);
+    super(redis, key, limit, options, "semaphore");
   }
 }
 
@@ -395,7 +430,7 @@ export class RWLock {
     if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 0) {
       throw new RangeError(`redis-unique: an RWLock's limit must be a whole number of readers (0: no limit), got ${String(limit)}`);
     }
-    this.lock = new LeasedLock(redis, key, limit, rest);
+    this.lock = new LeasedLock(redis, key, limit, rest, "rwlock");
     this.lock.lockObject = this;
   }
 

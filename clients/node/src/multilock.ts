@@ -1,8 +1,8 @@
 import { randomUUID } from "node:crypto";
 import type { Client } from "./client.js";
 import * as commands from "./commands.js";
-import { AlreadyAcquiredError, LockLostError, LockNotAcquiredError } from "./errors.js";
-import { clientFor, defaultOnLockLost, signalOf } from "./locks.js";
+import { AlreadyAcquiredError, LockLostError, TimeoutError } from "./errors.js";
+import { acquireWaitMs, clientFor, defaultOnLockLost, signalOf } from "./locks.js";
 import { Refresher, renewIntervalMs } from "./refresh.js";
 import type { RedisClient, Transport } from "./transport.js";
 
@@ -20,8 +20,10 @@ export interface MultiLockOptions {
   identifier?: string;
   /** A random UUID followed by `-` and this, as the identifier. */
   identifierSuffix?: string;
-  /** 1: a single attempt, no wait (as `acquireTimeout: 0`). Nothing polls, so no other count. */
+  /** As a Mutex's: the wait bounded by `(acquireAttemptsLimit - 1) * retryInterval` ms; 1: a single attempt. */
   acquireAttemptsLimit?: number;
+  /** As a Mutex's: no effect (nothing polls) but with a finite `acquireAttemptsLimit`. Default 10. */
+  retryInterval?: number;
   /** The worker process holding it, for reaping by owner (on every key). */
   owner?: string;
   /** Metadata kept with the holder of every key. */
@@ -39,7 +41,7 @@ export interface MultiLockOptions {
 
 const KNOWN_OPTIONS = new Set([
   "lockTimeout", "acquireTimeout", "refreshInterval", "identifier", "identifierSuffix", "acquireAttemptsLimit",
-  "owner", "meta", "type", "rates", "onLockLost",
+  "retryInterval", "owner", "meta", "type", "rates", "onLockLost",
 ]);
 
 const NOT_FOR_MULTI: Record<string, string> = {
@@ -48,7 +50,6 @@ const NOT_FOR_MULTI: Record<string, string> = {
   weight: "a MultiLock takes no weight in this version (it goes with group)",
   groupLimit: "a MultiLock takes no groupLimit in this version: give the group's own key a limit instead",
   mode: "a MultiLock takes no mode in this version: use an RWLock on one key",
-  retryInterval: "nothing polls here: a waiting acquire is woken by the releases themselves on the server",
   acquiredExternally: "a MultiLock cannot take over holds taken elsewhere",
   externallyAcquiredIdentifier: "a MultiLock cannot take over holds taken elsewhere",
 };
@@ -103,7 +104,7 @@ export class MultiLock {
     } else {
       throw new TypeError("redis-unique: MultiLock takes an array of keys or { key: limit, ... }");
     }
-    const { rates = {}, identifier, identifierSuffix, acquireAttemptsLimit } = options;
+    const { rates = {}, identifier, identifierSuffix } = options;
     if (rates === null || typeof rates !== "object") throw new TypeError("redis-unique: rates must be { [key]: { limit, per } }");
     const stray = Object.keys(rates).filter((k) => !this.keys.includes(k));
     if (stray.length) throw new RangeError(`redis-unique: rates name keys the MultiLock does not hold: ${stray.join(", ")}`);
@@ -114,18 +115,12 @@ export class MultiLock {
     if (identifierSuffix !== undefined && (typeof identifierSuffix !== "string" || identifierSuffix === "")) {
       throw new TypeError("redis-unique: identifierSuffix must be a non-empty string");
     }
-    if (acquireAttemptsLimit !== undefined && acquireAttemptsLimit !== 1 && acquireAttemptsLimit !== Number.POSITIVE_INFINITY) {
-      throw new RangeError(
-        `redis-unique: acquireAttemptsLimit ${String(acquireAttemptsLimit)} is not supported: nothing polls here. ` +
-          "Bound the wait with acquireTimeout (ms), or use acquireAttemptsLimit: 1 for a single attempt",
-      );
-    }
     if (options.onLockLost !== undefined && typeof options.onLockLost !== "function") {
       throw new TypeError("redis-unique: onLockLost must be a function");
     }
     this.identifier = commands.checkJid(identifier ?? (identifierSuffix ? `${randomUUID()}-${identifierSuffix}` : randomUUID()));
     this.lockTimeout = options.lockTimeout ?? 10_000;
-    this.acquireTimeout = acquireAttemptsLimit === 1 ? 0 : (options.acquireTimeout ?? 10_000);
+    this.acquireTimeout = acquireWaitMs(options);
     this.refreshInterval = options.refreshInterval ?? renewIntervalMs(this.lockTimeout);
     this.onLockLost = options.onLockLost ?? defaultOnLockLost;
     commands.lockAllArgv(this.keys, this.identifier, this.lockOptions()); // a bad option fails now
@@ -180,7 +175,7 @@ export class MultiLock {
     const waited = await this.client.waitLockAll(this.keys, this.identifier, this.lockOptions(this.acquireTimeout), abort);
     this.sentAt = Date.now(); // a wait is spent before the grant: the leases start at the reply, at the latest
     if (abort?.aborted) {
-      if (waited !== null) await this.client.unlockAll(this.keys, this.identifier).catch(() => {});
+      if (waited !== null) await this.client.unlockAll(this.keys, this.identifier, waited).catch(() => {});
       throw abort.reason;
     }
     return this.took(waited);
@@ -190,15 +185,16 @@ export class MultiLock {
   async acquire(signal?: AbortSignal | { signal?: AbortSignal }): Promise<void> {
     if (await this.tryAcquire(signal)) return;
     const holders = await Promise.all(this.keys.map((k) => this.client.lockedBy(k).catch(() => [] as string[])));
-    throw new LockNotAcquiredError(this.keys.join(", "), [...new Set(holders.flat())]);
+    throw new TimeoutError(this.keys.join(", "), [...new Set(holders.flat())], "multilock");
   }
 
   /** Releases every key (a no-op when not held). */
   async release(): Promise<void> {
     this.stopRefresh();
     if (this._tokens === null) return;
+    const tokens = this._tokens;
     this._tokens = null;
-    await this.client.unlockAll(this.keys, this.identifier);
+    await this.client.unlockAll(this.keys, this.identifier, tokens); // by its tokens: never a later hold
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -217,7 +213,7 @@ export class MultiLock {
     if (this.refreshInterval > 0) {
       this.refresher = new Refresher(this.client, {
         keys: this.keys, tokens, jid: this.identifier, leaseMs: this.lockTimeout, sentAt: this.sentAt,
-        intervalMs: this.refreshInterval,
+        intervalMs: this.refreshInterval, kind: "multilock",
         onLost: (error) => {
           this.refresher = undefined;
           this._tokens = null;

@@ -74,6 +74,8 @@ interface RefresherCommon {
   sentAt: number;
   /** Overrides the interval (redis-semaphore's refreshInterval). */
   intervalMs?: number;
+  /** The lock object's kind (`mutex`, `semaphore`...): a loss then reads as redis-semaphore's, `Lost mutex for key <key>: ...`. */
+  kind?: string;
   /** Called once, at once, when the hold is lost. */
   onLost: (error: LockLostError) => void;
 }
@@ -199,27 +201,41 @@ export class Refresher {
       // call the client queued or resent through a cut link. Whatever hold it took or kept
       // is no job's now (the user heard the lock is gone): give it up rather than leave it
       // to block others for a lease. Checked before `stopped`, which the loss also sets.
-      if (error === undefined && reply !== null && reply !== undefined) await this.giveUp();
+      if (error === undefined && reply !== null && reply !== undefined) await this.giveUp(reply);
       return;
     }
     if (this.stopped) return; // released or stopped meanwhile
     const outcome = this.settle(changes, sentAt, reply, error);
-    if (outcome === "lost_unlock") await this.giveUp();
+    if (outcome === "lost_unlock") await this.giveUp(reply as number | number[]);
+    else if (outcome === "lost" && this.multi) {
+      // A renewal of several keys refused (one key's hold had ended): the keys still held
+      // would stay this job's until their leases end. Released now, by the grant's tokens,
+      // so that a key taken again meanwhile (this jid elsewhere, a retried job) is not freed.
+      await this.client.unlockAll(this.multi.keys, this.options.jid, this.multi.tokens).catch(() => {});
+    }
     if (outcome === "kept") this.schedule(this.intervalMs);
     else if (outcome === "retry") this.schedule(Math.max(0, Math.min(this.retryMs, this.deadline - Date.now())));
   }
 
-  /** Best effort: frees what a renewal took or kept after the hold was told lost. */
-  private async giveUp(): Promise<void> {
+  /**
+   * Best effort: frees what a renewal took or kept after the hold was told lost, by the
+   * tokens it replied (a fenced unlock: never a newer hold of the same jid).
+   */
+  private async giveUp(reply: number | number[]): Promise<void> {
     const { jid } = this.options;
-    const release = this.multi ? this.client.unlockAll(this.multi.keys, jid) : this.client.unlock(this.key, jid);
-    await release.catch(() => {});
+    await this.releaseCall(jid, reply).catch(() => {});
+  }
+
+  /** @internal The release of the hold a renewal replied `reply` for (its argv is in the conformance table). */
+  releaseCall(jid: string, reply: number | number[]): Promise<unknown> {
+    if (this.multi) return this.client.unlockAll(this.multi.keys, jid, reply as number[]);
+    return this.client.unlock(this.key, jid, reply as number);
   }
 
   private lose(why: string): void {
     if (this.lost) return;
     this.stop();
-    this.lost = new LockLostError(this.key, this.options.jid, why, this.multi?.keys);
+    this.lost = new LockLostError(this.key, this.options.jid, why, this.multi?.keys, this.options.kind);
     this.options.onLost(this.lost);
   }
 }

@@ -44,9 +44,9 @@ function lockAllOptions(args) {
 
 const build = {
   lock_all: (a) => commands.lockAll(a.keys, a.jid, lockAllOptions(a)),
-  unlock_all: (a) => commands.unlockAll(a.keys, a.jid),
+  unlock_all: (a) => commands.unlockAll(a.keys, a.jid, a.tokens),
   lock: (a) => commands.lock(a.key, a.jid, nodeOptions(a)),
-  unlock: (a) => commands.unlock(a.key, a.jid),
+  unlock: (a) => commands.unlock(a.key, a.jid, a.token),
   locked_by: (a) => commands.lockedBy(a.key),
   holders: (a) => commands.holders(a.key),
   waiters: (a) => commands.waiters(a.key),

@@ -68,6 +68,9 @@ describe("lockAll argv", () => {
 
   test("UNLOCKALL: numkeys, keys, jid", () => {
     assert.deepEqual(commands.unlockAll(["a", "b"], "j").argv, ["UNIQUE.UNLOCKALL", "2", "a", "b", "j"]);
+    assert.deepEqual(commands.unlockAll(["a", "b"], "j", [5, 6]).argv, ["UNIQUE.UNLOCKALL", "2", "a", "b", "j", "TOKEN", "5", "6"]);
+    assert.throws(() => commands.unlockAll(["a", "b"], "j", [5]), TypeError);
+    assert.throws(() => commands.unlockAll(["a"], "j", [0]), TypeError);
   });
 
   test("replies: the tokens in key order, null when refused; UNLOCKALL's count", () => {
@@ -170,7 +173,8 @@ describe("the renewal of several keys", () => {
     assert.deepEqual(losses[0].keys, ["a", "b"]);
     assert.equal(losses[0].identifier, "j");
     while (named(t, "UNIQUE.UNLOCKALL").length === 0 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 5));
-    assert.deepEqual(named(t, "UNIQUE.UNLOCKALL").at(-1), ["UNIQUE.UNLOCKALL", "2", "a", "b", "j"]);
+    // The new holds given up by their own tokens.
+    assert.deepEqual(named(t, "UNIQUE.UNLOCKALL").at(-1), ["UNIQUE.UNLOCKALL", "2", "a", "b", "j", "TOKEN", "8", "9"]);
     assert.throws(() => new Refresher(client, { keys: ["a", "b"], tokens: [1], jid: "j", leaseMs: 30, sentAt: 0, onLost() {} }), TypeError);
     await client.close();
   });
@@ -193,7 +197,7 @@ describe("MultiLock", () => {
     assert.equal(lock.isAcquired, false);
     assert.deepEqual(named(t, "UNIQUE.LOCKALL")[0],
       ["UNIQUE.LOCKALL", "2", "{a}:t", "{a}:g", "me", "LIMIT", "2", "10", "RATE", "2", "50", "PER", "1000", "TTL", "60000", "OWNER", "w"]);
-    assert.deepEqual(named(t, "UNIQUE.UNLOCKALL"), [["UNIQUE.UNLOCKALL", "2", "{a}:t", "{a}:g", "me"]]);
+    assert.deepEqual(named(t, "UNIQUE.UNLOCKALL"), [["UNIQUE.UNLOCKALL", "2", "{a}:t", "{a}:g", "me", "TOKEN", "7", "7"]]);
     await lock.release(); // a no-op when not held
     assert.equal(named(t, "UNIQUE.UNLOCKALL").length, 1);
     // An array of keys: a mutex on each.
@@ -207,12 +211,15 @@ describe("MultiLock", () => {
     assert.throws(() => new MultiLock(client, ["a", "a"]), RangeError);
     assert.throws(() => new MultiLock(client, "a"), TypeError);
     assert.throws(() => new MultiLock(client, { a: -1 }), RangeError);
-    for (const bad of [{ group: "g" }, { mode: "shared" }, { rate: { limit: 1, per: 1 } }, { retryInterval: 5 },
+    for (const bad of [{ group: "g" }, { mode: "shared" }, { rate: { limit: 1, per: 1 } },
       { acquiredExternally: true, identifier: "x" }, { nope: 1 }]) {
       assert.throws(() => new MultiLock(client, ["a"], bad), TypeError, JSON.stringify(bad));
     }
     assert.throws(() => new MultiLock(client, ["a"], { rates: { b: { limit: 1, per: 1 } } }), RangeError);
-    assert.throws(() => new MultiLock(client, ["a"], { acquireAttemptsLimit: 3 }), RangeError);
+    assert.throws(() => new MultiLock(client, ["a"], { acquireAttemptsLimit: 0 }), RangeError);
+    // redis-semaphore's polling options: accepted, retryInterval only bounding a count of attempts.
+    assert.equal(new MultiLock(client, ["a"], { retryInterval: 5 }).acquireTimeout, 10_000);
+    assert.equal(new MultiLock(client, ["a"], { acquireAttemptsLimit: 3, retryInterval: 5 }).acquireTimeout, 10);
     assert.throws(() => new MultiLock(client, ["a"], { lockTimeout: 0 }), RangeError);
   });
 
@@ -255,7 +262,8 @@ describe("GroupLimit limits", () => {
     ]);
     // What is left of the wait once a wait connection is in hand: 100, or a ms or so less under load.
     assert.ok(Number(sent.at(-1)) > 50 && Number(sent.at(-1)) <= 100, `WAIT ${sent.at(-1)}`);
-    assert.deepEqual(named(t, "UNIQUE.UNLOCKALL")[0], ["UNIQUE.UNLOCKALL", "2", "unique:limit:{q}:tenant:acme", "unique:limit:{q}:global", "42"]);
+    assert.deepEqual(named(t, "UNIQUE.UNLOCKALL")[0],
+      ["UNIQUE.UNLOCKALL", "2", "unique:limit:{q}:tenant:acme", "unique:limit:{q}:global", "42", "TOKEN", "7", "7"]);
     await limit.client.close();
   });
 

@@ -31,7 +31,7 @@ test("npm pack installs into a fresh directory and works from ESM and CommonJS",
   npm(["install", "--offline", "--no-audit", "--no-fund", join(dir, tarball)], app);
   symlinkSync(join(PACKAGE, "node_modules/ioredis"), join(app, "node_modules/ioredis"));
   const installed = join(app, "node_modules/redis-unique");
-  for (const f of ["dist/esm/index.js", "dist/esm/index.d.ts", "dist/cjs/index.js", "dist/cjs/index.d.ts", "dist/esm/bullmq.js", "README.md"]) {
+  for (const f of ["dist/esm/index.js", "dist/esm/index.d.ts", "dist/cjs/index.js", "dist/cjs/index.d.ts", "dist/esm/bullmq.js", "README.md", "CHANGELOG.md"]) {
     assert.ok(existsSync(join(installed, f)), `${f} is in the package`);
   }
   assert.ok(!existsSync(join(installed, "test")), "no tests in the package");

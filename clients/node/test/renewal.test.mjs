@@ -12,7 +12,7 @@ import { createClient } from "redis";
 import { startServer, startCutProxy, waitFor, assertNoClientsLeft } from "./helpers.mjs";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { Client, Mutex, Refresher, renewIntervalMs, renewRetryMs, CommandError } from "../dist/esm/index.js";
+import { Client, Mutex, Refresher, renewIntervalMs, renewRetryMs, CommandError, commands } from "../dist/esm/index.js";
 import { fromReply } from "../dist/esm/errors.js";
 
 const table = JSON.parse(readFileSync(new URL("../../conformance/table.json", import.meta.url), "utf8")).renewal;
@@ -49,6 +49,14 @@ for (const c of table.outcomes) {
     const outcome = "error" in c ? r.settle({}, 0, undefined, errorFor(c.error)) : r.settle({}, 0, c.reply);
     assert.equal(outcome, c.outcome);
     assert.equal(lost.length, outcome.startsWith("lost") ? 1 : 0);
+    if ("unlock_argv" in c) {
+      // The release of the hold the renewal took, by the reply's token.
+      const sent = [];
+      const recorder = { unlock: (key, jid, token) => { sent.push(commands.unlock(key, jid, token).argv); return Promise.resolve(); } };
+      const r2 = new Refresher(recorder, { key: "k", jid: "j", token: c.token, leaseMs: 30000, sentAt: 0, onLost() {} });
+      r2.releaseCall("j", c.reply);
+      assert.deepEqual(sent, [c.unlock_argv]);
+    }
   });
 }
 

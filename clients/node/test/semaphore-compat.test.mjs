@@ -63,7 +63,7 @@ test("tryAcquire() waits up to acquireTimeout: true when the lock frees meanwhil
   await waiter.release();
 });
 
-test("acquireAttemptsLimit: 1 and acquireTimeout: 0 make a single attempt; other counts are refused", async () => {
+test("acquireAttemptsLimit: 1 and acquireTimeout: 0 make a single attempt; other counts bound the wait", async () => {
   const holder = new Mutex(redis, "compat:once");
   await holder.acquire();
   for (const options of [{ acquireAttemptsLimit: 1, acquireTimeout: 60_000 }, { acquireTimeout: 0 }]) {
@@ -75,14 +75,19 @@ test("acquireAttemptsLimit: 1 and acquireTimeout: 0 make a single attempt; other
   const once = new Mutex(redis, "compat:once", { acquireAttemptsLimit: 1 });
   assert.equal(await once.tryAcquire(), true, "a free lock is taken");
   await once.release();
-  for (const acquireAttemptsLimit of [3, 0]) {
-    assert.throws(() => new Mutex(redis, "compat:once", { acquireAttemptsLimit }), (e) => e instanceof RangeError && /acquireTimeout/.test(e.message));
+  // n attempts retryInterval apart: a grant could come up to (n - 1) * retryInterval ms later.
+  assert.equal(new Mutex(redis, "compat:once", { acquireAttemptsLimit: 3 }).acquireTimeout, 20);
+  assert.equal(new Mutex(redis, "compat:once", { acquireAttemptsLimit: 3, retryInterval: 100 }).acquireTimeout, 200);
+  assert.equal(new Mutex(redis, "compat:once", { acquireAttemptsLimit: 1000, retryInterval: 100, acquireTimeout: 500 }).acquireTimeout, 500);
+  for (const acquireAttemptsLimit of [0, 1.5, -1]) {
+    assert.throws(() => new Mutex(redis, "compat:once", { acquireAttemptsLimit }), (e) => e instanceof RangeError && /acquireAttemptsLimit/.test(e.message));
   }
-  new Mutex(redis, "compat:once", { acquireAttemptsLimit: Infinity }); // redis-semaphore's default
+  assert.equal(new Mutex(redis, "compat:once", { acquireAttemptsLimit: Infinity }).acquireTimeout, 10_000); // redis-semaphore's default
 });
 
-test("retryInterval and unknown options are refused, saying what to do", () => {
-  assert.throws(() => new Mutex(redis, "compat:opt", { retryInterval: 100 }), (e) => e instanceof TypeError && /nothing polls/.test(e.message));
+test("retryInterval is accepted (nothing polls); unknown options are refused, saying what to do", () => {
+  assert.equal(new Mutex(redis, "compat:opt", { retryInterval: 100 }).acquireTimeout, 10_000);
+  assert.throws(() => new Mutex(redis, "compat:opt", { retryInterval: -1 }), RangeError);
   assert.throws(() => new Semaphore(redis, "compat:opt", 2, { lockTimout: 100 }), (e) => e instanceof TypeError && /unknown lock option lockTimout/.test(e.message));
   assert.throws(() => new Mutex(redis, "compat:opt", { acquireTimeout: -1 }), RangeError);
 });

@@ -46,14 +46,14 @@ def python_kwargs(args):
 
 ARGV = {
     "lock": lambda a: p.lock_args(a["key"], a["jid"], **python_kwargs(a)),
-    "unlock": lambda a: ("UNIQUE.UNLOCK", a["key"], a["jid"]),
+    "unlock": lambda a: p.unlock_args(a["key"], a["jid"], a.get("token")),
     "locked_by": lambda a: ("UNIQUE.LOCKEDBY", a["key"]),
     "holders": lambda a: ("UNIQUE.LOCKEDBY", a["key"], "WITHMETA"),
     "waiters": lambda a: ("UNIQUE.WAITERS", a["key"]),
     "waiters_by_group": lambda a: ("UNIQUE.WAITERS", a["key"], "GROUPS"),
     "rate": lambda a: ("UNIQUE.RATE", a["key"]),
     "lock_all": lambda a: m.lock_all_args(a["keys"], a["jid"], **lock_all_kwargs(a)),
-    "unlock_all": lambda a: m.unlock_all_args(a["keys"], a["jid"]),
+    "unlock_all": lambda a: m.unlock_all_args(a["keys"], a["jid"], a.get("tokens")),
 }
 
 
@@ -125,3 +125,11 @@ def test_renewal_outcome(case):
         outcome = loop._settle({}, 0.0, reply=case["reply"])
     assert outcome == case["outcome"]
     assert (loop.lost is not None) == outcome.startswith("lost")
+    if "unlock_argv" in case:
+        # The release of the hold the renewal took: what the loop sends, by the reply's token.
+        class Sent:
+            def unlock(self, key, jid, token=None):
+                return p.unlock_args(key, jid, token)
+
+        loop.client = Sent()
+        assert [str(a) for a in loop._unlock_call(case["reply"])] == case["unlock_argv"]

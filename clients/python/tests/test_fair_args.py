@@ -149,7 +149,7 @@ def test_a_change_of_mode_is_a_renewal_with_mode(rec):
     assert rec.sent[-1][-2:] == ["MODE", "exclusive"]
     rec.execute_command = lambda *a: rec.sent.append([str(x) for x in a]) or (1 if a[0] == "UNIQUE.UNLOCK" else 8)
     assert hold.upgrade() is False and hold.lost  # another token: the hold had ended, the new one given up
-    assert rec.sent[-1] == ["UNIQUE.UNLOCK", "doc", hold.jid]
+    assert rec.sent[-1] == ["UNIQUE.UNLOCK", "doc", hold.jid, "TOKEN", "8"]  # the new hold's own token
 
 
 @pytest.mark.parametrize("cls", [RWLock, aio.RWLock])

@@ -204,6 +204,7 @@ def test_renewals_send_the_lease_only(r):
         with MultiLock(r, {"{s}:a": 2, "{s}:b": 0}, ttl=LEASE, owner="w:1", meta={"job": 1}, type="while_executing",
                        rates={"{s}:b": Rate(1, per=60)}) as hold:
             wait_for(lambda: hold.renewals >= 3, timeout=30, message="three renewals")
+            grant_tokens = list(hold.tokens.values())
             # The grant spent the one grant a minute; renewals spend nothing, so they go on.
             assert c.rate("{s}:b").remaining == 0 and not hold.lost
         sent = [[x.decode() if isinstance(x, bytes) else x for x in e["command"].split(b" " if isinstance(
@@ -217,7 +218,8 @@ def test_renewals_send_the_lease_only(r):
     assert len(renewals) >= 3
     bare = ["UNIQUE.LOCKALL", "2", "{s}:a", "{s}:b", hold.jid, "TTL", str(int(LEASE * 1000))]
     assert all(a == bare for a in renewals), renewals
-    assert ["UNIQUE.UNLOCKALL", "2", "{s}:a", "{s}:b", hold.jid] in sent
+    tokens = [str(t) for t in grant_tokens]
+    assert ["UNIQUE.UNLOCKALL", "2", "{s}:a", "{s}:b", hold.jid, "TOKEN", *tokens] in sent  # by its own tokens
     assert c.holders("{s}:a") == []
 
 

@@ -162,11 +162,13 @@ def test_a_renewal_that_took_new_holds_gives_them_up():
     sent = []
 
     class Recorder:
-        def unlock_all(self, keys, jid):
-            sent.append((keys, jid))
+        def unlock_all(self, keys, jid, tokens=None):
+            sent.append((keys, jid, tokens))
             return 2
 
     loop = MultiRefreshLoop(Recorder(), ["a", "b"], "j", [5, 6], 30000, sent_at=0.0)
     assert loop._took_hold([7, 8]) and not loop._took_hold(None)
-    loop._unlock()
-    assert sent == [(("a", "b"), "j")]
+    loop._unlock([7, 8])
+    assert sent == [(("a", "b"), "j", [7, 8])]  # the new holds, by their own tokens
+    loop._refused_call()
+    assert sent[-1] == (("a", "b"), "j", [5, 6])  # a refused renewal: the keys still held, by the grant's

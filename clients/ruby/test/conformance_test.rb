@@ -55,14 +55,14 @@ class ConformanceTest < Minitest::Test
   def send_call(c, call, args)
     case call
     when "lock" then c.lock(args["key"], args["jid"], **ruby_keywords(args))
-    when "unlock" then c.unlock(args["key"], args["jid"])
+    when "unlock" then c.unlock(args["key"], args["jid"], token: args["token"])
     when "locked_by" then c.locked_by(args["key"])
     when "holders" then c.holders(args["key"])
     when "waiters" then c.waiters(args["key"])
     when "waiters_by_group" then c.waiters(args["key"], groups: true)
     when "rate" then c.rate(args["key"])
     when "lock_all" then c.lock_all(args["keys"], args["jid"], **lock_all_keywords(args))
-    when "unlock_all" then c.unlock_all(args["keys"], args["jid"])
+    when "unlock_all" then c.unlock_all(args["keys"], args["jid"], tokens: args["tokens"])
     end
   end
 
@@ -185,6 +185,16 @@ class ConformanceTest < Minitest::Test
                   RedisUnique::Refresher.outcome(row["token"], row["reply"])
                 end
       assert_equal row["outcome"], outcome.to_s
+      next unless row.key?("unlock_argv")
+
+      # The release of the hold the renewal took: by the reply's token.
+      c = RedisUnique::Client.new(TestSuite.raw_connection)
+      recorder = Recorder.new(c.connection)
+      c.instance_variable_set(:@connection, recorder)
+      refresher = RedisUnique::Refresher.new(c, row["unlock_argv"][1], row["unlock_argv"][2], token: row["token"],
+                                                                                              lease_ms: 30_000, sent_at: 0)
+      refresher.send(:unlock, row["reply"])
+      assert_equal [row["unlock_argv"]], recorder.sent.map { |argv| argv.map(&:to_s) }
     end
   end
 

@@ -5,7 +5,9 @@
 //! HOLDALL: `n`, then per key its name, its holder in every field and its
 //! rate state when the grant spent it (`codec::write_key_hold`); each key
 //! is pruned at `now`, then the holder put exactly as given. RELEASEALL:
-//! `jid n key...`; each key is pruned at `now` and loses `jid`'s hold.
+//! `jid n key... [TOKEN t...]`; each key is pruned at `now` and loses `jid`'s
+//! hold (with TOKEN, only a hold of that key's token: the primary's state
+//! and tokens are the replica's, so the same holds go).
 //! Every key it changed is then settled as on the primary, and the APPLY
 //! goes verbatim once to this replica's own AOF and replicas.
 
@@ -29,13 +31,25 @@ pub fn run(ctx: &Context, now: i64, op: ApplyOp, rest: &[RedisString]) -> RedisR
     match op {
         ApplyOp::HoldAll => hold_all(ctx, now, parse_holds(rest)?),
         ApplyOp::ReleaseAll => {
-            let [jid, n, keys @ ..] = rest else {
+            let [jid, n, after @ ..] = rest else {
                 return Err(RedisError::WrongArity);
             };
-            if usize::try_from(parse_int(n)?).ok() != Some(keys.len()) || keys.len() > MAX_KEYS {
-                return Err(RedisError::WrongArity);
-            }
-            release_all(ctx, now, jid, keys)
+            let n = usize::try_from(parse_int(n)?)
+                .ok()
+                .filter(|&n| n <= MAX_KEYS && n <= after.len())
+                .ok_or(RedisError::WrongArity)?;
+            let (keys, after) = after.split_at(n);
+            let tokens = match after {
+                [] => None,
+                [word, tokens @ ..] if word.as_slice() == b"TOKEN" && tokens.len() == n => Some(
+                    tokens
+                        .iter()
+                        .map(|t| parse_int(t))
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+                _ => return Err(RedisError::WrongArity),
+            };
+            release_all(ctx, now, jid, keys, tokens.as_deref())
         }
         _ => Err(RedisError::Str("ERR syntax error")),
     }
@@ -87,15 +101,26 @@ fn hold_all(ctx: &Context, now: i64, holds: Vec<KeyHold>) -> RedisResult {
     finish_all(ctx, now, opened)
 }
 
-fn release_all(ctx: &Context, now: i64, jid: &[u8], keys: &[RedisString]) -> RedisResult {
+fn release_all(
+    ctx: &Context,
+    now: i64,
+    jid: &[u8],
+    keys: &[RedisString],
+    tokens: Option<&[i64]>,
+) -> RedisResult {
     let mut opened = Vec::with_capacity(keys.len());
-    for name in keys {
+    for (i, name) in keys.iter().enumerate() {
+        let token = tokens.and_then(|t| t.get(i).copied());
         let mut key =
             LockKey::open(ctx, name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
         let (pruned, event) = match key.lock_mut()? {
             Some(lock) => tracked(lock, |lock| {
                 let pruned = lock.prune(now);
-                (pruned, lock.release(jid).map(|_| events::UNLOCK))
+                let released = match token {
+                    None => lock.release(jid),
+                    Some(token) => lock.release_token(jid, token),
+                };
+                (pruned, released.map(|_| events::UNLOCK))
             }),
             None => (0, None),
         };

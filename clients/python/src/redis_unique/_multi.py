@@ -108,9 +108,16 @@ def lock_all_args(keys: Sequence[KeyT], jid: JidT, *, limits: Optional[Sequence[
     return tuple(args)
 
 
-def unlock_all_args(keys: Sequence[KeyT], jid: JidT) -> Tuple[Any, ...]:
+def unlock_all_args(keys: Sequence[KeyT], jid: JidT, tokens: Optional[Sequence[int]] = None) -> Tuple[Any, ...]:
+    """``UNIQUE.UNLOCKALL n keys... jid [TOKEN t...]``: with ``tokens`` (one per key, in key
+    order, as ``lock_all`` returned them), a key is released only when its hold has its token."""
     keys = check_keys(keys)
-    return ("UNIQUE.UNLOCKALL", len(keys), *keys, jid)
+    if tokens is None:
+        return ("UNIQUE.UNLOCKALL", len(keys), *keys, jid)
+    tokens = list(tokens)
+    if len(tokens) != len(keys):
+        raise ValueError("tokens: one per key, in key order (%d keys, %d tokens)" % (len(keys), len(tokens)))
+    return ("UNIQUE.UNLOCKALL", len(keys), *keys, jid, "TOKEN", *(p.check_token(t) for t in tokens))
 
 
 def parse_tokens(reply: Any) -> Optional[List[int]]:
@@ -198,3 +205,24 @@ def _text(key: Any) -> str:
 def rates_of(found: Mapping[str, Any]) -> Dict[str, p.Rate]:
     """The Rates of :func:`task_limits`'s plain data."""
     return {k: p.Rate(*v) for k, v in (found.get("rates") or {}).items()}
+
+
+def run_lock_and_limits(run_key: Optional[KeyT], run_limit: int, limits: Mapping[str, Any],
+                        name: str = "lock_limits") -> Dict[Any, int]:
+    """The keys of a task's one grant, ``{key: limit}``: its run lock (when the call is unique)
+    with the unique option's limit, then the keys of ``limits`` (``task_limits``'s form). A key
+    is held with one limit, so ``limits`` naming the run lock's own key with another limit is
+    refused: neither limit is dropped without a word. With the same limit, it is one key."""
+    locks: Dict[Any, int] = {} if run_key is None else {run_key: run_limit}
+    run = None if run_key is None else _key_bytes(run_key)
+    for key, limit in zip(limits["keys"], limits["limits"]):
+        if run is not None and _key_bytes(key) == run:
+            if limit != run_limit:
+                raise ValueError(
+                    "%s names %r, the task's own run lock, with a limit of %d where the unique option's limit "
+                    "is %d: a key has one limit, so give it as the unique option's limit, or name another key"
+                    % (name, _text(key), limit, run_limit))
+            continue
+        locks[key] = limit
+    return locks
+

@@ -306,6 +306,22 @@ def parse_token(reply: Any) -> Optional[int]:
     return None if reply is None else int(reply)
 
 
+def check_token(token: Any) -> int:
+    """A fencing token as LOCK returned it, for ``unlock(..., token=)``: a positive int."""
+    if isinstance(token, bool) or not isinstance(token, int) or not 1 <= token <= 2**63 - 1:
+        raise ValueError("token must be a fencing token as lock() returned it (an int from 1 to 2**63-1), "
+                         "got %r" % (token,))
+    return token
+
+
+def unlock_args(key: KeyT, jid: JidT, token: Optional[int] = None) -> Tuple[Any, ...]:
+    """``UNIQUE.UNLOCK key jid [TOKEN t]``: with ``token``, only the hold of that token goes (a
+    late unlock of an older hold of the same jid frees nothing of a newer one)."""
+    if token is None:
+        return ("UNIQUE.UNLOCK", key, jid)
+    return ("UNIQUE.UNLOCK", key, jid, "TOKEN", check_token(token))
+
+
 def parse_metrics(reply: Any) -> Dict[str, Any]:
     return json.loads(reply)
 

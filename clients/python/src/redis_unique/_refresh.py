@@ -96,9 +96,15 @@ class RefreshLoop:
     def _took_hold(self, reply: Any) -> bool:
         return p.parse_token(reply) is not None
 
-    def _unlock_call(self) -> Any:
-        """The release (a coroutine with the asyncio client)."""
-        return self.client.unlock(self.key, self.jid)
+    def _unlock_call(self, reply: Any) -> Any:
+        """The release of the hold a late renewal took, by the token it replied (a fenced
+        unlock: never a newer hold of the same jid); a coroutine with the asyncio client."""
+        return self.client.unlock(self.key, self.jid, token=p.parse_token(reply))
+
+    def _refused_call(self) -> Any:
+        """What a refused renewal leaves to release (None: nothing; a hold of several keys
+        releases the keys still held, see MultiRefreshLoop)."""
+        return None
 
     def _delay(self) -> Optional[float]:
         """Seconds to the next try; None when the lease has ended without an answer."""
@@ -167,11 +173,13 @@ class RefreshLoop:
                 watchdog.cancel()
             if self.lost is not None:  # told already: a late renewal is given up
                 if error is None and self._took_hold(reply):
-                    self._unlock()
+                    self._unlock(reply)
                 return
             outcome = self._settle(changes, sent_at, reply=reply, error=error)
             if outcome == LOST_UNLOCK:
-                self._unlock()
+                self._unlock(reply)
+            elif outcome == LOST:
+                self._best_effort(self._refused_call)
             if outcome not in (KEPT, RETRY):
                 return
             delay = self._delay()
@@ -182,9 +190,13 @@ class RefreshLoop:
         if not self._stop.is_set():
             self._lose("no renewal was answered before the lease ended")
 
-    def _unlock(self) -> None:
+    def _unlock(self, reply: Any) -> None:
+        self._best_effort(lambda: self._unlock_call(reply))
+
+    @staticmethod
+    def _best_effort(call: Callable[[], Any]) -> None:
         try:
-            self._unlock_call()
+            call()
         except Exception:  # noqa: BLE001 - best effort: the lease ends it anyway
             pass
 
@@ -205,6 +217,7 @@ class RefreshLoop:
         while delay is not None:
             await asyncio.sleep(delay)
             args, changes, sent_at = self._next()
+            reply: Any = None
             try:
                 # Not past the end of the lease: a hanging call is lost news otherwise.
                 reply = await asyncio.wait_for(self.client._call(*args), max(0.001, self.deadline - sent_at))
@@ -217,9 +230,13 @@ class RefreshLoop:
                 outcome = self._settle(changes, sent_at, error=exc)
             else:
                 outcome = self._settle(changes, sent_at, reply=reply)
-            if outcome == LOST_UNLOCK:
+            release = (lambda: self._unlock_call(reply)) if outcome == LOST_UNLOCK else (
+                self._refused_call if outcome == LOST else None)
+            if release is not None:
                 try:
-                    await self._unlock_call()
+                    pending = release()
+                    if pending is not None:
+                        await pending
                 except Exception:  # noqa: BLE001 - best effort
                     pass
             if outcome not in (KEPT, RETRY):

@@ -61,14 +61,14 @@ class Client:
             keys, jid, limits=limits, rates=rates, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta,
             wait=wait)))
 
-    async def unlock_all(self, keys: Sequence[KeyT], jid: JidT) -> int:
-        return int(await self._call(*m.unlock_all_args(keys, jid)))
+    async def unlock_all(self, keys: Sequence[KeyT], jid: JidT, tokens: Optional[Sequence[int]] = None) -> int:
+        return int(await self._call(*m.unlock_all_args(keys, jid, tokens)))
 
     async def rate(self, key: KeyT) -> Optional[p.RateState]:
         return p.parse_rate(await self._call("UNIQUE.RATE", key))
 
-    async def unlock(self, key: KeyT, jid: JidT) -> bool:
-        return bool(await self._call("UNIQUE.UNLOCK", key, jid))
+    async def unlock(self, key: KeyT, jid: JidT, token: Optional[int] = None) -> bool:
+        return bool(await self._call(*p.unlock_args(key, jid, token)))
 
     async def holders(self, key: KeyT) -> List[Holder]:
         return p.parse_holders(await self._call("UNIQUE.LOCKEDBY", key, "WITHMETA"))
@@ -152,7 +152,7 @@ class Lock(LockState):
         if self.token is None:
             return
         try:
-            removed = self._error() is None and await self.client.unlock(self.key, self.jid)
+            removed = self._error() is None and await self.client.unlock(self.key, self.jid, token=self.token)
         except BaseException:
             self.token = None
             raise
@@ -175,8 +175,9 @@ class Lock(LockState):
 
     async def _change(self, args: Any) -> Any:
         reply = await self.client._call(*args)
-        if p.parse_token(reply) not in (None, self.token):
-            await self.client.unlock(self.key, self.jid)  # a new hold, not this lock's: given up
+        got = p.parse_token(reply)
+        if got not in (None, self.token):
+            await self.client.unlock(self.key, self.jid, token=got)  # a new hold, not this lock's: given up
         return reply
 
     async def __aenter__(self) -> "Lock":
@@ -245,13 +246,13 @@ class MultiLock(MultiLockState):
         if self._error() is not None:
             # Lost on one key, the others are still this job's until their leases end: freed now.
             try:
-                await self.client.unlock_all(self.keys, self.jid)
+                await self.client.unlock_all(self.keys, self.jid, tokens=self.token)
             except Exception:  # noqa: BLE001 - best effort: the leases end them anyway
                 pass
             self._released(False)
             return
         try:
-            removed = await self.client.unlock_all(self.keys, self.jid)
+            removed = await self.client.unlock_all(self.keys, self.jid, tokens=self.token)
         except BaseException:
             self.token = None
             raise

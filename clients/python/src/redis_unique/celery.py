@@ -69,7 +69,9 @@ with a lock held while the task runs (``while_executing`` or ``until_and_while_e
 
 In a cluster every key of one grant needs one hash tag (``{api}``), the run lock's too (a
 ``key`` callable giving ``"{api}..."``). Not with ``lock_group``: a grant of several keys has
-no fair sharing among groups.
+no fair sharing among groups. A ``lock_limits`` naming the run lock itself
+(``unique:<task name>:<digest>:run``) with another limit than ``unique``'s ``limit`` raises
+``ValueError`` (a key has one limit), at ``apply_async`` and when the task starts.
 
 Lock keys are ``unique:<task name>:<digest>`` (``...:run`` for the lock held
 while running); the job id of a holder is the Celery task id; the OWNER of a
@@ -97,7 +99,7 @@ import redis as redis_py
 from celery import Task, signals
 from celery.exceptions import Reject, Retry
 
-from ._multi import check_task_limits, rates_of, task_limits
+from ._multi import check_task_limits, rates_of, run_lock_and_limits, task_limits
 from ._protocol import LOCK_TYPES, TASK_GROUP_OPTIONS, check_task_group, task_group
 from .client import Client
 from .errors import DuplicateTask, LockLost, LockNotAcquired
@@ -317,6 +319,12 @@ class UniqueTask(Task):
                     **options: Any) -> Any:
         opts = self.unique_options()
         retrying = task_id is not None and task_id == self.request.id and not self.request.called_directly
+        if opts is not None and opts.limits is not None and not retrying:
+            # A conflict with the run lock's limit refused at the call, not in the worker.
+            limits = self.unique_limits(args, kwargs)
+            if limits is not None:
+                run = self.unique_key(args, kwargs)
+                run_lock_and_limits(None if run is None else run + ":run", opts.limit, limits)
         key = None if opts is None or opts.lock not in CLIENT_SIDE or retrying else self.unique_key(args, kwargs)
         if key is None:
             return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
@@ -349,7 +357,7 @@ class UniqueTask(Task):
             return super().apply_async(args, kwargs, task_id=task_id, producer=producer, link=link,
                                        link_error=link_error, shadow=shadow, **options)
         except BaseException:
-            client.unlock(key, task_id)
+            client.unlock(key, task_id, token=token)  # this call's own hold, not a later one
             raise
 
     # -- worker side -----------------------------------------------------------
@@ -403,8 +411,7 @@ class UniqueTask(Task):
         """while_executing and until_and_while_executing with ``lock_limits``: the run lock
         (when the call is unique) and every limit's key in one grant, renewed as one."""
         req = self.request
-        locks: Dict[str, int] = {} if key is None else {key + ":run": opts.limit}
-        locks.update(zip(limits["keys"], limits["limits"]))
+        locks = run_lock_and_limits(None if key is None else key + ":run", opts.limit, limits)
         hold = MultiLock(self.unique_client, locks, ttl=opts.run_ttl, jid=req.id, owner=worker_owner(req.hostname),
                          type="while_executing", wait=opts.wait, rates=rates_of(limits) or None,
                          on_lost=self._lost_reporter())
@@ -445,8 +452,9 @@ class UniqueTask(Task):
                     # held token, and is given up at once instead of lasting its lease.
                     held = hold.token
                     hold.detach()
-                    if self.unique_client.lock(hold.key, hold.jid, ttl=opts.ttl) != held:
-                        self.unique_client.unlock(hold.key, hold.jid)
+                    took = self.unique_client.lock(hold.key, hold.jid, ttl=opts.ttl)
+                    if took is not None and took != held:
+                        self.unique_client.unlock(hold.key, hold.jid, token=took)
                 else:
                     try:
                         hold.release()

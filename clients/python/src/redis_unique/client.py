@@ -82,18 +82,22 @@ class Client:
             keys, jid, limits=limits, rates=rates, ttl=ttl, pxat=pxat, type=type, owner=owner, meta=meta,
             wait=wait)))
 
-    def unlock_all(self, keys: Sequence[KeyT], jid: JidT) -> int:
-        """UNIQUE.UNLOCKALL: releases ``jid``'s holds on the keys; the number released."""
-        return int(self._call(*m.unlock_all_args(keys, jid)))
+    def unlock_all(self, keys: Sequence[KeyT], jid: JidT, tokens: Optional[Sequence[int]] = None) -> int:
+        """UNIQUE.UNLOCKALL: releases ``jid``'s holds on the keys; the number released. With
+        ``tokens`` (one per key, as ``lock_all`` returned them), a key is released only when
+        its hold has that token."""
+        return int(self._call(*m.unlock_all_args(keys, jid, tokens)))
 
     def rate(self, key: KeyT) -> Optional[p.RateState]:
         """UNIQUE.RATE: the key's rate state (what ``lock(..., rate=...)`` spent),
         None when it has none."""
         return p.parse_rate(self._call("UNIQUE.RATE", key))
 
-    def unlock(self, key: KeyT, jid: JidT) -> bool:
-        """UNIQUE.UNLOCK: True when ``jid`` held the lock and was removed."""
-        return bool(self._call("UNIQUE.UNLOCK", key, jid))
+    def unlock(self, key: KeyT, jid: JidT, token: Optional[int] = None) -> bool:
+        """UNIQUE.UNLOCK: True when ``jid`` held the lock and was removed. With ``token`` (the
+        one ``lock`` returned), a fenced unlock: only the hold of that token is removed, so a
+        late unlock never frees a newer hold of the same jid."""
+        return bool(self._call(*p.unlock_args(key, jid, token)))
 
     def holders(self, key: KeyT) -> List[Holder]:
         """UNIQUE.LOCKEDBY WITHMETA: the live holders, oldest grant first."""
@@ -155,8 +159,8 @@ class PipelineCalls:
         self._parsers.append(p.parse_token)
         return self
 
-    def unlock(self: _P, key: KeyT, jid: JidT) -> _P:
-        self._pipe.execute_command("UNIQUE.UNLOCK", key, jid)
+    def unlock(self: _P, key: KeyT, jid: JidT, token: Optional[int] = None) -> _P:
+        self._pipe.execute_command(*p.unlock_args(key, jid, token))
         self._parsers.append(bool)
         return self
 
@@ -165,8 +169,8 @@ class PipelineCalls:
         self._parsers.append(m.parse_tokens)
         return self
 
-    def unlock_all(self: _P, keys: Sequence[KeyT], jid: JidT) -> _P:
-        self._pipe.execute_command(*m.unlock_all_args(keys, jid))
+    def unlock_all(self: _P, keys: Sequence[KeyT], jid: JidT, tokens: Optional[Sequence[int]] = None) -> _P:
+        self._pipe.execute_command(*m.unlock_all_args(keys, jid, tokens))
         self._parsers.append(int)
         return self
 

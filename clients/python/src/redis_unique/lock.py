@@ -210,7 +210,7 @@ class Lock(LockState):
         if self.token is None:
             return
         try:
-            removed = self._error() is None and self.client.unlock(self.key, self.jid)
+            removed = self._error() is None and self.client.unlock(self.key, self.jid, token=self.token)
         except BaseException:
             self.token = None
             raise
@@ -236,8 +236,9 @@ class Lock(LockState):
 
     def _change(self, args: Any) -> Any:
         reply = self.client._call(*args)
-        if parse_token(reply) not in (None, self.token):
-            self.client.unlock(self.key, self.jid)  # a new hold, not this lock's: given up
+        got = parse_token(reply)
+        if got not in (None, self.token):
+            self.client.unlock(self.key, self.jid, token=got)  # a new hold, not this lock's: given up
         return reply
 
     def __enter__(self) -> "Lock":

@@ -42,8 +42,14 @@ class MultiRefreshLoop(RefreshLoop):
     def _took_hold(self, reply: Any) -> bool:
         return m.parse_tokens(reply) is not None
 
-    def _unlock_call(self) -> Any:
-        return self.client.unlock_all(self.key, self.jid)
+    def _unlock_call(self, reply: Any) -> Any:
+        return self.client.unlock_all(self.key, self.jid, tokens=m.parse_tokens(reply))
+
+    def _refused_call(self) -> Any:
+        # The server refuses a partial renewal: the keys still held would stay this job's
+        # until their leases end. Released now, by their tokens, so that a key taken again
+        # meanwhile (by this jid elsewhere, a retried job) is not freed.
+        return self.client.unlock_all(self.key, self.jid, tokens=self.token)
 
 
 def _split(locks: Any) -> Tuple[List[Any], Optional[List[int]]]:
@@ -139,15 +145,16 @@ class MultiLock(MultiLockState):
         if self.token is None:
             return
         if self._error() is not None:
-            # Lost on one key, the others are still this job's until their leases end: freed now.
+            # Lost on one key, the others are still this job's until their leases end: freed now
+            # (the renewal that found it lost has done so already, when it was a refusal).
             try:
-                self.client.unlock_all(self.keys, self.jid)
+                self.client.unlock_all(self.keys, self.jid, tokens=self.token)
             except Exception:  # noqa: BLE001 - best effort: the leases end them anyway
                 pass
             self._released(False)
             return
         try:
-            removed = self.client.unlock_all(self.keys, self.jid)
+            removed = self.client.unlock_all(self.keys, self.jid, tokens=self.token)
         except BaseException:
             self.token = None
             raise

@@ -39,7 +39,9 @@ lock and every one of these keys are taken in one grant, every key or none, wait
 ``lock_wait`` for all of them at once; renewed as one; released when it ends. A
 ``lock_key`` giving None takes only the limits. No room: ``on_conflict`` (``raise`` and
 ``retry`` with :class:`~redis_unique.LockNotAcquired`). The decorator takes ``limits`` and
-``rates``, the same, computed at each call. Not with a group.
+``rates``, the same, computed at each call. Not with a group. Limits naming the run lock
+itself (``unique:<func>:<digest>:run``) with another limit than ``lock_limit`` raise
+``ValueError`` (a key has one limit), at ``enqueue_unique`` and when the job starts.
 
 ``lock_limit``: how many calls with the same key hold the lock at once (default
 1). Fair sharing of that limit among tenants: ``lock_group`` (a string, or
@@ -64,7 +66,7 @@ from typing import Any, Callable, Optional, TypeVar
 from rq import get_current_job
 from rq.job import Callback, Job
 
-from ._multi import check_task_limits, rates_of, task_limits
+from ._multi import check_task_limits, rates_of, run_lock_and_limits, task_limits
 from ._protocol import LOCK_TYPES, check_task_group, task_group
 from .client import Client
 from .errors import DuplicateTask, LockLost, LockNotAcquired
@@ -143,6 +145,8 @@ def enqueue_unique(queue: Any, func: Any, *args: Any, lock: str = "until_execute
     group = task_group(lock_group, lock_group_limit, lock_group_weight, args, fkwargs)
     # Computed now, as the key: the worker takes what the call was enqueued with.
     limits = task_limits(lock_limits, lock_rates, args, fkwargs, ("lock_limits", "lock_rates"), extra=1)
+    if limits is not None:  # a conflict with the run lock's limit refused now, not in the worker
+        run_lock_and_limits(None if k is None else k + ":run", lock_limit, limits)
     wait = lock_wait
     if k is None and limits is None:
         return queue.enqueue(func, args=args, kwargs=fkwargs, **options)
@@ -178,7 +182,7 @@ def enqueue_unique(queue: Any, func: Any, *args: Any, lock: str = "until_execute
         return queue.enqueue(func, args=args, kwargs=fkwargs, **options)
     except BaseException:
         if lock != "while_executing" and k is not None:
-            client.unlock(k, job_id)
+            client.unlock(k, job_id, token=token)  # this call's own hold, not a later one
         raise
 
 
@@ -196,8 +200,7 @@ def _check_limits_with(lock: Optional[str], group: Any, limits: Any, rates: Any,
 
 def _limited_hold(client: Client, run_key: Optional[str], run_limit: int, limits: Any, **kwargs: Any) -> MultiLock:
     """The run lock (when the call is unique) and every limit's key, one grant."""
-    locks = {} if run_key is None else {run_key: run_limit}
-    locks.update(zip(limits["keys"], limits["limits"]))
+    locks = run_lock_and_limits(run_key, run_limit, limits)
     return MultiLock(client, locks, type="while_executing", rates=rates_of(limits) or None, **kwargs)
 
 

@@ -93,9 +93,26 @@ module RedisUnique
       argv
     end
 
-    # UNIQUE.UNLOCK. true when `jid` held the lock and was removed.
-    def unlock(key, jid)
-      @connection.call("UNIQUE.UNLOCK", key, jid) == 1
+    # UNIQUE.UNLOCK. true when `jid` held the lock and was removed. With `token:` (the one
+    # `lock` returned), a fenced unlock: only the hold of that token is removed, so a late
+    # unlock never frees a newer hold of the same jid (a retried job, a second process).
+    def unlock(key, jid, token: nil)
+      @connection.call(*Client.unlock_argv(key, jid, token: token)) == 1
+    end
+
+    # `UNIQUE.UNLOCK key jid [TOKEN t]`.
+    def self.unlock_argv(key, jid, token: nil)
+      token.nil? ? ["UNIQUE.UNLOCK", key, jid] : ["UNIQUE.UNLOCK", key, jid, "TOKEN", checked_token(token)]
+    end
+
+    # A fencing token as LOCK returned it: an Integer from 1 to 2**63 - 1.
+    def self.checked_token(token, name = "token:")
+      unless token.is_a?(Integer) && token.between?(1, (2**63) - 1)
+        raise InvalidOption, "#{name} must be a fencing token as lock returned it (an Integer from 1 to 2**63 - 1), " \
+                             "got #{token.inspect}"
+      end
+
+      token
     end
 
     # UNIQUE.LOCKEDBY: the jids of the live holders, oldest grant first.

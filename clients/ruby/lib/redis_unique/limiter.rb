@@ -89,7 +89,7 @@ module RedisUnique
         result
       ensure
         refresher&.stop
-        @client.unlock(@key, jid) unless refresher&.lost?
+        @client.unlock(@key, jid, token: token) unless refresher&.lost?
         raise refresher.lost if refresher&.lost? && !raised
       end
     end

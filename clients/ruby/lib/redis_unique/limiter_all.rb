@@ -88,7 +88,7 @@ module RedisUnique
         result
       ensure
         refresher&.stop
-        @client.unlock_all(@keys, jid) unless refresher&.lost?
+        @client.unlock_all(@keys, jid, tokens: tokens) unless refresher&.lost?
         raise refresher.lost if refresher&.lost? && !raised
       end
     end

@@ -39,10 +39,22 @@ module RedisUnique
       reply&.map { |t| Integer(t) }
     end
 
-    # UNIQUE.UNLOCKALL: releases `jid`'s holds on `keys`; returns how many it released.
-    def unlock_all(keys, jid)
-      keys = Client.checked_keys(keys)
-      Integer(@connection.call("UNIQUE.UNLOCKALL", keys.size, *keys, jid))
+    # UNIQUE.UNLOCKALL: releases `jid`'s holds on `keys`; returns how many it released. With
+    # `tokens:` (one per key, in key order, as lock_all returned them), a key is released only
+    # when its hold has that token.
+    def unlock_all(keys, jid, tokens: nil)
+      Integer(@connection.call(*Client.unlock_all_argv(keys, jid, tokens: tokens)))
+    end
+
+    # `UNIQUE.UNLOCKALL n key... jid [TOKEN t...]`.
+    def self.unlock_all_argv(keys, jid, tokens: nil)
+      keys = checked_keys(keys)
+      return ["UNIQUE.UNLOCKALL", keys.size, *keys, jid] if tokens.nil?
+      unless tokens.is_a?(Array) && tokens.size == keys.size
+        raise InvalidOption, "tokens: one per key, in key order (#{keys.size} keys, got #{tokens.inspect})"
+      end
+
+      ["UNIQUE.UNLOCKALL", keys.size, *keys, jid, "TOKEN", *tokens.map { |t| checked_token(t, "each of tokens:") }]
     end
 
     # Every UNIQUE.LOCKALL this gem sends is built here, options in the contract's order

@@ -197,7 +197,7 @@ module RedisUnique
         @wake.broadcast
       end
       if late # told already (the lease ended while the call hung): a new grant is given up
-        unlock if outcome == KEPT || outcome == LOST_UNLOCK
+        unlock(reply) if outcome == KEPT || outcome == LOST_UNLOCK
         return nil
       end
 
@@ -207,10 +207,13 @@ module RedisUnique
         left = @deadline - Refresher.now
         left.positive? ? [@retry, left].min : nil # the watchdog tells the loss at the deadline
       when LOST_UNLOCK
-        unlock
+        unlock(reply)
         lose("the lease ran out before the renewal, which took the lock again under another fencing token (given up)")
         nil
       else
+        # A renewal of several keys refused: the keys still held would stay this job's until
+        # their leases end. Released now, by the grant's tokens (never a key taken again since).
+        unlock(@token) if @multi
         lose(error ? "the renewal was refused: #{error.message}" : "another holder has it (the lease ran out, " \
                                                                    "or the lock was reaped or deleted)")
         nil
@@ -251,8 +254,14 @@ module RedisUnique
       end
     end
 
-    def unlock
-      @multi ? @client.unlock_all(@key, @jid) : @client.unlock(@key, @jid)
+    # The release of the holds of `tokens` (what a renewal replied, or the grant's own): a
+    # fenced unlock, so a newer hold of the same jid is never freed.
+    def unlock(tokens)
+      if @multi
+        @client.unlock_all(@key, @jid, tokens: tokens.map { |t| Integer(t) })
+      else
+        @client.unlock(@key, @jid, token: Integer(tokens))
+      end
     rescue StandardError
       nil # best effort: the lease ends it anyway
     end
