@@ -350,5 +350,112 @@ def pipeline_args(redis: Any, args: Sequence[Any]) -> Tuple[Any, ...]:
     return tuple(fcall_args(redis, args))
 
 
+# ---- The same over redis.asyncio ------------------------------------------------
+
+_chosen_async: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+async def _module_loaded_async(redis: Any) -> bool:
+    try:
+        reply = await redis.execute_command("COMMAND", "INFO", "unique.lock")
+    except ResponseError:
+        return False
+    if isinstance(reply, dict):
+        return any(v for v in reply.values())
+    return bool(reply) and any(entry for entry in reply)
+
+
+async def ensure_loaded_async(redis: Any) -> None:
+    mine = library_version()
+    try:
+        have: Optional[int] = int(await redis.execute_command("FCALL_RO", "unique_version", 0))
+    except ResponseError as exc:
+        if "function not found" not in str(exc).lower():
+            raise
+        have = None
+    if have is not None and have >= mine:
+        return
+    try:
+        await redis.execute_command("FUNCTION", "LOAD", "REPLACE", library_source())
+    except ResponseError as exc:
+        raise FunctionsNotLoaded("%s (%s)" % (operator_hint(), exc), "ERR") from exc
+
+
+async def backend_async(redis: Any) -> str:
+    forced = _setting()
+    if forced:
+        return forced
+    try:
+        found = _chosen_async.get(redis)
+    except TypeError:
+        found = None
+    if found:
+        return found
+    found = "module" if await _module_loaded_async(redis) else "functions"
+    if found == "functions":
+        await ensure_loaded_async(redis)
+    try:
+        _chosen_async[redis] = found
+    except TypeError:
+        pass
+    return found
+
+
+async def _fcall_async(redis: Any, args: List[Any]) -> Any:
+    try:
+        return await redis.execute_command(*args)
+    except ResponseError as exc:
+        if "function not found" not in str(exc).lower():
+            raise
+        _chosen_async.pop(redis, None)
+        await ensure_loaded_async(redis)
+        return await redis.execute_command(*args)
+
+
+async def execute_async(redis: Any, args: Sequence[Any]) -> Any:
+    """execute() for a redis.asyncio client."""
+    from . import _version
+
+    if await backend_async(redis) == "module":
+        await _version.check_async(redis)
+        return await redis.execute_command(*args)
+    name = _text(args[0]).upper()
+    if name == "UNIQUE.REAP":
+        cursor = _text(args[1])
+        count, owner = 100, ""
+        for i in range(2, len(args) - 1, 2):
+            if _text(args[i]).upper() == "COUNT":
+                count = int(_text(args[i + 1]))
+            elif _text(args[i]).upper() == "OWNER":
+                owner = args[i + 1]
+        next_cursor, names = await redis.execute_command("SCAN", cursor, "COUNT", count, "TYPE", "hash")
+        removed = 0
+        for key in names:
+            keys = _keys(redis, key)
+            removed += int(await _fcall_async(redis, ["FCALL", "unique_reapkey", len(keys)] + keys + [owner]))
+        return [next_cursor, removed]
+    if name != "UNIQUE.LOCK" or _wait_ms(args) is None:
+        return await _fcall_async(redis, fcall_args(redis, args))
+    keys = _keys(redis, args[1])
+    reply = await _fcall_async(redis, ["FCALL", "unique_lock", len(keys)] + keys + list(args[2:]))
+    if not isinstance(reply, list):
+        return reply
+    seq = reply[0]
+    try:
+        while True:
+            await redis.execute_command("BLPOP", keys[1], "%.3f" % (max(int(reply[1]), 1) / 1000.0))
+            reply = await _fcall_async(redis, ["FCALL", "unique_wait", len(keys)] + keys + [seq])
+            if not isinstance(reply, list):
+                return reply
+    except BaseException:
+        try:
+            token = await _fcall_async(redis, ["FCALL", "unique_wait", len(keys)] + keys + [seq, "CANCEL"])
+            if token is not None:
+                await _fcall_async(redis, ["FCALL", "unique_unlock", len(keys)] + keys + [args[2]])
+        except Exception:
+            pass
+        raise
+
+
 __all__ = ["FunctionsNotLoaded", "NotInFunctions", "UniqueError", "backend", "set_backend", "load",
-           "ensure_loaded", "wake_key", "execute", "pipeline_args", "library_source", "library_version"]
+           "ensure_loaded", "wake_key", "execute", "execute_async", "backend_async", "pipeline_args", "library_source", "library_version"]
