@@ -6,7 +6,7 @@
 -- absent. What it keeps and what differs: docs/install.md.
 --
 -- A lock is a hash at the lock's key. Its fields:
---   ~t          the last fencing token granted on the key (always there: the marker)
+--   ~t          the last fencing token granted on the key (always there: the marker that a hash is a lock)
 --   ~r          the key's rate state: "n per burst tat_ms tat_rest"
 --   ~s          the last waiter's sequence number
 --   h:<jid>     a holder: cmsgpack {token, acquired_at, expires_at|-1, type, owner, meta, group, mode}
@@ -74,9 +74,13 @@ local function int_arg(s)
     return v
 end
 
+-- The call's clock, read once: unix ms, and the same instant in µs for the tokens' floor.
+local now_us = 0
+
 local function now_ms()
     local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    return math.floor(now_us / 1000)
 end
 
 -- Cluster hash slots: the wake list must hash with the lock key.
@@ -373,8 +377,6 @@ local function load(key)
         end
     end
     if st.token == nil then fail(E_WRONGTYPE) end
-    -- a key with only its last token (kept for the millisecond after its last holder went) is no lock
-    st.exists = #flat > 2
     table.sort(st.waiters, function(a, b) return a.seq < b.seq end)
     return st
 end
@@ -476,8 +478,11 @@ local function prune(st, now, m)
     return gone
 end
 
+-- The module's rule: above the key's last token and at least the clock in µs (so a
+-- key deleted and taken again, its last token gone with it, still rises: a later
+-- call reads a later µs).
 local function new_token(st, now)
-    local t = math.max((st.token or 0) + 1, now * 1000)
+    local t = math.max((st.token or 0) + 1, now_us, now * 1000)
     st.token = t
     st.dirty['~t'] = string.format('%d', t)
     return t
@@ -658,12 +663,7 @@ local function store(key, st, now, m, wake)
     if nholders == 0 and #st.waiters == 0 and ngrants == 0 and not rate_busy then
         if st.exists then
             m:gauge('~locks', -1)
-            -- the last token stays for this millisecond: the clock floor covers the next
             redis.call('DEL', key)
-            if st.token then
-                redis.call('HSET', key, '~t', string.format('%d', st.token))
-                redis.call('PEXPIREAT', key, now + 1)
-            end
         end
         redis.call('DEL', wake)
         return

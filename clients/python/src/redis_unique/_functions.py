@@ -140,6 +140,9 @@ def _module_loaded(redis: Any) -> bool:
         reply = redis.execute_command("COMMAND", "INFO", "unique.lock")
     except ResponseError:
         return False
+    except (TypeError, AttributeError, IndexError):
+        # redis-py's parser of COMMAND fails on the [nil] of an unknown command
+        return False
     if isinstance(reply, dict):
         return any(v for v in reply.values())
     return bool(reply) and any(entry for entry in reply)
@@ -359,6 +362,8 @@ async def _module_loaded_async(redis: Any) -> bool:
     try:
         reply = await redis.execute_command("COMMAND", "INFO", "unique.lock")
     except ResponseError:
+        return False
+    except (TypeError, AttributeError, IndexError):
         return False
     if isinstance(reply, dict):
         return any(v for v in reply.values())
