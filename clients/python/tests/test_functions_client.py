@@ -200,3 +200,17 @@ def test_every_call_of_the_table_on_both_backends(case, pr, r):
             Client(pr)._call(*[str(a) for a in ARGV[case["call"]](case["args"])])
         return
     assert run_row(pr, case) == run_row(r, case)
+
+
+def test_the_readmes_example_without_the_module(pr, plain):
+    import re
+
+    from test_readme import checked
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index("## Without the module")
+    section = text[start:text.index("\n## ", start + 5)]
+    [code] = re.findall(r"```python\n(.*?)```", section, re.S)
+    code = code.replace("port=6379", "port=%d" % plain.port)
+    exec(compile(checked(code), "README.md (Without the module)", "exec"), {"__name__": "readme_functions"})
+    assert pr.execute_command("FCALL_RO", "unique_version", 0) == fn.library_version()
