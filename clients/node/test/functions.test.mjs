@@ -18,7 +18,7 @@ let withModule;
 
 before(async () => {
   plain = await startServer({ module: false });
-  withModule = await startServer();
+  withModule = await startServer({ module: true });
 });
 after(() => {
   plain.stop();
