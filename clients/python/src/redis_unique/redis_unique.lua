@@ -348,13 +348,15 @@ end
 -- The lock's state, read whole, changed in memory, written back field by field.
 
 local function load(key)
-    local t = redis.call('TYPE', key)
-    t = type(t) == 'table' and t.ok or t
-    if t == 'none' then
+    -- one call: HGETALL of a key of another type is WRONGTYPE, of none an empty list
+    local flat = redis.pcall('HGETALL', key)
+    if type(flat) == 'table' and flat.err then
+        if flat.err:sub(1, 9) == 'WRONGTYPE' then fail(E_WRONGTYPE) end
+        fail(flat.err)
+    end
+    if #flat == 0 then
         return {holders = {}, waiters = {}, grants = {}, token = 0, seq = 0, exists = false, dirty = {}}
     end
-    if t ~= 'hash' then fail(E_WRONGTYPE) end
-    local flat = redis.call('HGETALL', key)
     local st = {holders = {}, waiters = {}, grants = {}, token = nil, seq = 0, exists = true, dirty = {}}
     for i = 1, #flat, 2 do
         local f, v = flat[i], flat[i + 1]
@@ -377,6 +379,7 @@ local function load(key)
         end
     end
     if st.token == nil then fail(E_WRONGTYPE) end
+    st.had_waiters = #st.waiters > 0 or next(st.grants) ~= nil
     table.sort(st.waiters, function(a, b) return a.seq < b.seq end)
     return st
 end
@@ -423,19 +426,21 @@ function Metrics:flush()
     if not self.key then return end
     for f, n in pairs(self.add) do
         local ev, ty = f:match('^([^|]*)|(.+)$')
-        if ty then
+        if ty and not self.types_seen then self.types_seen = {} end
+        if ty and not self.types_seen[ty] then
             -- At most MAX_TYPES type names; the rest count under `other`.
-            if redis.call('HEXISTS', self.key, 'type|' .. ty) == 0 then
-                local known = tonumber(redis.call('HGET', self.key, '~types') or '0')
-                if known >= MAX_TYPES then
-                    f = ev .. '|other'
+            if redis.call('HSETNX', self.key, 'type|' .. ty, '1') == 1 then
+                local known = redis.call('HINCRBY', self.key, '~types', 1)
+                if known > MAX_TYPES then
+                    redis.call('HDEL', self.key, 'type|' .. ty)
+                    redis.call('HINCRBY', self.key, '~types', -1)
+                    redis.call('HSETNX', self.key, 'type|other', '1')
                     ty = 'other'
                 end
-                if redis.call('HSETNX', self.key, 'type|' .. ty, '1') == 1 then
-                    redis.call('HINCRBY', self.key, '~types', 1)
-                end
             end
+            self.types_seen[ty] = true
         end
+        if ty and ty ~= f:match('^[^|]*|(.+)$') then f = ev .. '|other' end
         redis.call('HINCRBY', self.key, f, n)
     end
 end
@@ -665,7 +670,7 @@ local function store(key, st, now, m, wake)
             m:gauge('~locks', -1)
             redis.call('DEL', key)
         end
-        redis.call('DEL', wake)
+        if st.had_waiters then redis.call('DEL', wake) end
         return
     end
     if not st.exists or redis.call('EXISTS', key) == 0 then
@@ -701,7 +706,7 @@ local function store(key, st, now, m, wake)
     else
         redis.call('PEXPIREAT', key, latest)
     end
-    if #st.waiters == 0 and ngrants == 0 then redis.call('DEL', wake) end
+    if st.had_waiters and #st.waiters == 0 and ngrants == 0 then redis.call('DEL', wake) end
 end
 
 local function keys_of(keys)
