@@ -48,8 +48,8 @@ local I64_MAX = 9223372036854775807
 local WAIT_FOREVER = 1099511627776
 -- A waiter asks again at least this often, so one that went away (its client
 -- disconnected) is forgotten STALE ms after it last asked.
-local MAX_BLOCK = 10000
-local STALE = 30000
+local MAX_BLOCK = 30000
+local STALE = 90000
 local MAX_TYPES = 64
 
 local function fail(msg)
@@ -644,7 +644,7 @@ local function serve(st, now, m, wake)
             m:count(best.o.type or 'lock', 'waited')
             st.grants[tostring(best.seq)] = {tok, best.deadline, best.jid}
             st.dirty['g:' .. best.seq] = string.format('%d %d %s', tok, best.deadline, best.jid)
-            redis.call('RPUSH', wake, tostring(best.seq))
+            redis.call('RPUSH', wake, best.seq .. ':0')
             served = served + 1
         end
     end
@@ -782,10 +782,18 @@ local function f_wait(keys, argv)
     local key, wake, m = keys_of(keys)
     local seq = argv[1]
     local giving_up = argv[2] and argv[2]:upper() == 'CANCEL'
+    -- the wake-up the waiter popped, "seq:hops": another waiter's grant is passed on to
+    -- the next blocked waiter (BLPOP serves the longest blocked first, not always the one granted)
+    local popped_seq, hops
+    if argv[2] and not giving_up then popped_seq, hops = argv[2]:match('^(%d+):(%d+)$') end
     local now = now_ms()
     local st = load(key)
     prune(st, now, m)
     serve(st, now, m, wake)
+    if popped_seq and popped_seq ~= seq and st.grants[popped_seq] and tonumber(hops) < #st.waiters + 2 then
+        redis.call('RPUSH', wake, popped_seq .. ':' .. (tonumber(hops) + 1))
+        redis.call('PEXPIRE', wake, STALE + MAX_BLOCK)
+    end
     local reply
     local g = st.grants[seq]
     if g then

@@ -216,8 +216,10 @@ export class FunctionsTransport implements Transport {
     const seq = String(reply[0]);
     for (;;) {
       const ms = Math.max(Number(reply[1]), 1);
-      await this.inner.send(["BLPOP", keys[1]!, (ms / 1000).toFixed(3)]);
-      reply = await this.fcall(["FCALL", "unique_wait", String(keys.length), ...keys, seq]);
+      const popped = await this.inner.send(["BLPOP", keys[1]!, (ms / 1000).toFixed(3)]);
+      // the wake-up popped goes back to the library: another waiter's is passed on
+      const woke = Array.isArray(popped) && popped.length === 2 ? [String(popped[1])] : [];
+      reply = await this.fcall(["FCALL", "unique_wait", String(keys.length), ...keys, seq, ...woke]);
       if (!Array.isArray(reply)) return reply;
     }
   }

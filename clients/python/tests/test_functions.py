@@ -342,3 +342,27 @@ def test_a_newcomer_does_not_pass_the_waiters(lr):
     # the freed slot went to the waiter, not to the newcomer
     assert call(lr, "lock", "fifo", "newcomer", "LIMIT", 2, "TTL", 60000) is None
     assert call(lr, "lockedby", "fifo") == [b"other", b"w"]
+
+
+def test_a_wake_up_popped_by_a_waiter_not_granted_is_passed_on(lr, lib_server, functions_backend):
+    # A waits first for LIMIT 1, B after it for LIMIT 3, on a key of two holders without a
+    # lease: a release lets B in, not A. BLPOP wakes A (blocked longest); A passes the
+    # wake-up on, so B is served at once, not when its block (30 s) runs out.
+    call(lr, "lock", "hand", "h1", "LIMIT", 3)
+    call(lr, "lock", "hand", "h2", "LIMIT", 3)
+    out: List[Any] = []
+    a = waiter(lib_server, "hand", "A", out, "LIMIT", 1, "WAIT", 60000)
+    wait_for(lambda: call(lr, "waiters", "hand") == 1, message="A to queue")
+    wait_for(lambda: any(c.get("cmd") == "blpop" for c in lr.client_list()), message="A to block")
+    b = waiter(lib_server, "hand", "B", out, "LIMIT", 3, "WAIT", 60000)
+    wait_for(lambda: call(lr, "waiters", "hand") == 2, message="B to queue")
+    wait_for(lambda: sum(1 for c in lr.client_list() if c.get("cmd") == "blpop") == 2, message="B to block")
+    started = time.monotonic()
+    assert call(lr, "unlock", "hand", "h1") == 1
+    b.join(60)
+    assert [jid for jid, _ in out] == ["B"] and isinstance(out[0][1], int)
+    assert time.monotonic() - started < 20, "B waited for its block to run out"
+    assert call(lr, "waiters", "hand") == 1  # A still waits
+    assert call(lr, "unlock", "hand", "h2") == 1 and call(lr, "unlock", "hand", "B") == 1
+    a.join(60)
+    assert [jid for jid, _ in out] == ["B", "A"]

@@ -292,8 +292,10 @@ def _lock_wait(redis: Any, args: Sequence[Any]) -> Any:
         while True:
             block_ms = int(reply[1])
             # BLPOP takes seconds: a fraction of one is fine from Redis 6 on
-            redis.execute_command("BLPOP", keys[1], "%.3f" % (max(block_ms, 1) / 1000.0))
-            reply = _fcall(redis, ["FCALL", "unique_wait", len(keys)] + keys + [seq])
+            popped = redis.execute_command("BLPOP", keys[1], "%.3f" % (max(block_ms, 1) / 1000.0))
+            # the wake-up popped goes back to the library: another waiter's is passed on
+            woke = [popped[1]] if popped else []
+            reply = _fcall(redis, ["FCALL", "unique_wait", len(keys)] + keys + [seq] + woke)
             if not isinstance(reply, list):
                 return reply
     except BaseException:
@@ -448,8 +450,9 @@ async def execute_async(redis: Any, args: Sequence[Any]) -> Any:
     seq = reply[0]
     try:
         while True:
-            await redis.execute_command("BLPOP", keys[1], "%.3f" % (max(int(reply[1]), 1) / 1000.0))
-            reply = await _fcall_async(redis, ["FCALL", "unique_wait", len(keys)] + keys + [seq])
+            popped = await redis.execute_command("BLPOP", keys[1], "%.3f" % (max(int(reply[1]), 1) / 1000.0))
+            woke = [popped[1]] if popped else []
+            reply = await _fcall_async(redis, ["FCALL", "unique_wait", len(keys)] + keys + [seq] + woke)
             if not isinstance(reply, list):
                 return reply
     except BaseException:
