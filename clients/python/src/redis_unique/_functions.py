@@ -1,9 +1,10 @@
 """The two backends: the redis-unique module, or its Redis Functions library where
 the module cannot be loaded (managed Redis and Valkey).
 
-Once per redis-py client, the first command asks ``COMMAND INFO unique.lock``
-(allowed where ``MODULE LIST`` is not): a module command answers, else the
-library is used through FCALL, loaded (``FUNCTION LOAD REPLACE``) when it is
+Once per redis-py client, the first UNIQUE.* call tells: it goes to the module,
+and an ``unknown command`` reply (which changed nothing; no ``MODULE LIST``,
+forbidden on several clouds) sends it and every later call to the library
+through FCALL (a pipeline asks ``COMMAND INFO unique.lock`` first), loaded (``FUNCTION LOAD REPLACE``) when it is
 missing or older than this package's, or, where the user may not load it, an
 error that gives the one command an operator runs. ``REDIS_UNIQUE_BACKEND``
 (``module``, ``functions`` or ``auto``, the default) or :func:`set_backend`
@@ -145,6 +146,8 @@ def _module_loaded(redis: Any) -> bool:
         return False
     if isinstance(reply, dict):
         return any(v for v in reply.values())
+    if not isinstance(reply, (list, tuple)):
+        return True  # not a server's COMMAND INFO (a stand-in): the module, as before
     return bool(reply) and any(entry for entry in reply)
 
 
@@ -331,13 +334,53 @@ def _reap(redis: Any, args: Sequence[Any]) -> Any:
     return [next_cursor, removed]
 
 
+def _unknown_command(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "unknown command" in text and "unique." in text
+
+
+def _known(redis: Any) -> Optional[str]:
+    forced = _setting()
+    if forced:
+        return forced
+    try:
+        return _chosen.get(redis)
+    except TypeError:
+        return None
+
+
+def _remember(redis: Any, found: str) -> None:
+    try:
+        _chosen[redis] = found
+    except TypeError:
+        pass
+
+
 def execute(redis: Any, args: Sequence[Any]) -> Any:
-    """A UNIQUE.* call on the backend of `redis`."""
+    """A UNIQUE.* call on the backend of `redis`. Before the backend is known the call goes
+    to the module: its reply, or its error, says the module is there; an unknown command
+    (which changed nothing) says it is not, and the call goes to the library."""
     from . import _version
 
-    if backend(redis) == "module":
+    known = _known(redis)
+    if known is None and _is_cluster(redis):
+        # a cluster client refuses a command it cannot route before sending it: ask
+        known = backend(redis)
+    if known != "functions":
         _version.check(redis)
-        return redis.execute_command(*args)
+        if known == "module":
+            return redis.execute_command(*args)
+        try:
+            reply = redis.execute_command(*args)
+        except ResponseError as exc:
+            if not _unknown_command(exc):
+                _remember(redis, "module")
+                raise
+            ensure_loaded(redis)
+            _remember(redis, "functions")
+        else:
+            _remember(redis, "module")
+            return reply
     name = _text(args[0]).upper()
     if name == "UNIQUE.LOCK" and _wait_ms(args) is not None:
         return _lock_wait(redis, args)
@@ -423,9 +466,35 @@ async def execute_async(redis: Any, args: Sequence[Any]) -> Any:
     """execute() for a redis.asyncio client."""
     from . import _version
 
-    if await backend_async(redis) == "module":
+    forced = _setting()
+    try:
+        known = forced or _chosen_async.get(redis)
+    except TypeError:
+        known = None
+    if known != "functions":
         await _version.check_async(redis)
-        return await redis.execute_command(*args)
+        if known == "module":
+            return await redis.execute_command(*args)
+        try:
+            reply = await redis.execute_command(*args)
+        except ResponseError as exc:
+            if not _unknown_command(exc):
+                try:
+                    _chosen_async[redis] = "module"
+                except TypeError:
+                    pass
+                raise
+            await ensure_loaded_async(redis)
+            try:
+                _chosen_async[redis] = "functions"
+            except TypeError:
+                pass
+        else:
+            try:
+                _chosen_async[redis] = "module"
+            except TypeError:
+                pass
+            return reply
     name = _text(args[0]).upper()
     if name == "UNIQUE.REAP":
         cursor = _text(args[1])
