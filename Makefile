@@ -29,9 +29,9 @@ SUITE := $(CURDIR)/.ci/suite
 TEST_LANES ?= 2
 test: deps lint $(MODULE) python-venv node-deps $(NODE_DIST)
 ifeq ($(TEST_LANES),1)
-	$(MAKE) --no-print-directory test-rust test-python test-node test-ruby
+	$(MAKE) --no-print-directory test-rust test-python test-python-functions test-node test-ruby
 else
-	.ci/lanes --name test "$(MAKE) --no-print-directory test-rust test-python test-node" \
+	.ci/lanes --name test "$(MAKE) --no-print-directory test-rust test-python test-python-functions test-node" \
 		"$(MAKE) --no-print-directory test-ruby"
 endif
 	@echo "== make test passed (TEST_SEED=$(TEST_SEED))"
@@ -203,7 +203,7 @@ $(PY_VENV)/.installed: clients/python/pyproject.toml
 	$(PY_VENV)/bin/python -m pip install --quiet -e 'clients/python[test]'
 	touch $@
 
-.PHONY: python-venv test-python bench-python
+.PHONY: python-venv test-python test-python-functions bench-python
 ## python-venv: clients/python/.venv with the package, its test extras, celery, rq and pytest
 python-venv: $(PY_VENV)/.installed
 
@@ -212,6 +212,15 @@ python-venv: $(PY_VENV)/.installed
 PYTEST_ARGS ?=
 test-python: deps python-venv $(MODULE)
 	cd clients/python && $(SUITE) python -- .venv/bin/python -m pytest -q -p randomly --randomly-seed=$(TEST_SEED) $(PYTEST_ARGS)
+
+## test-python-functions: the Celery and RQ workers, the locks and the client on a server
+## started WITHOUT the module, so every call goes through the Functions library
+## (functions/redis_unique.lua); test-python runs the library's own tests and the differential
+## test against the module (tests/test_functions*.py)
+FUNCTIONS_TESTS ?= tests/test_celery.py tests/test_rq.py tests/test_lock.py
+test-python-functions: deps python-venv
+	cd clients/python && REDIS_UNIQUE_TEST_BACKEND=functions $(SUITE) python-functions -- \
+		.venv/bin/python -m pytest -q -p randomly --randomly-seed=$(TEST_SEED) $(FUNCTIONS_TESTS)
 
 ## bench-python: lock+unlock pairs/s through redis-py, the client against the Lua design
 bench-python: deps python-venv build-pgo

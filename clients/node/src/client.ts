@@ -2,6 +2,7 @@ import * as commands from "./commands.js";
 import type { Command, GroupWaiters, Holder, LockAllOptions, LockOptions, Metrics, ReapOptions } from "./commands.js";
 import { fromReply, ModuleVersionMismatchError, UniqueError } from "./errors.js";
 import { type RedisClient, type Reply, type Transport, transportFor } from "./transport.js";
+import { withFunctions } from "./functions.js";
 import { decodeModuleVersion, loadedModuleVersion, moduleVersionCheck } from "./version.js";
 
 // The Redis clients whose module passed the version check (or cannot be checked), so that
@@ -55,7 +56,9 @@ export class Client {
   private readonly redis: object;
 
   constructor(redis: RedisClient | Transport, options: ClientOptions = {}) {
-    this.transport = transportFor(redis);
+    const given = transportFor(redis);
+    // a Redis client: the module, or the Functions library where it is absent (functions.ts)
+    this.transport = given === redis ? given : withFunctions(given, redis);
     this.redis = redis;
     const { maxWaitConnections = 16, idleTimeout = 5_000, ...unknown } = options;
     const extra = Object.keys(unknown);

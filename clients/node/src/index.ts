@@ -19,6 +19,10 @@ export { Mutex, RWLock, Semaphore, defaultOnLockLost, defaultTimeoutOptions } fr
 export { MultiLock } from "./multilock.js";
 export type { MultiLockLostCallback, MultiLockOptions } from "./multilock.js";
 export { VERSION } from "./version.js";
+export {
+  FunctionsNotLoadedError, LIBRARY_VERSION, NotInFunctionsError, fcallArgv, setBackend, wakeKey,
+} from "./functions.js";
+export type { Backend } from "./functions.js";
 export type { LockLostCallback, LockObjectOptions, RWLockOptions, TimeoutOptions } from "./locks.js";
 export type { IoRedisLike, NodeRedisLike, RedisClient, Transport } from "./transport.js";
 export {

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import IORedis from "ioredis";
 import { createClient } from "redis";
 import {
+  setBackend,
   Client, CommandError, ModuleNotLoadedError, UniqueError,
 } from "../dist/esm/index.js";
 import { startServer, calls, assertNoClientsLeft } from "./helpers.mjs";
@@ -182,14 +183,17 @@ for (const [name, connect] of Object.entries(flavours)) {
   });
 }
 
-test("a server without the module: ModuleNotLoadedError saying how to load it", async () => {
+test("a server without the module, forced to the module backend: ModuleNotLoadedError saying how to load it", async () => {
+  // by default the client takes the Functions library there (test/functions.test.mjs)
   const bare = await startServer({ module: false });
   const r = new IORedis({ port: bare.port });
+  setBackend("module");
   try {
     const err = await new Client(r).lock("k", "j").catch((e) => e);
     assert.ok(err instanceof ModuleNotLoadedError);
     assert.match(err.message, /loadmodule/);
   } finally {
+    setBackend(undefined);
     await r.quit();
     bare.stop();
   }

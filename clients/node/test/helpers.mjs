@@ -52,7 +52,13 @@ export async function waitFor(condition, { timeout = PATIENCE, interval = 10, me
  * picks a new port (with `pickPort`), counts as ready only when the server answering there
  * is this child (INFO's process_id), and leaves its log as redis-try-N.log in the directory.
  */
-export async function startServer({ module = true, args = [], pickPort = freePort } = {}) {
+/**
+ * "functions": the suites' servers start WITHOUT the module, so the clients (and the BullMQ
+ * workers) take the Functions library, as on a managed Redis (make test-node-functions).
+ */
+export const BACKEND = process.env.REDIS_UNIQUE_TEST_BACKEND || "module";
+
+export async function startServer({ module = BACKEND !== "functions", args = [], pickPort = freePort } = {}) {
   if (module && !existsSync(MODULE)) throw new Error(`no module at ${MODULE}: run cargo build --release first`);
   const dir = mkdtempSync(join(tmpdir(), "redis-unique-node-"));
   for (let attempt = 1; attempt <= 5; attempt++) {

@@ -7,6 +7,7 @@ import os
 import redis
 from celery import Celery
 
+from redis_unique import Client
 from redis_unique.celery import UniqueTask, worker_owner
 
 URL = os.environ["CELERY_TEST_URL"]
@@ -54,7 +55,7 @@ expiring = task("expiring", lock="until_expired", ttl=1)
           max_retries=1, default_retry_delay=0)
 def ue_flaky(self, tag):
     r.rpush("runs:" + tag, self.request.id)
-    r.rpush("holders:" + tag, len(r.execute_command("UNIQUE.LOCKEDBY", ue_flaky.unique_key([tag], {}))))
+    r.rpush("holders:" + tag, len(Client(r).locked_by(ue_flaky.unique_key([tag], {}))))
     raise ValueError("always fails")
 
 
@@ -62,7 +63,7 @@ def ue_flaky(self, tag):
 def ue_released_then_retried(self, tag):
     """Leaves what a retry that ran and finished first leaves (no hold), then retries in
     an hour: the lock kept for that retry must not be taken back."""
-    r.execute_command("UNIQUE.UNLOCK", ue_released_then_retried.unique_key([tag], {}), self.request.id)
+    Client(r).unlock(ue_released_then_retried.unique_key([tag], {}), self.request.id)
     raise self.retry(countdown=3600)
 
 

@@ -25,6 +25,22 @@ from redis.retry import Retry
 ROOT = Path(__file__).resolve().parents[3]
 MODULE = os.environ.get("REDIS_UNIQUE_MODULE", str(ROOT / "target" / "release" / "libredis_unique.so"))
 SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+# "functions": the session's server starts WITHOUT the module, so the clients (and the Celery
+# and RQ workers) take the Functions library, as on a managed Redis (make test-python-functions).
+BACKEND = os.environ.get("REDIS_UNIQUE_TEST_BACKEND", "module")
+
+
+def pytest_configure(config: Any) -> None:
+    config.addinivalue_line("markers", "module_only(reason): needs the module, skipped on the Functions library")
+
+
+def pytest_collection_modifyitems(config: Any, items: List[Any]) -> None:
+    if BACKEND != "functions":
+        return
+    for item in items:
+        marker = item.get_closest_marker("module_only")
+        if marker is not None:
+            item.add_marker(pytest.mark.skip(reason="needs the module: %s" % marker.args[0]))
 
 
 def free_port() -> int:
@@ -115,7 +131,7 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
-    s = Server()
+    s = Server(module=None) if BACKEND == "functions" else Server()
     yield s
     s.stop()
 
@@ -126,7 +142,8 @@ def r(server: Server) -> Iterator[redis.Redis]:
     # SYNC: Valkey frees a plain FLUSHALL on a background thread, so the last test's
     # values could still count in the server-wide gauges when this test reads them.
     conn.execute_command("FLUSHALL", "SYNC")
-    conn.execute_command("UNIQUE.METRICS", "RESET")
+    if BACKEND != "functions":  # the library's counters went with FLUSHALL
+        conn.execute_command("UNIQUE.METRICS", "RESET")
     yield conn
     conn.close()
 

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from redis_unique import LockLost, LockNotAcquired, ModuleNotLoaded
+from redis_unique import LockLost, LockNotAcquired, ModuleNotLoaded, _functions
 from redis_unique.asyncio import Client, Lock, Semaphore
 
 from conftest import Server
@@ -96,7 +96,9 @@ def test_async_module_not_loaded():
             await Client(conn).lock("k", "a")
         await conn.aclose()
 
+    _functions.set_backend("module")
     try:
         run(main())
     finally:
+        _functions.set_backend(None)
         plain.stop()

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 import redis_unique
-from redis_unique import Client, CommandError, ModuleNotLoaded, UniqueError
+from redis_unique import Client, CommandError, ModuleNotLoaded, UniqueError, _functions
 
 from conftest import Server, wait_for
 
@@ -159,7 +159,10 @@ def test_error_codes_match_the_raw_replies(server, r):
 
 
 def test_module_not_loaded():
+    # forced to the module (REDIS_UNIQUE_BACKEND=module); by default the client takes
+    # the Functions library there (tests/test_functions_client.py)
     plain = Server(module=None)
+    _functions.set_backend("module")
     try:
         c = Client(plain.client())
         with pytest.raises(ModuleNotLoaded) as e:
@@ -168,6 +171,7 @@ def test_module_not_loaded():
         with pytest.raises(ModuleNotLoaded):
             c.holders("k")
     finally:
+        _functions.set_backend(None)
         plain.stop()
 
 

@@ -97,7 +97,7 @@ def test_wait_hands_over_in_arrival_order(server, r):
         t = threading.Thread(target=take, args=(name,))
         t.start()
         threads.append(t)
-        wait_for(lambda: int(r.info("unique")["unique_waiting"]) == i + 1, message="waiter %s" % name)
+        wait_for(lambda: Client(r).waiters("q") == i + 1, message="waiter %s" % name)
     holder.release()
     for t in threads:
         t.join(20)
@@ -133,7 +133,7 @@ def test_kill_9_holder_lease_runs_out_and_waiter_is_served(server, r):
 
         t = threading.Thread(target=waiter)
         t.start()
-        wait_for(lambda: int(r.info("unique")["unique_waiting"]) == 1, message="the waiter to block")
+        wait_for(lambda: Client(r).waiters("crash") == 1, message="the waiter to block")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         t.join(20)

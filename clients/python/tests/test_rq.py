@@ -189,6 +189,7 @@ def test_lock_group_options_reach_the_running_jobs_lock(rqe):
     finished(job2)
 
 
+@pytest.mark.module_only("lock_limits hold several keys in one grant (UNIQUE.LOCKALL)")
 def test_lock_limits_through_real_workers(rqe):
     jobs, url, r, c, q = rqe
     x, y = "{rq}:x:" + tag(), "{rq}:y:" + tag()
@@ -212,6 +213,7 @@ def test_lock_limits_through_real_workers(rqe):
     assert c.holders(run_key) == [] and c.holders(x) == [] and c.holders(y) == []
 
 
+@pytest.mark.module_only("lock_limits hold several keys in one grant (UNIQUE.LOCKALL)")
 def test_the_decorators_limits(rqe):
     jobs, url, r, c, q = rqe
     t = tag()

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union,
 
 from redis.exceptions import ResponseError
 
+from . import _functions
 from . import _protocol as p
 from . import _multi as m
 from . import _version
@@ -36,9 +37,9 @@ class Client:
         return cls(aioredis.Redis.from_url(url, **kwargs))
 
     async def _call(self, *args: Any) -> Any:
-        await _version.check_async(self.redis)
         try:
-            return await self.redis.execute_command(*args)
+            # the module, or the Functions library where it is absent (_functions.py)
+            return await _functions.execute_async(self.redis, args)
         except ResponseError as exc:
             raise translate(exc) from exc
 
@@ -110,10 +111,21 @@ class Client:
 
 class Pipeline(PipelineCalls):
     _redis: Any = None
+    _queued: Optional[List[Any]] = None
+
+    def _send(self, *args: Any) -> None:
+        # sent at execute(), once the backend is known
+        if self._queued is None:
+            self._queued = []
+        self._queued.append(args)
 
     async def execute(self) -> List[Any]:
-        if self._redis is not None:
+        queued, self._queued = self._queued or [], None
+        functions = self._redis is not None and await _functions.backend_async(self._redis) == "functions"
+        if self._redis is not None and not functions:
             await _version.check_async(self._redis)
+        for args in queued:
+            self._pipe.execute_command(*(_functions.fcall_args(self._redis, args) if functions else args))
         parsers, self._parsers = self._parsers, []
         try:
             replies = await self._pipe.execute()

@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequen
 
 from redis.exceptions import ResponseError
 
+from . import _functions
 from . import _protocol as p
 from . import _multi as m
 from . import _version
@@ -40,9 +41,9 @@ class Client:
         return cls(redis_py.Redis.from_url(url, **kwargs))
 
     def _call(self, *args: Any) -> Any:
-        _version.check(self.redis)
         try:
-            return self.redis.execute_command(*args)
+            # the module, or the Functions library where it is absent (_functions.py)
+            return _functions.execute(self.redis, args)
         except ResponseError as exc:
             raise translate(exc) from exc
 
@@ -142,40 +143,47 @@ class Client:
 
     def pipeline(self, transaction: bool = False) -> "Pipeline":
         """Queues lock/unlock calls and sends them in one round trip."""
-        _version.check(self.redis)
-        return Pipeline(self.redis.pipeline(transaction=transaction))
+        if _functions.backend(self.redis) == "module":
+            _version.check(self.redis)
+        return Pipeline(self.redis.pipeline(transaction=transaction), self.redis)
 
 
 class PipelineCalls:
     """The calls a pipeline queues, each with the parser of its reply; the
     sync :class:`Pipeline` and the asyncio one differ only in ``execute``."""
 
-    def __init__(self, pipe: Any) -> None:
+    def __init__(self, pipe: Any, redis: Any = None) -> None:
         self._pipe = pipe
+        self._redis = redis
         self._parsers: List[Callable[[Any], Any]] = []
 
+    def _send(self, *args: Any) -> None:
+        if self._redis is not None:
+            args = _functions.pipeline_args(self._redis, args)
+        self._pipe.execute_command(*args)
+
     def lock(self: _P, key: KeyT, jid: JidT, **kwargs: Any) -> _P:
-        self._pipe.execute_command(*p.lock_args(key, jid, **kwargs))
+        self._send(*p.lock_args(key, jid, **kwargs))
         self._parsers.append(p.parse_token)
         return self
 
     def unlock(self: _P, key: KeyT, jid: JidT, token: Optional[int] = None) -> _P:
-        self._pipe.execute_command(*p.unlock_args(key, jid, token))
+        self._send(*p.unlock_args(key, jid, token))
         self._parsers.append(bool)
         return self
 
     def lock_all(self: _P, keys: Sequence[KeyT], jid: JidT, **kwargs: Any) -> _P:
-        self._pipe.execute_command(*m.lock_all_args(keys, jid, **kwargs))
+        self._send(*m.lock_all_args(keys, jid, **kwargs))
         self._parsers.append(m.parse_tokens)
         return self
 
     def unlock_all(self: _P, keys: Sequence[KeyT], jid: JidT, tokens: Optional[Sequence[int]] = None) -> _P:
-        self._pipe.execute_command(*m.unlock_all_args(keys, jid, tokens))
+        self._send(*m.unlock_all_args(keys, jid, tokens))
         self._parsers.append(int)
         return self
 
     def holders(self: _P, key: KeyT) -> _P:
-        self._pipe.execute_command("UNIQUE.LOCKEDBY", key, "WITHMETA")
+        self._send("UNIQUE.LOCKEDBY", key, "WITHMETA")
         self._parsers.append(p.parse_holders)
         return self
 

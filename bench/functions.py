@@ -1,0 +1,134 @@
+"""The Functions library against the module and the Lua designs of bench/lua, on the same
+server in the same run: LOCK (a grant), a renewal, a denial and UNLOCK, one client,
+pipelined in batches of 100 (requests a second) and one at a time (µs a call, median).
+The server loads the module and the library (FUNCTION LOAD), so each design runs beside the
+others. FUNCTIONS_BENCH_N sets the calls per cell (default 20000).
+
+    python3 bench/functions.py            (needs redis-py: clients/python/.venv/bin/python)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))
+
+import redis  # noqa: E402
+
+from redis_unique._functions import METRICS_KEY, wake_key  # noqa: E402
+
+N = int(os.environ.get("FUNCTIONS_BENCH_N", "20000"))
+MODULE = os.environ.get("REDIS_UNIQUE_MODULE", str(ROOT / "target" / "release" / "libredis_unique.so"))
+SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+LUA = ROOT / "bench" / "lua"
+
+
+def start() -> tuple:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = tempfile.mkdtemp(prefix="redis-unique-fnbench-")
+    proc = subprocess.Popen([SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", d, "--save", "",
+                             "--appendonly", "no", "--loadmodule", MODULE], stdout=subprocess.DEVNULL)
+    r = redis.Redis(port=port)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            r.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    return proc, d, r
+
+
+def designs(r: redis.Redis) -> dict:
+    lock_sha = r.script_load((LUA / "lock.lua").read_text())
+    unlock_sha = r.script_load((LUA / "unlock.lua").read_text())
+    sem_sha = r.script_load((LUA / "semaphore_acquire.lua").read_text())
+
+    def now() -> str:
+        return str(int(time.time() * 1000))
+
+    def lib(fn_name: str, key: str, *args):
+        return ("FCALL", fn_name, 3, key, wake_key(key), METRICS_KEY) + args
+
+    return {
+        "module": {
+            "lock": lambda k, j: ("UNIQUE.LOCK", k, j, "TTL", 60000),
+            "unlock": lambda k, j: ("UNIQUE.UNLOCK", k, j),
+        },
+        "library": {
+            "lock": lambda k, j: lib("unique_lock", k, j, "TTL", 60000),
+            "unlock": lambda k, j: lib("unique_unlock", k, j),
+        },
+        "sidekiq-unique-jobs v9 (bench/lua)": {
+            "lock": lambda k, j: ("EVALSHA", lock_sha, 2, k, "uniquejobs:digests", j, 1, "{}", now(), k, 60000),
+            "unlock": lambda k, j: ("EVALSHA", unlock_sha, 2, k, "uniquejobs:digests", j, k),
+        },
+        "redis-semaphore sorted set (bench/lua)": {
+            "lock": lambda k, j: ("EVALSHA", sem_sha, 1, k, 1, j, 60000, now()),
+            "unlock": lambda k, j: ("ZREM", k, j),
+        },
+    }
+
+
+def pipelined(r: redis.Redis, build, n: int) -> float:
+    start = time.perf_counter()
+    done = 0
+    while done < n:
+        pipe = r.pipeline(transaction=False)
+        for i in range(done, min(done + 100, n)):
+            pipe.execute_command(*build(i))
+        pipe.execute()
+        done += 100
+    return n / (time.perf_counter() - start)
+
+
+def single(r: redis.Redis, build, n: int) -> float:
+    times = []
+    for i in range(n):
+        t = time.perf_counter()
+        r.execute_command(*build(i))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def main() -> None:
+    proc, d, r = start()
+    try:
+        r.execute_command("FUNCTION", "LOAD", "REPLACE", (ROOT / "functions" / "redis_unique.lua").read_text())
+        rows = []
+        for name, cmd in designs(r).items():
+            r.flushall()
+            lock, unlock = cmd["lock"], cmd["unlock"]
+            grant = pipelined(r, lambda i: lock("b:%s:%d" % (name[:3], i), "j"), N)
+            renew = pipelined(r, lambda i: lock("b:%s:%d" % (name[:3], i), "j"), N)
+            deny = pipelined(r, lambda i: lock("b:%s:%d" % (name[:3], i), "other"), N)
+            release = pipelined(r, lambda i: unlock("b:%s:%d" % (name[:3], i), "j"), N)
+            one = single(r, lambda i: lock("s:%s:%d" % (name[:3], i), "j"), min(N, 5000))
+            rows.append((name, grant, renew, deny, release, one))
+        version = r.info("server").get("redis_version")
+        print("Redis %s, one client, %d calls a cell, pipelined by 100 (calls/s); one at a time (median µs)" % (version, N))
+        print("| design | grant/s | renewal/s | denial/s | unlock/s | grant, one at a time (µs) |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for name, *cells in rows:
+            print("| %s | %s |" % (name, " | ".join(("%.0f" % c) if i < 4 else ("%.1f" % c) for i, c in enumerate(cells))))
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
