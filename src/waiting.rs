@@ -58,12 +58,14 @@ use crate::logging;
 use crate::metrics::{self, Event};
 
 mod all;
+mod clock;
 mod denials;
 mod multi;
 mod order;
 mod parked;
 mod queues;
 pub use all::block_all;
+use clock::Clock;
 pub use denials::Admission;
 use denials::{Denials, Kinds};
 pub use multi::{AllCall, ServedAll};
@@ -438,6 +440,7 @@ fn serve_pass<C>(
         mut exclusive,
         mut parked,
         mut order,
+        mut clock,
         ..
     } = tally.unwrap_or_else(|| Tally::of(&queue));
     let mut kinds = known.then_some(kinds);
@@ -500,13 +503,13 @@ fn serve_pass<C>(
             holdings(oldest, &mut |key| {
                 next_lease = key.next_lease_end();
                 stamp = key.stamp();
-                order.start(key, &queue, &seqs, last, afresh, &mut full);
+                order.start(key, &queue, &seqs, last, afresh, &clock, &mut full);
                 looked = true;
             });
         }
         if !looked {
             // A bug there: every group counted as holding none, for this pass.
-            order.start(&NoHolders, &queue, &seqs, last, true, &mut full);
+            order.start(&NoHolders, &queue, &seqs, last, true, &clock, &mut full);
             order.forget();
         }
     }
@@ -571,7 +574,7 @@ fn serve_pass<C>(
                     let mut group = Group::new(name, waiters, last);
                     group.held = turn.held;
                     waiters.take(pass);
-                    let turn = group.turn(i, pass);
+                    let turn = group.turn(i, pass, &clock);
                     groups.push(group);
                     match turn {
                         Some(turn) => turn,
@@ -593,6 +596,7 @@ fn serve_pass<C>(
         let Some(Turn {
             group: Some(i),
             seq,
+            weight,
             ..
         }) = next
         else {
@@ -618,6 +622,8 @@ fn serve_pass<C>(
             Served::Granted(token) => {
                 if let Some(g) = groups.get_mut(i) {
                     g.held += 1;
+                    // Its next turn comes once the others had theirs.
+                    clock.granted(g.name, weight);
                 }
                 Some(Some(WaiterReply::Token(token)))
             }
@@ -650,7 +656,7 @@ fn serve_pass<C>(
                 .is_some_and(|k| denials.cover_group(k, g.name));
             if !g.covered {
                 g.advance();
-                turns.extend(g.turn(i, pass));
+                turns.extend(g.turn(i, pass, &clock));
             }
         }
     }
@@ -674,8 +680,11 @@ fn serve_pass<C>(
     // becoming its first.
     for (waiter, _) in &ended {
         queues::leave_group(&mut seqs, waiter);
-        if let Some(waiters) = seqs.get(&waiter.share.group) {
-            order.note(waiters.first().0);
+        match seqs.get(&waiter.share.group) {
+            Some(waiters) => order.note(waiters.first().0),
+            // Its last waiter left: the group leaves the clock too.
+            None if !parked.holds(&waiter.share.group) => clock.leave(&waiter.share.group),
+            None => {}
         }
     }
     // The groups passed over are parked, with those still parked: all hold
@@ -718,6 +727,7 @@ fn serve_pass<C>(
             exclusive,
             parked,
             order,
+            clock,
         }),
     }
 }
@@ -784,13 +794,15 @@ impl<'a> Group<'a> {
             .and_then(|(seq, _)| self.head_from(self.seqs.after(seq)));
     }
 
-    /// The group's place in the order of turns, as group `i` of `pass`;
-    /// `None` when it has nobody left to try.
-    fn turn(&self, i: usize, pass: u64) -> Option<Turn> {
+    /// The group's place in the order of turns, as group `i` of `pass`
+    /// (its place on the key's `clock` with it); `None` when it has nobody
+    /// left to try.
+    fn turn(&self, i: usize, pass: u64, clock: &Clock) -> Option<Turn> {
         let (seq, weight) = self.head.filter(|_| !self.covered)?;
         Some(Turn {
             held: self.held,
             weight,
+            tag: clock.tag(self.name, weight),
             seq,
             pass,
             group: Some(i),

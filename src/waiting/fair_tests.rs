@@ -77,6 +77,10 @@ struct Sim {
     /// keeps it (`None`: counted afresh for each pass).
     tally: Option<Tally>,
     keeps_tally: bool,
+    /// The key's virtual clock where the tally is counted afresh: the one
+    /// thing of it a pass keeps for the next either way (the waiting
+    /// groups' turns).
+    clock: Clock,
 }
 
 impl Sim {
@@ -93,6 +97,7 @@ impl Sim {
             wake_at: None,
             tally: None,
             keeps_tally: false,
+            clock: Clock::default(),
         }
     }
 
@@ -127,10 +132,19 @@ impl Sim {
 
     /// Waiter `seq` stops waiting (its WAIT ran out).
     fn give_up(&mut self, seq: usize) {
-        if let Some(waiter) = self.queue.remove(&seq)
-            && let Some(tally) = self.tally.as_mut()
-        {
-            tally.leave(&waiter);
+        let Some(waiter) = self.queue.remove(&seq) else {
+            return;
+        };
+        match self.tally.as_mut() {
+            Some(tally) => tally.leave(&waiter),
+            None if !self
+                .queue
+                .values()
+                .any(|w| w.share.group == waiter.share.group) =>
+            {
+                self.clock.leave(&waiter.share.group);
+            }
+            None => {}
         }
     }
 
@@ -154,8 +168,9 @@ impl Sim {
             deadline: None,
             user: None,
         };
-        if let Some(tally) = self.tally.as_mut() {
-            tally.join(&waiter);
+        match self.tally.as_mut() {
+            Some(tally) => tally.join(&waiter),
+            None => self.clock.join(&waiter.share.group),
         }
         self.queue.insert(seq, waiter);
         self.asks.insert(seq, ask);
@@ -177,7 +192,10 @@ impl Sim {
         let queue = std::mem::take(&mut self.queue);
         // The queue's kinds and groups, as the waiters' bookkeeping keeps
         // them.
-        let tally = self.tally.take().unwrap_or_else(|| Tally::of(&queue));
+        let tally = self.tally.take().unwrap_or_else(|| Tally {
+            clock: std::mem::take(&mut self.clock),
+            ..Tally::of(&queue)
+        });
         let (now, limit) = (self.now, self.limit);
         let lock = &self.lock;
         let asks = &self.asks;
@@ -253,6 +271,8 @@ impl Sim {
         self.wake_at = pass.wake_at;
         if self.keeps_tally {
             self.tally = pass.tally.take();
+        } else if let Some(tally) = pass.tally.as_mut() {
+            self.clock = std::mem::take(&mut tally.clock);
         }
         Ok(served)
     }
@@ -742,5 +762,94 @@ proptest! {
         steps in prop::collection::vec(step(), 1..80),
     ) {
         kept_and_fresh_serve_alike(4, 0, steps)?;
+    }
+}
+
+/// Serves `sim`, a key of LIMIT 1, one grant at a time, each holder done
+/// before the next pass (and re-queued by `again` if it gives a group):
+/// the groups of the first `n` grants.
+fn one_at_a_time(sim: &mut Sim, n: usize, mut again: impl FnMut(usize) -> Option<Ask>) -> Vec<u8> {
+    let mut order = Vec::new();
+    while order.len() < n {
+        let served = sim.serve().expect("a pass");
+        assert!(served.len() <= 1, "LIMIT 1 grants one at a time");
+        let Some(&seq) = served.first() else { break };
+        let ask = sim.asks[&seq].clone();
+        order.push(ask.group.unwrap_or(u8::MAX));
+        sim.release(seq);
+        if let Some(next) = again(seq) {
+            sim.wait(next);
+        }
+    }
+    order
+}
+
+/// Both ways a key's tally is kept: from pass to pass, and afresh.
+fn both(limit: u32) -> [Sim; 2] {
+    [Sim::keeping_the_tally(limit), Sim::new(limit)]
+}
+
+#[test]
+fn on_a_mutex_tenants_take_turns() {
+    for mut sim in both(1) {
+        sim.hold("gate", Some(9), 1_000_000, 1);
+        for g in [0, 0, 0, 1, 1, 2] {
+            sim.wait(Ask::of(g));
+        }
+        assert!(sim.serve().expect("a pass").is_empty(), "the gate holds");
+        sim.lock.borrow_mut().release(b"gate");
+        // A1 A2 A3 B1 B2 C1 queued: A1 B1 C1 A2 B2 A3 served.
+        assert_eq!(one_at_a_time(&mut sim, 6, |_| None), [0, 1, 2, 0, 1, 0]);
+        assert!(sim.queue.is_empty());
+        if let Some(tally) = &sim.tally {
+            assert_eq!(tally.clock.groups(), 0, "nothing left behind");
+        }
+    }
+}
+
+#[test]
+fn a_tenant_behind_a_backlog_waits_for_one_turn_not_the_backlog() {
+    for mut sim in both(1) {
+        for _ in 0..40 {
+            sim.wait(Ask::of(0));
+        }
+        sim.wait(Ask::of(1));
+        assert_eq!(one_at_a_time(&mut sim, 3, |_| None), [0, 1, 0]);
+        // B came back after ten grants of A alone: it joins at the current
+        // turn (one more of A at most), with nothing banked from before.
+        assert_eq!(one_at_a_time(&mut sim, 10, |_| None), [0; 10]);
+        sim.wait(Ask::of(1));
+        sim.wait(Ask::of(1));
+        let next = one_at_a_time(&mut sim, 5, |_| None);
+        assert_eq!(next, [0, 1, 0, 1, 0], "turns again, no catching up");
+    }
+}
+
+#[test]
+fn short_jobs_take_turns_whatever_the_backlog() {
+    for weight in [1, 2] {
+        for mut sim in both(1) {
+            // A: a backlog of 30 and a weight; B: one worker that queues
+            // again as soon as its job is done (its group stops waiting in
+            // between).
+            for _ in 0..30 {
+                sim.wait(Ask {
+                    weight,
+                    ..Ask::of(0)
+                });
+            }
+            sim.wait(Ask::of(1));
+            let mut order = Vec::new();
+            for _ in 0..30 {
+                order.extend(one_at_a_time(&mut sim, 1, |_| None));
+                if order.last() == Some(&1) {
+                    sim.wait(Ask::of(1));
+                }
+            }
+            let b = order.iter().filter(|&&g| g == 1).count();
+            // Weight 1: every other grant; weight 2: every third.
+            let expected = 30 / (weight as usize + 1);
+            assert!(b.abs_diff(expected) <= 1, "B got {b} of 30 ({order:?})");
+        }
     }
 }

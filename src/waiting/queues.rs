@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::ops::Bound;
 
+use super::clock::Clock;
 use super::denials::Kinds;
 use super::order::Order;
 use super::parked::Parked;
@@ -152,6 +153,9 @@ pub(super) struct Tally {
     /// The groups' turns, kept for the next pass: told of each group that
     /// comes and of each whose first waiter leaves.
     pub(super) order: Order,
+    /// The key's virtual clock: each waiting group's place in the order of
+    /// turns among those that hold alike (see `clock`), kept while it waits.
+    pub(super) clock: Clock,
 }
 
 impl Tally {
@@ -167,6 +171,7 @@ impl Tally {
         if waiter.share.exclusive {
             self.exclusive.insert(waiter.seq);
         }
+        self.clock.join(&waiter.share.group);
         let weight = waiter.share.weight.max(1);
         match self.groups.get_mut(&waiter.share.group) {
             Some(seqs) => seqs.insert(waiter.seq, weight),
@@ -202,6 +207,15 @@ impl Tally {
             {
                 self.order.note(seqs.first().0);
             }
+        }
+        self.left(group);
+    }
+
+    /// A waiter of `group` left: if it was the group's last, the group
+    /// leaves the clock.
+    pub(super) fn left(&mut self, group: &Option<GroupName>) {
+        if !self.groups.contains_key(group) && !self.parked.holds(group) {
+            self.clock.leave(group);
         }
     }
 
