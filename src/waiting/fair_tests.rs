@@ -853,3 +853,164 @@ fn short_jobs_take_turns_whatever_the_backlog() {
         }
     }
 }
+
+proptest! {
+    /// With G groups waiting on a key of LIMIT 1, a group's first waiter
+    /// is served within G - 1 grants to other groups of a weight no greater
+    /// than its own, whenever it became first (its group came, or its
+    /// group's last grant went to the waiter before it), through groups
+    /// coming and going.
+    #[test]
+    fn a_first_waiter_waits_for_a_turn_of_each_group_at_most(
+        weights in prop::collection::vec(1u32..5, 2..7),
+        steps in prop::collection::vec((0usize..7, 0u8..3), 1..120),
+        keeps in any::<bool>(),
+    ) {
+        let mut sim = if keeps { Sim::keeping_the_tally(1) } else { Sim::new(1) };
+        let groups = weights.len();
+        // For each group's first waiter: the grants to lighter or equal
+        // groups since it became first, and the most groups waiting then.
+        let mut since: HashMap<usize, (usize, usize)> = HashMap::new();
+        let waiting = |sim: &Sim| {
+            let mut gs: Vec<_> = sim.queue.values().map(|w| w.share.group.clone()).collect();
+            gs.sort();
+            gs.dedup();
+            gs.len()
+        };
+        let firsts = |sim: &Sim| -> Vec<usize> {
+            let mut seen = std::collections::HashSet::new();
+            sim.queue.values().filter(|w| seen.insert(w.share.group.clone())).map(|w| w.seq).collect()
+        };
+        for (g, n) in steps {
+            let g = g % groups;
+            // `n` waiters of group g come, then one grant.
+            for _ in 0..n {
+                sim.wait(Ask { weight: weights[g], ..Ask::of(g as u8) });
+            }
+            let g_now = waiting(&sim);
+            for seq in firsts(&sim) {
+                let e = since.entry(seq).or_insert((0, 0));
+                e.1 = e.1.max(g_now);
+            }
+            let served = sim.serve()?;
+            prop_assert!(served.len() <= 1);
+            let Some(&got) = served.first() else { continue };
+            let got_group = sim.asks[&got].group;
+            let got_weight = sim.asks[&got].weight;
+            let (counted, most) = since.remove(&got).unwrap_or((0, 1));
+            prop_assert!(
+                counted < most.max(1),
+                "{got} waited {counted} grants to lighter groups among {most}"
+            );
+            for (seq, e) in since.iter_mut() {
+                let ask = &sim.asks[seq];
+                if ask.group != got_group && got_weight <= ask.weight {
+                    e.0 += 1;
+                }
+            }
+            sim.release(got);
+        }
+    }
+
+    /// On a key of LIMIT 1 with every group backlogged, a group of weight
+    /// w gets its turns: over any window of n grants, within one grant of
+    /// the n·w/W its weight's share gives when the weights are equal, and
+    /// within 1 + G·w/W when they differ (the window's grants follow the
+    /// turns of virtual time, each group within one grant of its own).
+    #[test]
+    fn backlogged_groups_get_their_weights_share_of_the_grants(
+        weights in prop::collection::vec(1u32..9, 2..7),
+        equal in any::<bool>(),
+        keeps in any::<bool>(),
+    ) {
+        let weights: Vec<u32> = if equal { vec![weights[0]; weights.len()] } else { weights };
+        let order = backlogged_order(&weights, 120, keeps);
+        prop_assert_eq!(order.len(), 120);
+        let total: u32 = weights.iter().sum();
+        let g = weights.len() as f64;
+        for start in 0..order.len() {
+            let mut counts = vec![0usize; weights.len()];
+            for (n, &got) in order[start..].iter().enumerate() {
+                counts[got as usize] += 1;
+                let n = (n + 1) as f64;
+                for (i, &w) in weights.iter().enumerate() {
+                    let share = f64::from(w) / f64::from(total);
+                    let off = (counts[i] as f64 - n * share).abs();
+                    let bound = if equal { 1.0 } else { 1.0 + g * share };
+                    prop_assert!(off <= bound + 1e-9, "{weights:?}: group {i} off by {off} in {n} from {start}");
+                }
+            }
+        }
+    }
+}
+
+/// `backlogged`, each grant's group queueing one more waiter.
+fn backlogged_order(weights: &[u32], n: usize, keeps_tally: bool) -> Vec<u8> {
+    let mut sim = if keeps_tally {
+        Sim::keeping_the_tally(1)
+    } else {
+        Sim::new(1)
+    };
+    let ask = |g: u8| Ask {
+        weight: weights[g as usize],
+        ..Ask::of(g)
+    };
+    for g in 0..weights.len() as u8 {
+        sim.wait(ask(g));
+    }
+    let mut order = Vec::new();
+    while order.len() < n {
+        let got = one_at_a_time(&mut sim, 1, |_| None);
+        let Some(&g) = got.first() else { break };
+        order.push(g);
+        sim.wait(ask(g));
+    }
+    order
+}
+
+#[test]
+fn holders_that_release_and_queue_again_hold_by_their_weights() {
+    // LIMIT 6, weights 2:1:1, eight workers each: every worker whose job
+    // ends queues again at once, as a worker pool does; jobs of equal
+    // length end oldest first.
+    for mut sim in both(6) {
+        let weights = [2u32, 1, 1];
+        let ask = |g: u8| Ask {
+            weight: weights[g as usize],
+            ttl: 1_000_000,
+            ..Ask::of(g)
+        };
+        for _ in 0..8 {
+            for g in 0..3 {
+                sim.wait(ask(g));
+            }
+        }
+        let mut holding: std::collections::VecDeque<usize> = sim.serve().expect("a pass").into();
+        let mut sums = [0usize; 3];
+        let samples = 2000;
+        for _ in 0..samples {
+            let held: Vec<usize> = (0..3).map(|g| sim.held(Some(g))).collect();
+            assert_eq!(held.iter().sum::<usize>(), 6, "the slots stay full");
+            for g in 0..3 {
+                let fair = 6.0 * f64::from(weights[g]) / 4.0;
+                assert!(
+                    (held[g] as f64 - fair).abs() <= 1.0,
+                    "{held:?}: within a slot"
+                );
+                sums[g] += held[g];
+            }
+            let done = holding.pop_front().expect("a holder");
+            let g = sim.asks[&done].group.expect("a group");
+            sim.release(done);
+            sim.wait(ask(g));
+            holding.extend(sim.serve().expect("a pass"));
+        }
+        let shares: Vec<f64> = sums
+            .iter()
+            .map(|&s| s as f64 / (6 * samples) as f64)
+            .collect();
+        for (share, fair) in shares.iter().zip([0.5, 0.25, 0.25]) {
+            assert!((share - fair).abs() <= 0.02, "shares {shares:?}");
+        }
+    }
+}
