@@ -375,10 +375,12 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 ///   group that holds the fewest slots *now* for its weight (`holding(g) /
 ///   weight`, `holding` asked of the key, then counted on as this pass
 ///   grants), its oldest waiter first (FIFO within a group). Among groups
-///   of equal share, the one whose oldest waiter came first: since a grant
-///   raises the share of the group served, equal groups take turns
-///   (round-robin, weighted through the share). No share is kept between
-///   passes: a group that stops waiting leaves no trace and banks nothing.
+///   of equal share, the one whose turn comes first on the key's virtual
+///   clock (`clock`: the earliest finish tag, weighted), so that groups
+///   holding alike take turns, on a key of LIMIT 1 too. The clock is kept
+///   with the queue's tally and moved by each grant; no share is kept
+///   between passes, and a group that stops waiting leaves no trace on the
+///   clock and banks nothing.
 /// - **A denial ends nobody else's turn.** A waiter denied (say by its own
 ///   group's GROUPLIMIT) keeps its place; the pass goes on with the next
 ///   best, so a free slot goes to whoever can take it (work-conserving).
