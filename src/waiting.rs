@@ -65,7 +65,6 @@ mod order;
 mod parked;
 mod queues;
 pub use all::block_all;
-use clock::Clock;
 pub use denials::Admission;
 use denials::{Denials, Kinds};
 pub use multi::{AllCall, ServedAll};
@@ -505,13 +504,13 @@ fn serve_pass<C>(
             holdings(oldest, &mut |key| {
                 next_lease = key.next_lease_end();
                 stamp = key.stamp();
-                order.start(key, &queue, &seqs, last, afresh, &clock, &mut full);
+                order.start(key, &queue, &seqs, last, afresh, &mut full);
                 looked = true;
             });
         }
         if !looked {
             // A bug there: every group counted as holding none, for this pass.
-            order.start(&NoHolders, &queue, &seqs, last, true, &clock, &mut full);
+            order.start(&NoHolders, &queue, &seqs, last, true, &mut full);
             order.forget();
         }
     }
@@ -576,7 +575,7 @@ fn serve_pass<C>(
                     let mut group = Group::new(name, waiters, last);
                     group.held = turn.held;
                     waiters.take(pass);
-                    let turn = group.turn(i, pass, &clock);
+                    let turn = group.turn(i, pass);
                     groups.push(group);
                     match turn {
                         Some(turn) => turn,
@@ -625,7 +624,7 @@ fn serve_pass<C>(
                 if let Some(g) = groups.get_mut(i) {
                     g.held += 1;
                     // Its next turn comes once the others had theirs.
-                    clock.granted(g.name, weight);
+                    g.seqs.granted(&mut clock, weight);
                 }
                 Some(Some(WaiterReply::Token(token)))
             }
@@ -658,7 +657,7 @@ fn serve_pass<C>(
                 .is_some_and(|k| denials.cover_group(k, g.name));
             if !g.covered {
                 g.advance();
-                turns.extend(g.turn(i, pass, &clock));
+                turns.extend(g.turn(i, pass));
             }
         }
     }
@@ -682,11 +681,8 @@ fn serve_pass<C>(
     // becoming its first.
     for (waiter, _) in &ended {
         queues::leave_group(&mut seqs, waiter);
-        match seqs.get(&waiter.share.group) {
-            Some(waiters) => order.note(waiters.first().0),
-            // Its last waiter left: the group leaves the clock too.
-            None if !parked.holds(&waiter.share.group) => clock.leave(&waiter.share.group),
-            None => {}
+        if let Some(waiters) = seqs.get(&waiter.share.group) {
+            order.note(waiters.first().0);
         }
     }
     // The groups passed over are parked, with those still parked: all hold
@@ -797,14 +793,14 @@ impl<'a> Group<'a> {
     }
 
     /// The group's place in the order of turns, as group `i` of `pass`
-    /// (its place on the key's `clock` with it); `None` when it has nobody
+    /// (its place on the key's clock with it); `None` when it has nobody
     /// left to try.
-    fn turn(&self, i: usize, pass: u64, clock: &Clock) -> Option<Turn> {
+    fn turn(&self, i: usize, pass: u64) -> Option<Turn> {
         let (seq, weight) = self.head.filter(|_| !self.covered)?;
         Some(Turn {
             held: self.held,
             weight,
-            tag: clock.tag(self.name, weight),
+            tag: self.seqs.tag(weight),
             seq,
             pass,
             group: Some(i),

@@ -12,9 +12,9 @@
 //! tag of that grant. A group that starts waiting starts at the clock, its
 //! first tag one turn (for its weight) on: it joins at the current turn,
 //! with no credit banked from before and no debt either. A group that stops
-//! waiting leaves nothing behind: the clock keeps a tag only while its
-//! group waits, and the clock itself goes with the key's last waiter (it is
-//! kept in the queue's tally).
+//! waiting leaves nothing behind: its start is kept with its waiters and
+//! goes with the last of them, and the clock itself goes with the key's last
+//! waiter (it is kept in the queue's tally).
 //!
 //! Tags equal are taken in the order they were given (a stamp, counted on
 //! with each tag): a group that started waiting before another was served
@@ -28,10 +28,6 @@
 //! place in one comparison (O(log G) in the kept heap of turns, `order`),
 //! interleave the weights within a round (2:1:1 serves A A B C, not A A
 //! then B C in a separate round) and need no "active list" walked in order.
-
-use std::collections::HashMap;
-
-use crate::engine::{ByGroupName, GroupName};
 
 /// One turn of virtual time: what a grant to a group of weight 1 moves its
 /// tag on by. A multiple of every weight up to 16 (720,720 = lcm(1..=16))
@@ -48,65 +44,43 @@ pub(super) struct Tag {
     pub(super) stamp: u64,
 }
 
-/// A key's virtual clock and the start tag of each waiting group.
+/// A waiting group's start: the finish tag of its last grant, or the clock
+/// when it started waiting; with the stamp of when it was set. Kept with the
+/// group's waiters (`GroupWaiters`), so it goes with its last waiter.
+pub(super) type Start = (u128, u64);
+
+/// A key's virtual clock.
 #[derive(Debug, Default)]
 pub(super) struct Clock {
     /// The finish tag of the latest grant (never going back).
     now: u128,
     /// The stamp of the latest tag given.
     stamps: u64,
-    /// Each waiting group's start: the finish tag of its last grant, or the
-    /// clock when it started waiting; with the stamp of when it was set.
-    starts: HashMap<Option<GroupName>, (u128, u64), ByGroupName>,
 }
 
 impl Clock {
-    /// `group` waits (a waiter of it joined): a group that was not waiting
-    /// starts at the clock. One already waiting keeps its place.
-    pub(super) fn join(&mut self, group: &Option<GroupName>) {
-        if !self.starts.contains_key(group) {
-            self.stamps += 1;
-            self.starts.insert(group.clone(), (self.now, self.stamps));
-        }
+    /// The start of a group that starts waiting: at the clock, stamped now.
+    pub(super) fn join(&mut self) -> Start {
+        self.stamps += 1;
+        (self.now, self.stamps)
     }
 
-    /// `group` no longer waits (its last waiter left): it leaves nothing.
-    pub(super) fn leave(&mut self, group: &Option<GroupName>) {
-        self.starts.remove(group);
-    }
-
-    /// The place of `group`'s next waiter, of `weight`, among the groups.
-    /// A group the clock was not told of counts as one that starts now.
-    pub(super) fn tag(&self, group: &Option<GroupName>, weight: u32) -> Tag {
-        let (start, stamp) = self
-            .starts
-            .get(group)
-            .copied()
-            .unwrap_or((self.now, u64::MAX));
+    /// The place of a group's next waiter, of `weight`, the group's start
+    /// being `start`.
+    pub(super) fn tag(start: Start, weight: u32) -> Tag {
         Tag {
-            finish: start.saturating_add(TURN / u128::from(weight.max(1))),
-            stamp,
+            finish: start.0.saturating_add(TURN / u128::from(weight.max(1))),
+            stamp: start.1,
         }
     }
 
-    /// `group`'s waiter of `weight` was granted a slot: the group's next
-    /// starts at that grant's finish tag, and the clock moves to it.
-    pub(super) fn granted(&mut self, group: &Option<GroupName>, weight: u32) {
-        let finish = self.tag(group, weight).finish;
+    /// A group's waiter of `weight` was granted a slot, the group's start
+    /// being `start`: the clock moves to that grant's finish tag, and the
+    /// group's next start is returned.
+    pub(super) fn granted(&mut self, start: Start, weight: u32) -> Start {
+        let finish = Self::tag(start, weight).finish;
         self.now = self.now.max(finish);
         self.stamps += 1;
-        let stamp = self.stamps;
-        match self.starts.get_mut(group) {
-            Some(start) => *start = (finish, stamp),
-            None => {
-                self.starts.insert(group.clone(), (finish, stamp));
-            }
-        }
-    }
-
-    /// How many groups it keeps a tag for.
-    #[cfg(test)]
-    pub(super) fn groups(&self) -> usize {
-        self.starts.len()
+        (finish, self.stamps)
     }
 }

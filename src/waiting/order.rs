@@ -33,7 +33,7 @@ use std::collections::BinaryHeap;
 use hashbrown::HashTable;
 
 use super::KeyHoldings;
-use super::clock::{Clock, Tag};
+use super::clock::Tag;
 use super::queues::{GroupQueues, GroupWaiters, Queue};
 use crate::engine::{GroupName, HoldingsStamp, holding_hash_of};
 
@@ -189,7 +189,6 @@ impl Order {
         groups: &'g GroupQueues,
         last: Option<usize>,
         afresh: bool,
-        clock: &Clock,
         full: &mut dyn FnMut(&'g Option<GroupName>, &'g GroupWaiters, usize) -> bool,
     ) {
         // A few groups are looked at afresh: as cheap as finding which.
@@ -239,7 +238,7 @@ impl Order {
             (!full(name, waiters, held)).then(|| Turn {
                 held,
                 weight,
-                tag: clock.tag(name, weight),
+                tag: waiters.tag(weight),
                 seq,
                 pass,
                 group: None,

@@ -168,12 +168,6 @@ impl Parked {
         }
     }
 
-    /// Whether `group` is parked.
-    pub(super) fn holds(&self, group: &Option<GroupName>) -> bool {
-        let hash = holding_hash_of(group);
-        self.groups.find(hash, |(name, _)| name == group).is_some()
-    }
-
     /// Waiter `seq` of parked `group` left, taking `gone` kinds with it
     /// (its kind, if it was the last of it): whether it was here.
     pub(super) fn leave(&mut self, group: &Option<GroupName>, seq: usize, gone: usize) -> bool {
