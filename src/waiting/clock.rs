@@ -33,8 +33,9 @@
 /// tag on by. A multiple of every weight up to 16 (720,720 = lcm(1..=16))
 /// and of a large power of two, so that the turns of the common weights add
 /// up exactly; other weights are off by less than 2^-59 of a turn a grant.
-/// 2^128 leaves room for 2^68 grants while some group waits.
-pub(super) const TURN: u128 = 720_720 << 40;
+/// It fits 64 bits, so a turn for a weight is a 64-bit division (a tag
+/// is 128: room for 2^68 grants while some group waits).
+pub(super) const TURN: u64 = 720_720 << 40;
 
 /// A waiting group's place among the others: the finish tag of its next
 /// grant, then the stamp of when that tag was given (the smaller first).
@@ -69,7 +70,9 @@ impl Clock {
     /// being `start`.
     pub(super) fn tag(start: Start, weight: u32) -> Tag {
         Tag {
-            finish: start.0.saturating_add(TURN / u128::from(weight.max(1))),
+            finish: start
+                .0
+                .saturating_add(u128::from(TURN / u64::from(weight.max(1)))),
             stamp: start.1,
         }
     }
