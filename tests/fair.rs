@@ -757,6 +757,7 @@ fn workers_that_queue_again_hold_the_slots_by_their_weights() {
     stop.store(true, Ordering::Relaxed);
     let total: i64 = held.iter().sum();
     let shares: Vec<f64> = held.iter().map(|&h| h as f64 / total as f64).collect();
+    println!("slots held split {shares:?} (weights 2, 1, 1)");
     for (share, fair) in shares.iter().zip([0.5, 0.25, 0.25]) {
         assert!((share - fair).abs() <= 0.02, "slots held split {shares:?}");
     }
