@@ -70,15 +70,13 @@ bench-ruby: deps build-pgo
 ## the module (scripts/valgrind-check.sh reads one log per server, in target/valgrind/logs)
 VALGRIND_TESTS ?= commands durability forged waiting reaping reaper_scan metrics replication rate modes fair lockall
 # Skipped: a million reaper visits measured on used_memory (tests/reaper_scan.rs is the valgrind
-# walk), five tests whose leases of 30-150 ms end before a server under valgrind has served
-# the next command (the fair-sharing one judges a 5/5 split that 100 ms leases keep only when
-# each is renewed in time), and the rate's waiters test, which times their grants to the 100 ms.
+# walk), four tests whose leases of 30-150 ms end before a server under valgrind has served
+# the next command, and the rate's waiters test, which times their grants to the 100 ms.
 VALGRIND_SKIP ?= --skip the_reaper_gives_back_what_it_scans \
 	--skip a_crashed_jobs_lock_frees_itself_when_the_lease_ends \
 	--skip an_expired_holder_is_invisible_and_frees_its_slot \
 	--skip a_lease_running_out_serves_a_waiter_with_no_other_command \
 	--skip a_replica_matches_its_primary_after_waiters_were_served \
-	--skip a_tenant_of_long_jobs_and_one_of_short_jobs_end_at_half_each \
 	--skip waiters_refused_by_the_rate_are_served_in_arrival_order_when_it_allows
 test-valgrind: deps
 	CARGO_TARGET_DIR=target/valgrind CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \

@@ -58,6 +58,7 @@ use crate::logging;
 use crate::metrics::{self, Event};
 
 mod all;
+mod clock;
 mod denials;
 mod multi;
 mod order;
@@ -373,10 +374,12 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 ///   group that holds the fewest slots *now* for its weight (`holding(g) /
 ///   weight`, `holding` asked of the key, then counted on as this pass
 ///   grants), its oldest waiter first (FIFO within a group). Among groups
-///   of equal share, the one whose oldest waiter came first: since a grant
-///   raises the share of the group served, equal groups take turns
-///   (round-robin, weighted through the share). No share is kept between
-///   passes: a group that stops waiting leaves no trace and banks nothing.
+///   of equal share, the one whose turn comes first on the key's virtual
+///   clock (`clock`: the earliest finish tag, weighted), so that groups
+///   holding alike take turns, on a key of LIMIT 1 too. The clock is kept
+///   with the queue's tally and moved by each grant; no share is kept
+///   between passes, and a group that stops waiting leaves no trace on the
+///   clock and banks nothing.
 /// - **A denial ends nobody else's turn.** A waiter denied (say by its own
 ///   group's GROUPLIMIT) keeps its place; the pass goes on with the next
 ///   best, so a free slot goes to whoever can take it (work-conserving).
@@ -438,6 +441,7 @@ fn serve_pass<C>(
         mut exclusive,
         mut parked,
         mut order,
+        mut clock,
         ..
     } = tally.unwrap_or_else(|| Tally::of(&queue));
     let mut kinds = known.then_some(kinds);
@@ -593,6 +597,7 @@ fn serve_pass<C>(
         let Some(Turn {
             group: Some(i),
             seq,
+            weight,
             ..
         }) = next
         else {
@@ -618,6 +623,8 @@ fn serve_pass<C>(
             Served::Granted(token) => {
                 if let Some(g) = groups.get_mut(i) {
                     g.held += 1;
+                    // Its next turn comes once the others had theirs.
+                    g.seqs.granted(&mut clock, weight);
                 }
                 Some(Some(WaiterReply::Token(token)))
             }
@@ -718,6 +725,7 @@ fn serve_pass<C>(
             exclusive,
             parked,
             order,
+            clock,
         }),
     }
 }
@@ -784,13 +792,15 @@ impl<'a> Group<'a> {
             .and_then(|(seq, _)| self.head_from(self.seqs.after(seq)));
     }
 
-    /// The group's place in the order of turns, as group `i` of `pass`;
-    /// `None` when it has nobody left to try.
+    /// The group's place in the order of turns, as group `i` of `pass`
+    /// (its place on the key's clock with it); `None` when it has nobody
+    /// left to try.
     fn turn(&self, i: usize, pass: u64) -> Option<Turn> {
         let (seq, weight) = self.head.filter(|_| !self.covered)?;
         Some(Turn {
             held: self.held,
             weight,
+            tag: self.seqs.tag(weight),
             seq,
             pass,
             group: Some(i),

@@ -135,6 +135,10 @@ fn a_tenant_of_long_jobs_and_one_of_short_jobs_end_at_half_each() {
         .map(|i| waiter(&server, "api", &format!("long-{i}"), &long))
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
+    // Short jobs: leases of 100 ms, longer on a server that serves slower
+    // (valgrind), so that a short job's lease outlasts the test's few
+    // commands between two looks, as it does on a server at full speed.
+    let short_lease = 100 * common::patience();
     let short: Vec<_> = (0..12)
         .map(|i| {
             let mut con = server.con();
@@ -153,7 +157,7 @@ fn a_tenant_of_long_jobs_and_one_of_short_jobs_end_at_half_each() {
                         "GROUP",
                         "short",
                         "TTL",
-                        "100",
+                        short_lease,
                         "WAIT",
                         "60000"
                     );
@@ -613,4 +617,152 @@ fn waiters_groups_counts_the_live_holders_of_a_key_of_many() {
         .query(con)
         .expect("LOCKEDBY");
     assert_eq!(locked_by.len(), 120, "the live holders");
+}
+
+/// Serves a key of LIMIT 1 one holder at a time, each unlocked once seen
+/// (the next is granted by that UNLOCK): the first `n` holders' jids.
+fn held_in_turn(con: &mut Connection, key: &str, n: usize) -> Vec<String> {
+    let mut order = Vec::new();
+    while order.len() < n {
+        let mut holder = None;
+        wait_for("the next holder", || {
+            holder = holders(con, key).into_iter().next();
+            holder.is_some()
+        });
+        let jid = holder.expect("a holder");
+        assert_eq!(call!(con, "UNIQUE.UNLOCK", key, &jid), Ok(Value::Int(1)));
+        order.push(jid);
+    }
+    order
+}
+
+/// One export at a time (LIMIT 1): tenants take turns, whatever order they
+/// queued in; without GROUP the same waiters go in arrival order.
+#[test]
+fn on_a_key_of_limit_1_tenants_take_turns() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let jobs = ["A1", "A2", "A3", "B1", "B2", "C1"];
+    for (key, grouped) in [("export", true), ("fifo", false)] {
+        token(call!(con, "UNIQUE.LOCK", key, "gate", "LIMIT", "1"));
+        let clients: Vec<_> = jobs
+            .iter()
+            .map(|jid| {
+                let tenant = &jid[..1];
+                let mut args = vec!["LIMIT", "1", "TTL", "60000"];
+                if grouped {
+                    args.extend(["GROUP", tenant]);
+                }
+                waiter(&server, key, jid, &args)
+            })
+            .collect();
+        assert_eq!(call!(con, "UNIQUE.UNLOCK", key, "gate"), Ok(Value::Int(1)));
+        let order = held_in_turn(con, key, jobs.len());
+        let expected = if grouped {
+            ["A1", "B1", "C1", "A2", "B2", "A3"]
+        } else {
+            jobs
+        };
+        assert_eq!(order, expected, "{key}");
+        for c in clients {
+            assert!(token(c.join().expect("a waiter")) > 0);
+        }
+        assert_eq!(waiting(con, key), 0);
+    }
+}
+
+/// Short jobs: 40 of tenant A queued on a key of LIMIT 1, then one of B: B
+/// is served at the next turn, not 41st.
+#[test]
+fn a_tenant_behind_a_backlog_of_short_jobs_waits_one_turn() {
+    let server = Server::start();
+    let con = &mut server.con();
+    token(call!(con, "UNIQUE.LOCK", "k", "gate", "LIMIT", "1"));
+    let args = |t: &'static str| ["LIMIT", "1", "GROUP", t, "TTL", "60000"];
+    let mut clients: Vec<_> = (0..40)
+        .map(|i| waiter(&server, "k", &format!("a{i}"), &args("A")))
+        .collect();
+    clients.push(waiter(&server, "k", "b0", &args("B")));
+    assert_eq!(of(con, "k", "A").0, 40);
+    assert_eq!(call!(con, "UNIQUE.UNLOCK", "k", "gate"), Ok(Value::Int(1)));
+    let order = held_in_turn(con, "k", 41);
+    assert_eq!(order[..3], ["a0", "b0", "a1"]);
+    let a: Vec<String> = (0..40).map(|i| format!("a{i}")).collect();
+    let rest: Vec<&String> = order.iter().filter(|j| j.starts_with('a')).collect();
+    assert_eq!(rest, a.iter().collect::<Vec<_>>(), "A's own in order");
+    drop(clients);
+}
+
+/// LIMIT 6, weights 2, 1 and 1, eight workers a tenant, each holding for
+/// 50 ms then queueing again as a worker pool does: the slots held split
+/// 0.50 / 0.25 / 0.25 (sampled as they run, within 0.02).
+#[test]
+fn workers_that_queue_again_hold_the_slots_by_their_weights() {
+    let server = Server::start();
+    let con = &mut server.con();
+    let stop = Arc::new(AtomicBool::new(false));
+    let tenants = [("heavy", 2), ("light-1", 1), ("light-2", 1)];
+    let mut workers = Vec::new();
+    for (tenant, weight) in tenants {
+        for w in 0..8 {
+            let mut con = server.con();
+            let stop = Arc::clone(&stop);
+            workers.push(std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let jid = format!("{tenant}-{w}-{n}");
+                    let reply = call!(
+                        &mut con,
+                        "UNIQUE.LOCK",
+                        "pool",
+                        &jid,
+                        "LIMIT",
+                        "6",
+                        "GROUP",
+                        tenant,
+                        "WEIGHT",
+                        weight,
+                        "TTL",
+                        "600000",
+                        "WAIT",
+                        "60000"
+                    );
+                    if !matches!(reply, Ok(Value::Int(_))) {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    if call!(&mut con, "UNIQUE.UNLOCK", "pool", &jid).is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
+    }
+    wait_for("every worker to run or queue", || {
+        groups(con, "pool")
+            .iter()
+            .map(|(_, w, h)| w + h)
+            .sum::<i64>()
+            == 24
+    });
+    let mut held = [0i64; 3];
+    for _ in 0..200 {
+        let rows = groups(con, "pool");
+        for (i, (tenant, _)) in tenants.iter().enumerate() {
+            held[i] += rows.iter().find(|r| r.0 == *tenant).map_or(0, |r| r.2);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let total: i64 = held.iter().sum();
+    let shares: Vec<f64> = held.iter().map(|&h| h as f64 / total as f64).collect();
+    println!("slots held split {shares:?} (weights 2, 1, 1)");
+    for (share, fair) in shares.iter().zip([0.5, 0.25, 0.25]) {
+        assert!((share - fair).abs() <= 0.02, "slots held split {shares:?}");
+    }
+    drop(server);
+    for w in workers {
+        let _ = w.join();
+    }
 }

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 
+use super::clock::Clock;
 use super::*;
 use crate::engine::{Acquired, Lock, LockRequest, Mode};
 
@@ -77,6 +78,11 @@ struct Sim {
     /// keeps it (`None`: counted afresh for each pass).
     tally: Option<Tally>,
     keeps_tally: bool,
+    /// The key's virtual clock and each waiting group's start on it, where
+    /// the tally is counted afresh: the one thing of it a pass keeps for
+    /// the next either way (the waiting groups' turns).
+    clock: Clock,
+    starts: HashMap<Option<GroupName>, clock::Start>,
 }
 
 impl Sim {
@@ -93,6 +99,8 @@ impl Sim {
             wake_at: None,
             tally: None,
             keeps_tally: false,
+            clock: Clock::default(),
+            starts: HashMap::new(),
         }
     }
 
@@ -127,10 +135,19 @@ impl Sim {
 
     /// Waiter `seq` stops waiting (its WAIT ran out).
     fn give_up(&mut self, seq: usize) {
-        if let Some(waiter) = self.queue.remove(&seq)
-            && let Some(tally) = self.tally.as_mut()
-        {
-            tally.leave(&waiter);
+        let Some(waiter) = self.queue.remove(&seq) else {
+            return;
+        };
+        match self.tally.as_mut() {
+            Some(tally) => tally.leave(&waiter),
+            None if !self
+                .queue
+                .values()
+                .any(|w| w.share.group == waiter.share.group) =>
+            {
+                self.starts.remove(&waiter.share.group);
+            }
+            None => {}
         }
     }
 
@@ -154,8 +171,18 @@ impl Sim {
             deadline: None,
             user: None,
         };
-        if let Some(tally) = self.tally.as_mut() {
-            tally.join(&waiter);
+        match self.tally.as_mut() {
+            Some(tally) => tally.join(&waiter),
+            None => {
+                if !self
+                    .queue
+                    .values()
+                    .any(|w| w.share.group == waiter.share.group)
+                {
+                    let start = self.clock.join();
+                    self.starts.insert(waiter.share.group.clone(), start);
+                }
+            }
         }
         self.queue.insert(seq, waiter);
         self.asks.insert(seq, ask);
@@ -177,7 +204,18 @@ impl Sim {
         let queue = std::mem::take(&mut self.queue);
         // The queue's kinds and groups, as the waiters' bookkeeping keeps
         // them.
-        let tally = self.tally.take().unwrap_or_else(|| Tally::of(&queue));
+        let tally = self.tally.take().unwrap_or_else(|| {
+            let tally = Tally {
+                clock: std::mem::take(&mut self.clock),
+                ..Tally::of(&queue)
+            };
+            for (name, waiters) in &tally.groups {
+                if let Some(&start) = self.starts.get(name) {
+                    waiters.set_start(start);
+                }
+            }
+            tally
+        });
         let (now, limit) = (self.now, self.limit);
         let lock = &self.lock;
         let asks = &self.asks;
@@ -253,6 +291,13 @@ impl Sim {
         self.wake_at = pass.wake_at;
         if self.keeps_tally {
             self.tally = pass.tally.take();
+        } else if let Some(tally) = pass.tally.as_mut() {
+            self.clock = std::mem::take(&mut tally.clock);
+            self.starts = tally
+                .all_groups()
+                .into_iter()
+                .map(|(name, waiters)| (name.clone(), waiters.start()))
+                .collect();
         }
         Ok(served)
     }
@@ -742,5 +787,252 @@ proptest! {
         steps in prop::collection::vec(step(), 1..80),
     ) {
         kept_and_fresh_serve_alike(4, 0, steps)?;
+    }
+}
+
+/// Serves `sim`, a key of LIMIT 1, one grant at a time, each holder done
+/// before the next pass (and re-queued by `again` if it gives a group):
+/// the groups of the first `n` grants.
+fn one_at_a_time(sim: &mut Sim, n: usize, mut again: impl FnMut(usize) -> Option<Ask>) -> Vec<u8> {
+    let mut order = Vec::new();
+    while order.len() < n {
+        let served = sim.serve().expect("a pass");
+        assert!(served.len() <= 1, "LIMIT 1 grants one at a time");
+        let Some(&seq) = served.first() else { break };
+        let ask = sim.asks[&seq].clone();
+        order.push(ask.group.unwrap_or(u8::MAX));
+        sim.release(seq);
+        if let Some(next) = again(seq) {
+            sim.wait(next);
+        }
+    }
+    order
+}
+
+/// Both ways a key's tally is kept: from pass to pass, and afresh.
+fn both(limit: u32) -> [Sim; 2] {
+    [Sim::keeping_the_tally(limit), Sim::new(limit)]
+}
+
+#[test]
+fn on_a_mutex_tenants_take_turns() {
+    for mut sim in both(1) {
+        sim.hold("gate", Some(9), 1_000_000, 1);
+        for g in [0, 0, 0, 1, 1, 2] {
+            sim.wait(Ask::of(g));
+        }
+        assert!(sim.serve().expect("a pass").is_empty(), "the gate holds");
+        sim.lock.borrow_mut().release(b"gate");
+        // A1 A2 A3 B1 B2 C1 queued: A1 B1 C1 A2 B2 A3 served.
+        assert_eq!(one_at_a_time(&mut sim, 6, |_| None), [0, 1, 2, 0, 1, 0]);
+        assert!(sim.queue.is_empty());
+    }
+}
+
+#[test]
+fn a_tenant_behind_a_backlog_waits_for_one_turn_not_the_backlog() {
+    for mut sim in both(1) {
+        for _ in 0..40 {
+            sim.wait(Ask::of(0));
+        }
+        sim.wait(Ask::of(1));
+        assert_eq!(one_at_a_time(&mut sim, 3, |_| None), [0, 1, 0]);
+        // B came back after ten grants of A alone: it joins at the current
+        // turn (one more of A at most), with nothing banked from before.
+        assert_eq!(one_at_a_time(&mut sim, 10, |_| None), [0; 10]);
+        sim.wait(Ask::of(1));
+        sim.wait(Ask::of(1));
+        let next = one_at_a_time(&mut sim, 5, |_| None);
+        assert_eq!(next, [0, 1, 0, 1, 0], "turns again, no catching up");
+    }
+}
+
+#[test]
+fn short_jobs_take_turns_whatever_the_backlog() {
+    for weight in [1, 2] {
+        for mut sim in both(1) {
+            // A: a backlog of 30 and a weight; B: one worker that queues
+            // again as soon as its job is done (its group stops waiting in
+            // between).
+            for _ in 0..30 {
+                sim.wait(Ask {
+                    weight,
+                    ..Ask::of(0)
+                });
+            }
+            sim.wait(Ask::of(1));
+            let mut order = Vec::new();
+            for _ in 0..30 {
+                order.extend(one_at_a_time(&mut sim, 1, |_| None));
+                if order.last() == Some(&1) {
+                    sim.wait(Ask::of(1));
+                }
+            }
+            let b = order.iter().filter(|&&g| g == 1).count();
+            // Weight 1: every other grant; weight 2: every third.
+            let expected = 30 / (weight as usize + 1);
+            assert!(b.abs_diff(expected) <= 1, "B got {b} of 30 ({order:?})");
+        }
+    }
+}
+
+proptest! {
+    /// With G groups waiting on a key of LIMIT 1, a group's first waiter
+    /// is served within G - 1 grants to other groups of a weight no greater
+    /// than its own, whenever it became first (its group came, or its
+    /// group's last grant went to the waiter before it), through groups
+    /// coming and going.
+    #[test]
+    fn a_first_waiter_waits_for_a_turn_of_each_group_at_most(
+        weights in prop::collection::vec(1u32..5, 2..7),
+        steps in prop::collection::vec((0usize..7, 0u8..3), 1..120),
+        keeps in any::<bool>(),
+    ) {
+        let mut sim = if keeps { Sim::keeping_the_tally(1) } else { Sim::new(1) };
+        let groups = weights.len();
+        // For each group's first waiter: the grants to lighter or equal
+        // groups since it became first, and the most groups waiting then.
+        let mut since: HashMap<usize, (usize, usize)> = HashMap::new();
+        let waiting = |sim: &Sim| {
+            let mut gs: Vec<_> = sim.queue.values().map(|w| w.share.group.clone()).collect();
+            gs.sort();
+            gs.dedup();
+            gs.len()
+        };
+        let firsts = |sim: &Sim| -> Vec<usize> {
+            let mut seen = std::collections::HashSet::new();
+            sim.queue.values().filter(|w| seen.insert(w.share.group.clone())).map(|w| w.seq).collect()
+        };
+        for (g, n) in steps {
+            let g = g % groups;
+            // `n` waiters of group g come, then one grant.
+            for _ in 0..n {
+                sim.wait(Ask { weight: weights[g], ..Ask::of(g as u8) });
+            }
+            let g_now = waiting(&sim);
+            for seq in firsts(&sim) {
+                let e = since.entry(seq).or_insert((0, 0));
+                e.1 = e.1.max(g_now);
+            }
+            let served = sim.serve()?;
+            prop_assert!(served.len() <= 1);
+            let Some(&got) = served.first() else { continue };
+            let got_group = sim.asks[&got].group;
+            let got_weight = sim.asks[&got].weight;
+            let (counted, most) = since.remove(&got).unwrap_or((0, 1));
+            prop_assert!(
+                counted < most.max(1),
+                "{got} waited {counted} grants to lighter groups among {most}"
+            );
+            for (seq, e) in since.iter_mut() {
+                let ask = &sim.asks[seq];
+                if ask.group != got_group && got_weight <= ask.weight {
+                    e.0 += 1;
+                }
+            }
+            sim.release(got);
+        }
+    }
+
+    /// On a key of LIMIT 1 with every group backlogged, a group of weight
+    /// w gets its turns: over any window of n grants, within one grant of
+    /// the n·w/W its weight's share gives when the weights are equal, and
+    /// within 1 + G·w/W when they differ (the window's grants follow the
+    /// turns of virtual time, each group within one grant of its own).
+    #[test]
+    fn backlogged_groups_get_their_weights_share_of_the_grants(
+        weights in prop::collection::vec(1u32..9, 2..7),
+        equal in any::<bool>(),
+        keeps in any::<bool>(),
+    ) {
+        let weights: Vec<u32> = if equal { vec![weights[0]; weights.len()] } else { weights };
+        let order = backlogged_order(&weights, 120, keeps);
+        prop_assert_eq!(order.len(), 120);
+        let total: u32 = weights.iter().sum();
+        let g = weights.len() as f64;
+        for start in 0..order.len() {
+            let mut counts = vec![0usize; weights.len()];
+            for (n, &got) in order[start..].iter().enumerate() {
+                counts[got as usize] += 1;
+                let n = (n + 1) as f64;
+                for (i, &w) in weights.iter().enumerate() {
+                    let share = f64::from(w) / f64::from(total);
+                    let off = (counts[i] as f64 - n * share).abs();
+                    let bound = if equal { 1.0 } else { 1.0 + g * share };
+                    prop_assert!(off <= bound + 1e-9, "{weights:?}: group {i} off by {off} in {n} from {start}");
+                }
+            }
+        }
+    }
+}
+
+/// `backlogged`, each grant's group queueing one more waiter.
+fn backlogged_order(weights: &[u32], n: usize, keeps_tally: bool) -> Vec<u8> {
+    let mut sim = if keeps_tally {
+        Sim::keeping_the_tally(1)
+    } else {
+        Sim::new(1)
+    };
+    let ask = |g: u8| Ask {
+        weight: weights[g as usize],
+        ..Ask::of(g)
+    };
+    for g in 0..weights.len() as u8 {
+        sim.wait(ask(g));
+    }
+    let mut order = Vec::new();
+    while order.len() < n {
+        let got = one_at_a_time(&mut sim, 1, |_| None);
+        let Some(&g) = got.first() else { break };
+        order.push(g);
+        sim.wait(ask(g));
+    }
+    order
+}
+
+#[test]
+fn holders_that_release_and_queue_again_hold_by_their_weights() {
+    // LIMIT 6, weights 2:1:1, eight workers each: every worker whose job
+    // ends queues again at once, as a worker pool does; jobs of equal
+    // length end oldest first.
+    for mut sim in both(6) {
+        let weights = [2u32, 1, 1];
+        let ask = |g: u8| Ask {
+            weight: weights[g as usize],
+            ttl: 1_000_000,
+            ..Ask::of(g)
+        };
+        for _ in 0..8 {
+            for g in 0..3 {
+                sim.wait(ask(g));
+            }
+        }
+        let mut holding: std::collections::VecDeque<usize> = sim.serve().expect("a pass").into();
+        let mut sums = [0usize; 3];
+        let samples = 2000;
+        for _ in 0..samples {
+            let held: Vec<usize> = (0..3).map(|g| sim.held(Some(g))).collect();
+            assert_eq!(held.iter().sum::<usize>(), 6, "the slots stay full");
+            for g in 0..3 {
+                let fair = 6.0 * f64::from(weights[g]) / 4.0;
+                assert!(
+                    (held[g] as f64 - fair).abs() <= 1.0,
+                    "{held:?}: within a slot"
+                );
+                sums[g] += held[g];
+            }
+            let done = holding.pop_front().expect("a holder");
+            let g = sim.asks[&done].group.expect("a group");
+            sim.release(done);
+            sim.wait(ask(g));
+            holding.extend(sim.serve().expect("a pass"));
+        }
+        let shares: Vec<f64> = sums
+            .iter()
+            .map(|&s| s as f64 / (6 * samples) as f64)
+            .collect();
+        for (share, fair) in shares.iter().zip([0.5, 0.25, 0.25]) {
+            assert!((share - fair).abs() <= 0.02, "shares {shares:?}");
+        }
     }
 }

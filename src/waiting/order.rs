@@ -33,17 +33,22 @@ use std::collections::BinaryHeap;
 use hashbrown::HashTable;
 
 use super::KeyHoldings;
+use super::clock::Tag;
 use super::queues::{GroupQueues, GroupWaiters, Queue};
 use crate::engine::{GroupName, HoldingsStamp, holding_hash_of};
 
 /// A group's first waiter as a candidate for the next slot: the greatest
 /// in a [`BinaryHeap`] is the group that holds the fewest slots for its
-/// weight (`held / weight`, compared in integers), then the one whose
-/// waiter came first.
+/// weight (`held / weight`, compared in integers), then the one whose turn
+/// comes first on the key's virtual clock (its [`Tag`], see `clock`), then
+/// the one whose waiter came first.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Turn {
     pub(super) held: usize,
     pub(super) weight: u32,
+    /// The group's place on the key's clock, as of when the turn was made
+    /// (it changes only with a grant to the group, which ends this turn).
+    pub(super) tag: Tag,
     pub(super) seq: usize,
     /// The pass that counted `held` (see [`Order::pass`]): a turn of an
     /// earlier pass is checked against the key before it is taken.
@@ -58,8 +63,12 @@ impl Ord for Turn {
         // A count of holders times a WEIGHT (at most 1,000) fits 64 bits.
         let mine = (self.held as u64).saturating_mul(u64::from(other.weight));
         let theirs = (other.held as u64).saturating_mul(u64::from(self.weight));
-        // The smaller share, then the older waiter, is the greater.
-        theirs.cmp(&mine).then(other.seq.cmp(&self.seq))
+        // The smaller share, then the earlier tag, then the older waiter,
+        // is the greater.
+        theirs
+            .cmp(&mine)
+            .then(other.tag.cmp(&self.tag))
+            .then(other.seq.cmp(&self.seq))
     }
 }
 
@@ -226,9 +235,10 @@ impl Order {
                 return None;
             }
             let held = key.held(name.as_ref());
-            (!full(name, waiters, held)).then_some(Turn {
+            (!full(name, waiters, held)).then(|| Turn {
                 held,
                 weight,
+                tag: waiters.tag(weight),
                 seq,
                 pass,
                 group: None,

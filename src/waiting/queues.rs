@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 use std::ops::Bound;
 
+use super::clock::{Clock, Start, Tag};
 use super::denials::Kinds;
 use super::order::Order;
 use super::parked::Parked;
@@ -64,6 +65,9 @@ pub(super) struct GroupWaiters {
     /// over): marked through the shared borrow the pass holds, so that the
     /// group's other turns are dropped without a map of its own.
     taken: Cell<u64>,
+    /// The group's start on the key's clock (see `clock`), moved on by a
+    /// pass's grant to it through the shared borrow the pass holds.
+    start: Cell<Start>,
 }
 
 impl PartialEq for GroupWaiters {
@@ -75,12 +79,37 @@ impl PartialEq for GroupWaiters {
 impl Eq for GroupWaiters {}
 
 impl GroupWaiters {
-    fn new(seq: usize, weight: u32) -> Self {
+    pub(super) fn new(seq: usize, weight: u32, start: Start) -> Self {
         Self {
             first: (seq, weight),
             seqs: BTreeMap::from([(seq, weight)]),
             taken: Cell::new(0),
+            start: Cell::new(start),
         }
+    }
+
+    /// The place of its next waiter, of `weight`, on the key's clock.
+    pub(super) fn tag(&self, weight: u32) -> Tag {
+        Clock::tag(self.start.get(), weight)
+    }
+
+    /// Its start on the key's clock.
+    #[cfg(test)]
+    pub(super) fn start(&self) -> Start {
+        self.start.get()
+    }
+
+    /// Its waiter of `weight` was granted a slot: its next turn comes once
+    /// the others had theirs.
+    pub(super) fn granted(&self, clock: &mut Clock, weight: u32) {
+        self.start.set(clock.granted(self.start.get(), weight));
+    }
+
+    /// Sets its start on the key's clock (a tally counted afresh, in the
+    /// tests, given what a kept one keeps).
+    #[cfg(test)]
+    pub(super) fn set_start(&self, start: Start) {
+        self.start.set(start);
     }
 
     /// Whether `pass` took the group's turn (passes are numbered from 1).
@@ -152,6 +181,9 @@ pub(super) struct Tally {
     /// The groups' turns, kept for the next pass: told of each group that
     /// comes and of each whose first waiter leaves.
     pub(super) order: Order,
+    /// The key's virtual clock: each waiting group's place in the order of
+    /// turns among those that hold alike (see `clock`), kept while it waits.
+    pub(super) clock: Clock,
 }
 
 impl Tally {
@@ -171,9 +203,11 @@ impl Tally {
         match self.groups.get_mut(&waiter.share.group) {
             Some(seqs) => seqs.insert(waiter.seq, weight),
             None => {
+                // A group that starts waiting joins at the current turn.
+                let start = self.clock.join();
                 self.groups.insert(
                     waiter.share.group.clone(),
-                    GroupWaiters::new(waiter.seq, weight),
+                    GroupWaiters::new(waiter.seq, weight, start),
                 );
             }
         }

@@ -155,3 +155,28 @@ def limited_lost(self, tag, fail=False):
           lock_limits={"{limited}:uawe": 1})
 def limited_uawe(self, tag, fail=False):
     return body(self, tag, fail)
+
+
+# The turns test: one slot at a time (LIMIT 1) on the key args[0], tenants taking turns at it
+# (turn_job: lock_group the tenant) or the same calls in arrival order (fifo_job: no group).
+# Each records its name when it runs, before its slot frees: the order of the grants.
+def _take_a_turn(key, name, seconds):
+    import time
+
+    time.sleep(seconds)
+    r.rpush(key + ":ran", name)
+
+
+@app.task(name="turn_job",
+          unique={"lock": "while_executing", "key": lambda args, kwargs: args[0], "limit": 1, "wait": 120,
+                  "run_ttl": 30},
+          lock_group=lambda args, kwargs: args[1][:1])
+def turn_job(key, name, seconds):
+    _take_a_turn(key, name, seconds)
+
+
+@app.task(name="fifo_job",
+          unique={"lock": "while_executing", "key": lambda args, kwargs: args[0], "limit": 1, "wait": 120,
+                  "run_ttl": 30})
+def fifo_job(key, name, seconds):
+    _take_a_turn(key, name, seconds)

@@ -227,3 +227,31 @@ class UntilAndWhileLimitsJob
     TestJobs.run(self, token, opts)
   end
 end
+
+# The turns test (turns_test.rb): one slot at a time (lock_limit 1) on the key of args[0],
+# tenants (a job name's first letter, args[1]) taking turns at it; FifoTurnJob: the same
+# calls without a group, in arrival order. Each records its name when it runs, before its
+# slot frees: the order of the grants.
+class TurnJob
+  include(defined?(Sidekiq::Job) ? Sidekiq::Job : Sidekiq::Worker)
+
+  sidekiq_options lock: :while_executing, lock_args_method: ->(args) { [args[0]] }, lock_limit: 1,
+                  lock_timeout: 120, lock_group: ->(args) { args[1][0] }, retry: 0
+
+  def perform(key, name, seconds)
+    sleep seconds
+    Sidekiq.redis { |c| c.call("RPUSH", "#{key}:ran", name) }
+  end
+end
+
+class FifoTurnJob
+  include(defined?(Sidekiq::Job) ? Sidekiq::Job : Sidekiq::Worker)
+
+  sidekiq_options lock: :while_executing, lock_args_method: ->(args) { [args[0]] }, lock_limit: 1,
+                  lock_timeout: 120, retry: 0
+
+  def perform(key, name, seconds)
+    sleep seconds
+    Sidekiq.redis { |c| c.call("RPUSH", "#{key}:ran", name) }
+  end
+end
