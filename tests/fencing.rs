@@ -221,3 +221,21 @@ fn a_waiter_whose_lease_ended_before_its_reply_went_out_is_told_nil() {
         }
     }
 }
+
+/// A primary with a replica and `min-replicas-to-write 0` says so in its
+/// log (the module looks after the load, on promotion and every 10 s), with
+/// what to set. (That a configured one, or one without replicas, does not is
+/// `role::advice`'s unit test.)
+#[test]
+fn a_primary_with_replicas_and_no_min_replicas_to_write_logs_a_warning() {
+    let advice = "min-replicas-to-write 0: cut off from them";
+    let primary = Server::start();
+    let _replica = primary.start_replica(&[]);
+    wait_for("the warning in the log", || primary.log().contains(advice));
+    let log = primary.log();
+    let line = log.lines().find(|l| l.contains(advice)).expect("the line");
+    assert!(
+        line.contains("1 replica(s)") && line.contains("min-replicas-max-lag 1"),
+        "{line}"
+    );
+}
