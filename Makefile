@@ -7,7 +7,7 @@ PGO_MODULE := target/pgo/libredis_unique.so
 # The Node package's build (dist/), made once by the first suite that needs it.
 NODE_DIST := clients/node/dist/.built
 
-.PHONY: run test build build-pgo bench bench-plots bench-floor bench-cell bench-scale bench-many bench-waiters loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak lint
+.PHONY: run test build build-pgo bench bench-plots bench-floor bench-cell bench-scale bench-many bench-waiters loadgen fuzz fuzz-libfuzzer deps clean test-ruby bench-ruby test-valgrind soak test-partition lint
 
 ## run: build the module (release) and start redis-server with ./redis.conf on $(PORT)
 run: deps build
@@ -94,6 +94,14 @@ test-valgrind: deps
 soak: deps build
 	cargo run --quiet --example soak -- --ops $${SOAK_OPS:-1000000}
 	cargo run --quiet --example soak -- --ops $${SOAK_OPS:-1000000} --wait-replicas
+
+## test-partition: fencing tokens through real network partitions (iptables rules on 127.0.0.x,
+## removed on every exit; needs root): Sentinel and Redis Cluster setups, the default
+## configuration, min-replicas-to-write 1 and WAIT 1 100 after LOCK; fails on a stale write
+## accepted or an equal token. PARTITION_ARGS adds arguments (--partition-seconds, --setups,
+## --configs). Figures: docs/operations.md. Not part of `make test` (about 5 minutes).
+test-partition: deps build
+	python3 tests/partition/run.py $(PARTITION_ARGS)
 
 ## build: the release module, $(MODULE)
 build:

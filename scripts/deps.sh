@@ -13,6 +13,8 @@ command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-cli"
 ldconfig -p 2>/dev/null | grep -q 'libclang' || missing="$missing libclang"
 command -v redis-sentinel >/dev/null 2>&1 || missing="$missing redis-sentinel"
 command -v valgrind >/dev/null 2>&1 || missing="$missing valgrind"
+# make test-partition: iptables draws the partitions.
+command -v iptables >/dev/null 2>&1 || missing="$missing iptables"
 # The Ruby gem (clients/ruby): Ruby and Debian's gems, the only ones its tests use.
 ruby_packages="ruby ruby-sidekiq ruby-redis ruby-connection-pool ruby-minitest ruby-rack-test"
 # The web tab's browser test (clients/ruby/test/web_browser_test.rb): headless Chromium,
@@ -34,7 +36,7 @@ fi
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
 [ -z "$missing" ] && exit 0
 
-packages="redis-server redis-tools redis-sentinel libclang-dev valgrind $ruby_packages"
+packages="redis-server redis-tools redis-sentinel libclang-dev valgrind iptables $ruby_packages"
 case $missing in *nodejs*) packages="$packages nodejs npm" ;; esac
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "Installing$missing: apt-get install -y $packages"

@@ -30,9 +30,13 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         mem_usage: Some(mem_usage),
         digest: Some(digest),
         free: Some(free),
-        aux_load: None,
-        aux_save: None,
-        aux_save_triggers: 0,
+        aux_load: Some(aux_load),
+        // Redis 7.2 and Valkey 8 call the lazy form (`aux_save2`): an RDB
+        // gets the aux field only when it has something to keep, so an RDB
+        // without locks still loads without the module. Redis 7.0 knows only
+        // this one, which always writes the field.
+        aux_save: Some(aux_save_always),
+        aux_save_triggers: raw::Aux::Before as i32,
         free_effort: Some(free_effort),
         unlink: None,
         copy: Some(copy),
@@ -41,7 +45,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         free_effort2: None,
         unlink2: Some(unlink2),
         copy2: None,
-        aux_save2: None,
+        aux_save2: Some(aux_save),
     },
 );
 
@@ -139,6 +143,64 @@ extern "C" fn aof_rewrite(
             }
         }
     });
+}
+
+/// What the module keeps outside the keyspace, in the RDB's aux data: the
+/// fencing counter, only while it is ahead of the clock (after a promotion):
+/// a tag, then the counter.
+const AUX_TOKEN_COUNTER: u64 = 1;
+/// The field of a server without the lazy form, when it has nothing to keep.
+const AUX_NOTHING: u64 = 0;
+
+extern "C" fn aux_save_always(io: *mut raw::RedisModuleIO, _when: c_int) {
+    no_unwind((), || {
+        let mut rdb = Rdb(io);
+        match fencing::to_save(ffi::now_ms()) {
+            Some(counter) => {
+                codec::Sink::unsigned(&mut rdb, AUX_TOKEN_COUNTER);
+                codec::Sink::signed(&mut rdb, counter);
+            }
+            None => codec::Sink::unsigned(&mut rdb, AUX_NOTHING),
+        }
+    });
+}
+
+extern "C" fn aux_save(io: *mut raw::RedisModuleIO, _when: c_int) {
+    no_unwind((), || {
+        if let Some(counter) = fencing::to_save(ffi::now_ms()) {
+            let mut rdb = Rdb(io);
+            codec::Sink::unsigned(&mut rdb, AUX_TOKEN_COUNTER);
+            codec::Sink::signed(&mut rdb, counter);
+        }
+    });
+}
+
+extern "C" fn aux_load(io: *mut raw::RedisModuleIO, _encver: c_int, _when: c_int) -> c_int {
+    let loaded = no_unwind(Err(()), || {
+        let mut rdb = Rdb(io);
+        match codec::Source::unsigned(&mut rdb) {
+            Ok(AUX_TOKEN_COUNTER) => {
+                let counter = codec::Source::signed(&mut rdb).map_err(|_| ())?;
+                fencing::observe(counter);
+                Ok(())
+            }
+            Ok(AUX_NOTHING) => Ok(()),
+            Ok(tag) => {
+                log_io_error(
+                    io,
+                    RedisLogLevel::Warning,
+                    &format!("unknown aux data (tag {tag}): written by a later version?"),
+                );
+                Err(())
+            }
+            Err(_) => Err(()),
+        }
+    });
+    if loaded.is_ok() {
+        raw::REDISMODULE_OK as c_int
+    } else {
+        raw::REDISMODULE_ERR as c_int
+    }
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {

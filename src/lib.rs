@@ -78,6 +78,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         migration::start(ctx);
     }
     role::refresh(ctx);
+    role::start_advice(ctx);
     reaper::start(ctx);
     logging::start(ctx);
     Status::Ok
@@ -129,8 +130,20 @@ fn config_changed(ctx: &Context, names: &[&str]) {
 }
 
 #[role_changed_event_handler]
-fn role_changed(_ctx: &Context, role: ServerRole) {
-    role::set_primary(matches!(role, ServerRole::Primary));
+fn role_changed(ctx: &Context, role: ServerRole) {
+    let primary = matches!(role, ServerRole::Primary);
+    role::set_primary(primary);
+    if primary {
+        // Tokens of this new primary go above those the one it replaces may
+        // still grant, cut off (see fencing.rs).
+        let counter = fencing::promote(ffi::now_ms());
+        ctx.log_notice(&format!(
+            "became a primary: fencing tokens from {} on, above every token the replaced primary grants within {} s",
+            counter.saturating_add(1),
+            fencing::PROMOTION_BOUND_MS / 1000
+        ));
+        role::advise_soon(ctx);
+    }
 }
 
 /// A key left the keyspace: if clients wait on it, their slot is free.

@@ -139,6 +139,13 @@ pub trait Call {
     fn admission(&self) -> Option<Admission<'_>> {
         None
     }
+
+    /// What a waiter granted `token` is told: by default the token; a call
+    /// that can say how gives a [`ffi::Held`], checked again as the reply
+    /// goes out.
+    fn granted(&self, token: i64) -> WaiterReply {
+        WaiterReply::Token(token)
+    }
 }
 
 /// What [`Call::holdings`] shows its key's holders to.
@@ -888,6 +895,10 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
     for (waiter, reply) in pass.ended {
         with_waiters(|w| w.served(&waiter));
         let client = waiter.client;
+        let reply = match reply {
+            Some(WaiterReply::Token(token)) => Some(waiter.call.granted(token)),
+            other => other,
+        };
         if reply.is_none() {
             time_out(ctx, &id, Some(waiter), deadline_reason(true));
         } else {

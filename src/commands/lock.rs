@@ -267,6 +267,15 @@ impl WaitingLock {
 }
 
 impl waiting::Call for WaitingLock {
+    fn granted(&self, token: i64) -> crate::ffi::WaiterReply {
+        crate::ffi::WaiterReply::Held(Box::new(crate::ffi::Held {
+            stands: super::grant_stands,
+            jid: self.jid.to_vec(),
+            keys: vec![(self.key.to_vec(), token)],
+            many: false,
+        }))
+    }
+
     fn lapsed(&self, now: i64) -> bool {
         self.expiry.is_some_and(|e| e.lapsed(now))
     }

@@ -348,6 +348,15 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 struct Waiting(LockAll);
 
 impl waiting::AllCall for Waiting {
+    fn granted(&self, tokens: Vec<i64>) -> crate::ffi::WaiterReply {
+        crate::ffi::WaiterReply::Held(Box::new(crate::ffi::Held {
+            stands: super::grant_stands,
+            jid: self.0.jid.clone(),
+            keys: self.0.keys.iter().cloned().zip(tokens).collect(),
+            many: true,
+        }))
+    }
+
     fn lapsed(&self, now: i64) -> bool {
         self.0.expiry.is_some_and(|e| e.lapsed(now))
     }

@@ -475,6 +475,26 @@ fn tracked<T>(lock: &mut Lock, change: impl FnOnce(&mut Lock) -> T) -> T {
     out
 }
 
+/// Whether a grant a waiter is about to be told of still stands: this server
+/// is a primary and, on every key, the jid holds with the token it was
+/// granted and a lease that has not ended. What a waiter served after a
+/// failover or a long block is checked against before its reply goes out
+/// (`ffi::Held`): a grant that no longer stands is told as nil.
+pub fn grant_stands(ctx: &Context, held: &ffi::Held) -> bool {
+    if !crate::role::is_primary() {
+        return false;
+    }
+    let now = ffi::now_ms();
+    held.keys.iter().all(|(key, token)| {
+        let name = ctx.create_string(key.as_slice());
+        LockKey::open(ctx, &name, false).is_some_and(|key| {
+            matches!(key.lock(), Ok(Some(lock)) if lock
+                .holder(&held.jid)
+                .is_some_and(|h| h.token() == *token && h.is_live(now)))
+        })
+    })
+}
+
 /// Keyspace events of this module (class `d`, module events), as C strings:
 /// they go to Redis as they are.
 pub mod events {

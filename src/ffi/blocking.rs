@@ -17,7 +17,35 @@ pub enum WaiterReply {
     /// An array of tokens (a call over several keys).
     Tokens(Vec<i64>),
     Error(String),
+    /// A grant, checked again when the reply goes out (see [`Held`]).
+    Held(Box<Held>),
 }
+
+/// A grant a waiter is told of, as it was made: its jid and, per key, its
+/// token. The reply goes out after the command or timer that served the
+/// waiter (Redis sends it when the event loop comes round), and in between
+/// the server may have been blocked for longer than the lease, or turned
+/// into a replica whose data replaced the grant. So the reply callback asks
+/// `stands` first (the client's database selected), and a grant that no
+/// longer stands is told as nil (not locked), never as held.
+#[derive(Debug)]
+pub struct Held {
+    pub stands: fn(&Context, &Held) -> bool,
+    pub jid: Vec<u8>,
+    /// Each key with the token granted on it.
+    pub keys: Vec<(Vec<u8>, i64)>,
+    /// An array of tokens (LOCKALL), or one.
+    pub many: bool,
+}
+
+/// The same grant (whatever checks it).
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.jid, &self.keys, self.many) == (&other.jid, &other.keys, other.many)
+    }
+}
+
+impl Eq for Held {}
 
 /// What Redis calls back for a blocked client, besides the reply that
 /// [`unblock`] gives it.
@@ -91,6 +119,19 @@ extern "C" fn waiter_reply(
             tokens.iter().map(|&t| RedisValue::Integer(t)).collect(),
         )),
         Some(WaiterReply::Error(e)) => Err(RedisError::String(e.clone())),
+        Some(WaiterReply::Held(held)) => {
+            let stands = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                (held.stands)(&context, held)
+            }))
+            .unwrap_or(false);
+            match held.keys.as_slice() {
+                _ if !stands => Ok(RedisValue::Null),
+                [(_, token)] if !held.many => Ok(RedisValue::Integer(*token)),
+                keys => Ok(RedisValue::Array(
+                    keys.iter().map(|&(_, t)| RedisValue::Integer(t)).collect(),
+                )),
+            }
+        }
         None => Ok(RedisValue::Null),
     };
     context.reply(reply);

@@ -27,7 +27,7 @@ mod timers;
 
 pub use acl::{AclUser, Categories, NoCaller, add_acl_category, caller_name, set_acl_categories};
 pub use alloc::RedisAllocator;
-pub use blocking::{BlockHandler, Blocked, WaiterReply, block_client, unblock};
+pub use blocking::{BlockHandler, Blocked, Held, WaiterReply, block_client, unblock};
 pub use cluster::{
     MigrationHandler, MigrationStep, SlotRange, key_slot, set_module_options,
     subscribe_slot_migrations, writes_paused,

@@ -165,7 +165,7 @@ pub(super) fn serve_reserved(ctx: &Context, key: &[u8]) -> Option<Vec<Vec<u8>>> 
         ServedAll::Failed(NO_KEY_PERMISSION.to_owned())
     };
     let reply = match served {
-        ServedAll::Granted(tokens) => Some(WaiterReply::Tokens(tokens)),
+        ServedAll::Granted(tokens) => Some(waiter.call.granted(tokens)),
         ServedAll::Failed(e) => Some(WaiterReply::Error(e)),
         ServedAll::Lapsed => {
             metrics::record(now_ms(), Some(&waiter.lock_type), Event::TimedOut);

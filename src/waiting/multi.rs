@@ -60,6 +60,11 @@ pub trait AllCall {
     fn lapsed(&self, _now: i64) -> bool {
         false
     }
+
+    /// What a waiter granted `tokens` is told, as [`Call::granted`](super::Call::granted).
+    fn granted(&self, tokens: Vec<i64>) -> crate::ffi::WaiterReply {
+        crate::ffi::WaiterReply::Tokens(tokens)
+    }
 }
 
 /// One blocked call over several keys.
