@@ -14,9 +14,9 @@ Gem::Specification.new do |spec|
   spec.authors = ["redis-unique contributors"]
   spec.license = "MIT"
   spec.required_ruby_version = ">= 3.1"
-  spec.files = Dir["lib/**/*.rb", "lib/redis_unique/web/**/*.{erb,yml,js}", "bin/*", "examples/*.rb", "README.md"]
+  spec.files = Dir["lib/**/*.rb", "lib/redis_unique/redis_unique.lua", "lib/redis_unique/web/**/*.{erb,yml,js}", "bin/*", "examples/*.rb", "README.md"]
   spec.bindir = "bin"
-  spec.executables = ["redis-unique-migrate"]
+  spec.executables = ["redis-unique", "redis-unique-migrate"]
   spec.require_paths = ["lib"]
   spec.add_dependency "connection_pool", ">= 2.2"
   # Either client library works (redis-rb 4.x/5.x, or redis-client through Sidekiq 7);
