@@ -110,6 +110,39 @@ class FunctionsSidekiqTest < Minitest::Test
     wait_until(message: "the runtime lock freed") { plain.locked_by(run_key).empty? }
   end
 
+  # ReliableFetch's transactions (the acknowledgement's unlock, a graceful restart keeping
+  # the lock) carry the library's FCALL in place of UNIQUE.*.
+  def test_reliable_fetch_keeps_the_lock_through_a_graceful_restart
+    reliable = File.expand_path("app/reliable_app.rb", __dir__)
+    start = lambda do
+      RedisUnique::Harness::SidekiqProcess.new(app: reliable, redis_url: Plain.server.url, queues: %w[rf_fn],
+                                               concurrency: 2, env: TestSuite.sidekiq_env).tap do |p|
+        (@procs ||= []) << p
+        p.wait_ready(Plain.conn)
+      end
+    end
+    old = start.call
+    jid = ::Sidekiq::Client.via(Plain.pool) do
+      UntilExecutedDefaultJob.set(queue: "rf_fn").perform_async(token, { "hold" => true })
+    end
+    digest = digest_of(UntilExecutedDefaultJob, token, { "hold" => true }, queue: "rf_fn")
+    wait_events("start")
+    assert_equal [[jid, old.identity]], plain.holders(digest).map { |h| [h.jid, h.owner] }
+    old.stop(timeout: 20) # TERM: -t 3, then the hard shutdown's bulk_requeue
+    assert_equal [jid], Plain.conn.call("LRANGE", "queue:rf_fn", 0, -1).map { |j| JSON.parse(j)["jid"] }
+    assert_equal [[jid, RedisUnique::Sidekiq::QUEUED_OWNER]], plain.holders(digest).map { |h| [h.jid, h.owner] }
+    fresh = start.call
+    wait_events("start", 2)
+    release
+    wait_events("done")
+    wait_until(message: "the lock freed and the working list empty") do
+      plain.locked_by(digest).empty? &&
+        Plain.conn.call("LLEN", RedisUnique::Sidekiq::ReliableFetch.working_key(fresh.identity)).zero?
+    end
+  ensure
+    (@procs || []).each(&:stop)
+  end
+
   def test_a_limiter_runs_two_at_once_and_the_third_waits_its_turn
     jids = Array.new(3) { push(LimiterJob, token, { "hold" => true, "running" => true }) }
     key = "limiter:#{token}"
