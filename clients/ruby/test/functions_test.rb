@@ -227,6 +227,30 @@ class FunctionsTest < Minitest::Test
     assert_equal [["UNIQUE.LOCK", "t", "a"]], client.connection.batch_argv([["UNIQUE.LOCK", "t", "a"]])
   end
 
+  # The README's example "Without the module", replayed on the server without it: each
+  # `# => value` checked (a Class: an instance of it).
+  def test_the_readmes_example_without_the_module
+    readme = File.read(File.join(RedisUnique::Harness::RUBY_DIR, "README.md"))
+    section = readme[/^## Without the module: managed Redis and Valkey\n(.*?)(?=^## )/m, 1]
+    code = section[/^```ruby\n(.*?)^```\n/m, 1].sub("redis://localhost:6379/0", @plain.url)
+    scope = Object.new.instance_eval { binding }
+    pending = +""
+    checked = 0
+    code.each_line do |line|
+      part, expected = line.split(/\s+# => /, 2)
+      pending << part << "\n"
+      next unless expected
+
+      value = scope.eval(pending)
+      want = scope.eval(expected.strip)
+      want.is_a?(Class) ? assert_kind_of(want, value, line) : assert_equal(want, value, line)
+      pending = +""
+      checked += 1
+    end
+    assert_equal 4, checked
+    assert_equal F.version, library_version
+  end
+
   def test_the_wake_list_hashes_with_the_lock_key
     assert_equal 0x31C3, F.crc16("123456789")
     assert_equal 12_182, F.key_slot("foo")
