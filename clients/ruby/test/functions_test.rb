@@ -80,6 +80,22 @@ class FunctionsTest < Minitest::Test
     @admin.raw(%w[ACL DELUSER nomodule])
   end
 
+  # Where COMMAND is refused too, a probe read tells (a server looks a command up before
+  # its ACL: only a missing module answers "unknown command").
+  def test_the_choice_works_where_command_is_forbidden
+    # with the module, the probe refused as well (NOPERM: the module is there)
+    [[@admin, @plain.url, false, []], [conn, TestSuite.url, true, ["-unique.lockedby"]]].each do |admin, url, with_module, more|
+      admin.raw(["ACL", "SETUSER", "nocommand", "on", ">pw", "~*", "&*", "+@all", "-command", "-module", *more])
+      begin
+        c = plain_client(url.sub("redis://", "redis://nocommand:pw@"))
+        assert_equal with_module, c.module_loaded?, url
+        assert_equal with_module ? "module" : "functions", c.connection.backend, url
+      ensure
+        admin.raw(%w[ACL DELUSER nocommand])
+      end
+    end
+  end
+
   def test_an_older_library_is_replaced_and_a_lost_one_loaded_again
     @admin.raw(["FUNCTION", "LOAD", "REPLACE", F.source.sub(/^local VERSION = \d+/, "local VERSION = 0")])
     assert_equal 0, library_version

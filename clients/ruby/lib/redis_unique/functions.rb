@@ -86,13 +86,26 @@ module RedisUnique
       end
 
       # true when the server answers COMMAND INFO unique.lock with the command (allowed
-      # where MODULE LIST is not).
+      # where MODULE LIST is not). Where COMMAND is refused too, a read of a probe key tells:
+      # a server looks a command up before its ACL, so only a missing module answers
+      # "unknown command".
       def module_loaded?(connection)
-        reply = connection.raw(%w[COMMAND INFO unique.lock])
+        reply = begin
+          connection.raw(%w[COMMAND INFO unique.lock])
+        rescue CommandError
+          return probe(connection)
+        end
         reply = reply.values if reply.is_a?(Hash)
         Array(reply).any? { |entry| !entry.nil? && entry != [] }
-      rescue CommandError
+      end
+
+      def probe(connection)
+        connection.raw(["UNIQUE.LOCKEDBY", "redis-unique:probe"])
+        true
+      rescue ModuleNotLoaded
         false
+      rescue CommandError
+        true
       end
 
       # The operator's command, for the message of FunctionsNotLoaded.
