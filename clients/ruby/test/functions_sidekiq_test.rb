@@ -143,6 +143,27 @@ class FunctionsSidekiqTest < Minitest::Test
     (@procs || []).each(&:stop)
   end
 
+  # The dead-owner reaper on the library: `kill -9` a process mid-job; a survivor's reaper
+  # frees its while_executing lock (REAP OWNER: SCAN ... TYPE hash and the library per key).
+  def test_kill_9_in_the_middle_of_a_while_executing_job_is_reaped
+    victim = RedisUnique::Harness::SidekiqProcess.new(app: APP, redis_url: Plain.server.url, queues: %w[victim],
+                                                      concurrency: 2, env: TestSuite.sidekiq_env)
+    victim.wait_ready(Plain.conn)
+    jid = ::Sidekiq::Client.via(Plain.pool) do
+      WhileExecutingDefaultJob.set(queue: "victim").perform_async(token, { "hold" => true })
+    end
+    wait_events("start")
+    run_key = "#{digest_of(WhileExecutingDefaultJob, token, { "hold" => true }, queue: "victim")}:RUN"
+    assert_equal [[jid, victim.identity]], plain.holders(run_key).map { |h| [h.jid, h.owner] }
+    reaped_before = plain.metrics.dig("types", "while_executing", "reaped").to_i
+    victim.kill9
+    wait_until(interval: 0.1, message: "the dead process's lock freed") { plain.locked_by(run_key).empty? }
+    assert_equal reaped_before + 1, plain.metrics.dig("types", "while_executing", "reaped").to_i,
+                 "freed by REAP OWNER (counted as reaped), not by a lease"
+  ensure
+    victim&.stop
+  end
+
   def test_a_limiter_runs_two_at_once_and_the_third_waits_its_turn
     jids = Array.new(3) { push(LimiterJob, token, { "hold" => true, "running" => true }) }
     key = "limiter:#{token}"
