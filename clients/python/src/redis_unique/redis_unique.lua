@@ -413,45 +413,50 @@ local EVENTS = {'acquired', 'renewed', 'denied', 'released', 'unlock_missed', 'e
                 'timed_out', 'rate_denied'}
 
 local function metrics(mkey)
-    return setmetatable({key = mkey, add = {}}, Metrics)
+    return setmetatable({key = mkey, add = {}, order = {}}, Metrics)
 end
 
+-- One field an event: "event|type" where the event has a type (every one but
+-- unlock_missed), else "event|"; the totals and the holders gauge are summed
+-- from them when read (METRICS), so a call writes one field an event it had.
 function Metrics:count(lock_type, event, n)
     if not self.key then return end
     n = n or 1
-    local f = event .. '|'
-    self.add[f] = (self.add[f] or 0) + n
-    if lock_type then
-        local t = event .. '|' .. lock_type
-        self.add[t] = (self.add[t] or 0) + n
+    local f = event .. '|' .. (lock_type or '')
+    local add = self.add
+    if add[f] == nil then
+        self.order[#self.order + 1] = f
+        add[f] = n
+    else
+        add[f] = add[f] + n
     end
 end
 
+-- The gauge of lock keys (the holders are summed from the events).
 function Metrics:gauge(name, n)
-    if not self.key or n == 0 then return end
-    self.add[name] = (self.add[name] or 0) + n
+    if n ~= 0 then self:count(nil, name, n) end
 end
 
 function Metrics:flush()
-    if not self.key then return end
-    for f, n in pairs(self.add) do
-        local ev, ty = f:match('^([^|]*)|(.+)$')
-        if ty and not self.types_seen then self.types_seen = {} end
-        if ty and not self.types_seen[ty] then
-            -- At most MAX_TYPES type names; the rest count under `other`.
-            if redis.call('HSETNX', self.key, 'type|' .. ty, '1') == 1 then
-                local known = redis.call('HINCRBY', self.key, '~types', 1)
-                if known > MAX_TYPES then
-                    redis.call('HDEL', self.key, 'type|' .. ty)
-                    redis.call('HINCRBY', self.key, '~types', -1)
-                    redis.call('HSETNX', self.key, 'type|other', '1')
-                    ty = 'other'
+    local key = self.key
+    if not key then return end
+    for _, f in ipairs(self.order) do
+        local n = self.add[f]
+        if n ~= 0 then
+            local field = f:sub(1, 1) == '~' and f:sub(1, -2) or f
+            local v = redis.call('HINCRBY', key, field, n)
+            local ev, ty = f:match('^([^|]*)|(.+)$')
+            -- A field just made: the type's first of this event. At most MAX_TYPES type
+            -- names; the rest count under `other`.
+            if ty and v == n and ty ~= 'other' and redis.call('HSETNX', key, 'type|' .. ty, '1') == 1 then
+                if redis.call('HINCRBY', key, '~types', 1) > MAX_TYPES then
+                    redis.call('HDEL', key, 'type|' .. ty, f)
+                    redis.call('HINCRBY', key, '~types', -1)
+                    redis.call('HSETNX', key, 'type|other', '1')
+                    redis.call('HINCRBY', key, ev .. '|other', n)
                 end
             end
-            self.types_seen[ty] = true
         end
-        if ty and ty ~= f:match('^[^|]*|(.+)$') then f = ev .. '|other' end
-        redis.call('HINCRBY', self.key, f, n)
     end
 end
 
@@ -489,7 +494,6 @@ local function prune(st, now, m)
             gone = gone + 1
         end
     end
-    m:gauge('~holders', -gone)
     return gone
 end
 
@@ -576,7 +580,6 @@ local function try_lock(st, jid, o, now, m, ahead)
     st.holders[jid] = nh
     st.dirty['h:' .. jid] = nh
     m:count(nh[4], 'acquired')
-    m:gauge('~holders', 1)
     return 'granted', tok
 end
 
@@ -775,7 +778,8 @@ local function store(key, st, now, m, wake)
         if st.had_waiters then redis.call('DEL', wake) end
         return
     end
-    if not st.exists or redis.call('EXISTS', key) == 0 then
+    if st.exists and next(st.dirty) == nil then return end
+    if not st.exists then
         m:gauge('~locks', 1)
         st.dirty['~t'] = string.format('%d', st.token or 0)
     end
@@ -958,7 +962,6 @@ local function f_unlock(keys, argv)
         st.holders[jid] = nil
         st.dirty['h:' .. jid] = false
         m:count(h[4], 'released')
-        m:gauge('~holders', -1)
         reply = 1
     else
         m:count(nil, 'unlock_missed')
@@ -1115,7 +1118,6 @@ local function f_reapkey(keys, argv)
                 st.holders[jid] = nil
                 st.dirty['h:' .. jid] = false
                 m:count(h[4], 'reaped')
-                m:gauge('~holders', -1)
                 gone = gone + 1
             end
         end
@@ -1162,9 +1164,7 @@ local function f_metrics(keys, argv)
         local f, v = flat[j], tonumber(flat[j + 1])
         if f == '~locks' then
             locks = math.max(v, 0)
-        elseif f == '~holders' then
-            holders = math.max(v, 0)
-        else
+        elseif f:sub(1, 1) ~= '~' then
             local ev, ty = f:match('^([^|]*)|(.*)$')
             if ev == 'type' then
                 if not types[ty] then
@@ -1172,7 +1172,8 @@ local function f_metrics(keys, argv)
                     names[#names + 1] = ty
                 end
             elseif ev and ty == '' then
-                total[ev] = v
+                -- the one event without a type (an earlier layout's totals are summed below)
+                if ev == 'unlock_missed' then total[ev] = v end
             elseif ev then
                 if not types[ty] then
                     types[ty] = {}
@@ -1183,6 +1184,16 @@ local function f_metrics(keys, argv)
         end
     end
     table.sort(names)
+    -- the totals and the holders, summed from the types' counters
+    local held = 0
+    for _, ty in ipairs(names) do
+        local c = types[ty]
+        for _, e in ipairs(EVENTS) do
+            if e ~= 'unlock_missed' then total[e] = total[e] + (c[e] or 0) end
+        end
+        held = held + (c.acquired or 0) - (c.released or 0) - (c.expired or 0) - (c.reaped or 0)
+    end
+    holders = math.max(held, 0)
     local function counters(c)
         local out = {}
         for _, e in ipairs(EVENTS) do
