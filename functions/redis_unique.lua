@@ -350,12 +350,9 @@ end
 -- The lock's state, read whole, changed in memory, written back field by field.
 
 local function load(key)
-    -- one call: HGETALL of a key of another type is WRONGTYPE, of none an empty list
-    local flat = redis.pcall('HGETALL', key)
-    if type(flat) == 'table' and flat.err then
-        if flat.err:sub(1, 9) == 'WRONGTYPE' then fail(E_WRONGTYPE) end
-        fail(flat.err)
-    end
+    -- one call: HGETALL of a key of another type raises WRONGTYPE (the reply, through
+    -- `guarded`), of none an empty list
+    local flat = redis.call('HGETALL', key)
     if #flat == 0 then
         return {holders = {}, waiters = {}, grants = {}, token = 0, seq = 0, exists = false, dirty = {},
             starts = {}, clock = {0, 0}}
@@ -445,10 +442,11 @@ function Metrics:flush()
         if n ~= 0 then
             local field = f:sub(1, 1) == '~' and f:sub(1, -2) or f
             local v = redis.call('HINCRBY', key, field, n)
-            local ev, ty = f:match('^([^|]*)|(.+)$')
+            local ev, ty
+            if v == n then ev, ty = f:match('^([^|]*)|(.+)$') end
             -- A field just made: the type's first of this event. At most MAX_TYPES type
             -- names; the rest count under `other`.
-            if ty and v == n and ty ~= 'other' and redis.call('HSETNX', key, 'type|' .. ty, '1') == 1 then
+            if ty and ty ~= 'other' and redis.call('HSETNX', key, 'type|' .. ty, '1') == 1 then
                 if redis.call('HINCRBY', key, '~types', 1) > MAX_TYPES then
                     redis.call('HDEL', key, 'type|' .. ty, f)
                     redis.call('HINCRBY', key, '~types', -1)
@@ -667,6 +665,7 @@ end
 -- wake list.
 local function serve(st, now, m, wake)
     local served = 0
+    if #st.waiters == 0 then return served end
     while true do
         -- waiters gone (their client stopped asking) are forgotten
         local i = 1
