@@ -117,3 +117,44 @@ def test_the_library_keeps_the_turns_only_while_groups_wait(servers):
     wait_for(lambda: not {b"~c", b"c:A"} & set(conn.hkeys(key)), message="the turns to go")
     assert [h.jid for h in c.holders(key)] == ["A1"]
     conn.close()
+
+
+def test_the_library_moves_its_clock_back_before_tags_leave_a_doubles_exact_integers(servers):
+    # Tags are kept below 2^51: a grant past it moves every start and the clock back
+    # together, so the order stands. The tags are set just below it while A1, A2 and B1 wait.
+    _, library = servers
+    conn = library.client()
+    c = Client(conn)
+    key = "turns:rebase"
+    ran: List[str] = []
+    release = threading.Event()
+    assert c.lock(key, "gate", limit=1, ttl=60) is not None
+
+    def waiter(name: str) -> None:
+        mine = Client(library.client())
+        assert mine.lock(key, name, limit=1, ttl=60, wait=60, group=name[0]) is not None
+        ran.append(name)
+        release.wait(60)
+        mine.unlock(key, name)
+
+    threads = []
+    for n, name in enumerate(["A1", "A2", "B1"], 1):
+        threads.append(threading.Thread(target=waiter, args=(name,), daemon=True))
+        threads[-1].start()
+        wait_for(lambda: c.waiters(key) == n, message="%s to wait" % name)
+    near = 2 ** 51 - 10
+    for field in (b"~c", b"c:A", b"c:B"):
+        finish, stamp = conn.hget(key, field).split()
+        conn.hset(key, field, "%d %s" % (int(finish) + near, stamp.decode()))
+    assert c.unlock(key, "gate")
+    wait_for(lambda: ran == ["A1"], message="A1 to be served")
+    # A1's grant went past 2^51: the clock and the starts moved back by the same amount
+    clock = int(conn.hget(key, b"~c").split()[0])
+    starts = {g: int(conn.hget(key, g).split()[0]) for g in (b"c:A", b"c:B")}
+    assert 0 <= clock < 2 ** 40 and starts[b"c:A"] == clock and starts[b"c:B"] < clock, (clock, starts)
+    release.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert ran == ["A1", "B1", "A2"]
+    wait_for(lambda: c.waiters(key) == 0 and c.holders(key) == [], message="the key to be free")
+    conn.close()
