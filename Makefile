@@ -297,9 +297,14 @@ clients/node/node_modules/.installed: clients/node/package-lock.json
 
 node-deps: clients/node/node_modules/.installed
 
-## test-node: the Node client's tests (real redis-server, real BullMQ workers in child processes)
+## test-node: the Node client's tests (real redis-server, real BullMQ workers in child processes),
+## then the BullMQ workers on a server started WITHOUT the module, so every call goes through
+## the Functions library (NODE_FUNCTIONS_TESTS; the library's own tests run in the first)
+NODE_FUNCTIONS_TESTS ?= test/bullmq.test.mjs test/bullmq-limits.test.mjs test/bullmq-turns.test.mjs
 test-node: deps node-deps $(NODE_DIST) $(MODULE)
 	cd clients/node && $(SUITE) node -- npm test --silent
+	cd clients/node && REDIS_UNIQUE_TEST_BACKEND=functions $(SUITE) node-functions -- \
+		npm test --silent -- $(NODE_FUNCTIONS_TESTS)
 
 # The package's build (tsc, ESM and CommonJS), redone only when its sources change.
 $(NODE_DIST): $(wildcard clients/node/src/*.ts clients/node/src/**/*.ts) clients/node/package.json \

@@ -1,6 +1,10 @@
 """The Functions library against the module and the Lua designs of bench/lua, on the same
 server in the same run: LOCK (a grant), a renewal, a denial and UNLOCK, one client,
-pipelined in batches of 100 (requests a second) and one at a time (µs a call, median).
+pipelined in batches of 100 (requests a second) and one at a time (µs a call, median);
+then the server's own time a call of each (INFO commandstats, usec_per_call: what a call
+costs the server, without the client's share, on a machine that others share). The library
+runs twice: with its counters (`unique:metrics`, declared on a server that is not a
+cluster) and without them, as on a cluster, which is the same work as the designs'.
 The server loads the module and the library (FUNCTION LOAD), so each design runs beside the
 others. FUNCTIONS_BENCH_N sets the calls per cell (default 20000).
 
@@ -63,6 +67,9 @@ def designs(r: redis.Redis) -> dict:
     def lib(fn_name: str, key: str, *args):
         return ("FCALL", fn_name, 3, key, wake_key(key), METRICS_KEY) + args
 
+    def bare(fn_name: str, key: str, *args):
+        return ("FCALL", fn_name, 2, key, wake_key(key)) + args
+
     return {
         "module": {
             "lock": lambda k, j: ("UNIQUE.LOCK", k, j, "TTL", 60000),
@@ -71,6 +78,10 @@ def designs(r: redis.Redis) -> dict:
         "library": {
             "lock": lambda k, j: lib("unique_lock", k, j, "TTL", 60000),
             "unlock": lambda k, j: lib("unique_unlock", k, j),
+        },
+        "library, no counters (as on a cluster)": {
+            "lock": lambda k, j: bare("unique_lock", k, j, "TTL", 60000),
+            "unlock": lambda k, j: bare("unique_unlock", k, j),
         },
         "sidekiq-unique-jobs v9 (bench/lua)": {
             "lock": lambda k, j: ("EVALSHA", lock_sha, 2, k, "uniquejobs:digests", j, 1, "{}", now(), k, 60000),
@@ -83,7 +94,20 @@ def designs(r: redis.Redis) -> dict:
     }
 
 
-def pipelined(r: redis.Redis, build, n: int) -> float:
+# The commands the cells send; a script's own calls are counted apart (and inside its time).
+OUTER = ("cmdstat_fcall", "cmdstat_evalsha", "cmdstat_unique.lock", "cmdstat_unique.unlock", "cmdstat_zrem")
+
+
+def server_usec(r: redis.Redis) -> float:
+    """µs the server spent a call sent since the last CONFIG RESETSTAT."""
+    stats = r.info("commandstats")
+    spent = sum(v["usec"] for k, v in stats.items() if k in OUTER)
+    calls = sum(v["calls"] for k, v in stats.items() if k in OUTER)
+    return spent / max(calls, 1)
+
+
+def pipelined(r: redis.Redis, build, n: int, usec: list) -> float:
+    r.config_resetstat()
     start = time.perf_counter()
     done = 0
     while done < n:
@@ -92,7 +116,9 @@ def pipelined(r: redis.Redis, build, n: int) -> float:
             pipe.execute_command(*build(i))
         pipe.execute()
         done += 100
-    return n / (time.perf_counter() - start)
+    rate = n / (time.perf_counter() - start)
+    usec.append(server_usec(r))
+    return rate
 
 
 def single(r: redis.Redis, build, n: int) -> float:
@@ -112,18 +138,25 @@ def main() -> None:
         for name, cmd in designs(r).items():
             r.flushall()
             lock, unlock = cmd["lock"], cmd["unlock"]
-            grant = pipelined(r, lambda i: lock("b:%s:%d" % (name[:3], i), "j"), N)
-            renew = pipelined(r, lambda i: lock("b:%s:%d" % (name[:3], i), "j"), N)
-            deny = pipelined(r, lambda i: lock("b:%s:%d" % (name[:3], i), "other"), N)
-            release = pipelined(r, lambda i: unlock("b:%s:%d" % (name[:3], i), "j"), N)
+            usec: list = []
+            grant = pipelined(r, lambda i: lock("b:%s:%d" % (name[:3], i), "j"), N, usec)
+            renew = pipelined(r, lambda i: lock("b:%s:%d" % (name[:3], i), "j"), N, usec)
+            deny = pipelined(r, lambda i: lock("b:%s:%d" % (name[:3], i), "other"), N, usec)
+            release = pipelined(r, lambda i: unlock("b:%s:%d" % (name[:3], i), "j"), N, usec)
             one = single(r, lambda i: lock("s:%s:%d" % (name[:3], i), "j"), min(N, 5000))
-            rows.append((name, grant, renew, deny, release, one))
+            rows.append((name, grant, renew, deny, release, one, usec))
         version = r.info("server").get("redis_version")
         print("Redis %s, one client, %d calls a cell, pipelined by 100 (calls/s); one at a time (median µs)" % (version, N))
         print("| design | grant/s | renewal/s | denial/s | unlock/s | grant, one at a time (µs) |")
         print("| --- | ---: | ---: | ---: | ---: | ---: |")
-        for name, *cells in rows:
+        for name, *cells, _ in rows:
             print("| %s | %s |" % (name, " | ".join(("%.0f" % c) if i < 4 else ("%.1f" % c) for i, c in enumerate(cells))))
+        print()
+        print("The server's time a call (INFO commandstats usec_per_call, µs), pipelined")
+        print("| design | grant | renewal | denial | unlock |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for name, *_, usec in rows:
+            print("| %s | %s |" % (name, " | ".join("%.1f" % u for u in usec)))
     finally:
         proc.kill()
         proc.wait()

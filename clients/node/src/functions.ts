@@ -129,6 +129,9 @@ export function fcallArgv(argv: string[], cluster = false): string[] {
   throw new NotInFunctionsError(name);
 }
 
+/** The server's timer tick in ms at Redis's and Valkey's default hz (10): a BLPOP times out on a tick. */
+const BLOCK_TICK = 100;
+
 function hasWait(argv: string[]): boolean {
   for (let i = 3; i < argv.length - 1; i += 2) if (argv[i]!.toUpperCase() === "WAIT") return true;
   return false;
@@ -136,6 +139,25 @@ function hasWait(argv: string[]): boolean {
 
 function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/** A cluster node as ioredis gives it. */
+type Sender = { call(command: string, ...args: string[]): Promise<unknown> };
+
+/** Loads the library on one server where it is absent or older than this package's. */
+async function loadOn(send: (argv: string[]) => Promise<Reply>): Promise<void> {
+  let have: number | null = null;
+  try {
+    have = Number(await send(["FCALL_RO", "unique_version", "0"]));
+  } catch (err) {
+    if (!/function not found/i.test(errorText(err))) throw err;
+  }
+  if (have !== null && have >= LIBRARY_VERSION) return;
+  try {
+    await send(["FUNCTION", "LOAD", "REPLACE", LIBRARY]);
+  } catch (err) {
+    throw new FunctionsNotLoadedError(errorText(err));
+  }
 }
 
 /** What the Transports of one Redis client share: the backend found, once. */
@@ -151,6 +173,8 @@ export class FunctionsTransport implements Transport {
     readonly inner: Transport,
     private readonly choice: Choice = new Choice(),
     readonly cluster = false,
+    /** A cluster's primaries now (ioredis's `nodes("master")`): the library is loaded on each. */
+    private readonly primaries?: () => Sender[],
   ) {
     if (inner.onEnd) this.onEnd = (listener) => inner.onEnd!(listener);
   }
@@ -178,20 +202,14 @@ export class FunctionsTransport implements Transport {
     return found;
   }
 
-  /** Loads the library when it is absent or older than this package's. */
+  /**
+   * Loads the library where it is absent or older than this package's: on a cluster on every
+   * primary (a call with no key reaches any one node), else on the server.
+   */
   async ensureLoaded(): Promise<void> {
-    let have: number | null = null;
-    try {
-      have = Number(await this.inner.send(["FCALL_RO", "unique_version", "0"]));
-    } catch (err) {
-      if (!/function not found/i.test(errorText(err))) throw err;
-    }
-    if (have !== null && have >= LIBRARY_VERSION) return;
-    try {
-      await this.inner.send(["FUNCTION", "LOAD", "REPLACE", LIBRARY]);
-    } catch (err) {
-      throw new FunctionsNotLoadedError(errorText(err));
-    }
+    const nodes = this.primaries?.() ?? [];
+    if (nodes.length === 0) return loadOn((argv) => this.inner.send(argv));
+    await Promise.all(nodes.map((node) => loadOn((argv) => node.call(argv[0]!, ...argv.slice(1)) as Promise<Reply>)));
   }
 
   private async fcall(argv: string[]): Promise<Reply> {
@@ -216,9 +234,16 @@ export class FunctionsTransport implements Transport {
     const seq = String(reply[0]);
     for (;;) {
       const ms = Math.max(Number(reply[1]), 1);
-      const popped = await this.inner.send(["BLPOP", keys[1]!, (ms / 1000).toFixed(3)]);
+      const until = Date.now() + ms;
+      // A BLPOP's timeout fires only at the server's next timer tick (100 ms at the default
+      // hz 10), so an instant the library named (a rate's next grant, a lease's end) would
+      // be missed by up to a tick: the last tick of the block is slept here instead, and the
+      // library asked at the instant itself. A grant in that last tick is found then.
+      let popped: Reply = null;
+      if (ms > BLOCK_TICK) popped = await this.inner.send(["BLPOP", keys[1]!, ((ms - BLOCK_TICK) / 1000).toFixed(3)]);
       // the wake-up popped goes back to the library: another waiter's is passed on
       const woke = Array.isArray(popped) && popped.length === 2 ? [String(popped[1])] : [];
+      if (woke.length === 0 && until > Date.now()) await new Promise((r) => setTimeout(r, until - Date.now()));
       reply = await this.fcall(["FCALL", "unique_wait", String(keys.length), ...keys, seq, ...woke]);
       if (!Array.isArray(reply)) return reply;
     }
@@ -247,7 +272,7 @@ export class FunctionsTransport implements Transport {
   }
 
   async duplicate(): Promise<Transport> {
-    return new FunctionsTransport(await this.inner.duplicate(), this.choice, this.cluster);
+    return new FunctionsTransport(await this.inner.duplicate(), this.choice, this.cluster, this.primaries);
   }
 
   close(): Promise<void> {
@@ -270,6 +295,7 @@ export function withFunctions(inner: Transport, redis: object): Transport {
     choice = new Choice();
     choices.set(redis, choice);
   }
-  const cluster = typeof (redis as { nodes?: unknown }).nodes === "function";
-  return new FunctionsTransport(inner, choice, cluster);
+  const nodes = (redis as { nodes?: (role: string) => Sender[] }).nodes;
+  const cluster = typeof nodes === "function";
+  return new FunctionsTransport(inner, choice, cluster, cluster ? () => nodes.call(redis, "master") : undefined);
 }

@@ -1,14 +1,19 @@
 // GroupLimit's `limits` with real BullMQ workers in child processes (test/bullmq-limits-worker.mjs):
 // per-tenant and global limits together, each job's slots taken in one atomic grant. Judged on
 // the server's state: its holders of every key, sampled in one transaction while the jobs run.
+// On a server without the module (REDIS_UNIQUE_TEST_BACKEND=functions) `limits` is refused: the
+// Functions library keeps single-key locks only (one atomic grant over keys of several hash
+// slots is the module's), so a real worker's job fails with the error that names the module.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import IORedis from "ioredis";
 import { Queue } from "bullmq";
-import { Client } from "../dist/esm/index.js";
+import { Client, NotInFunctionsError } from "../dist/esm/index.js";
 import { GroupLimit } from "../dist/esm/bullmq.js";
-import { startServer, waitFor, assertNoClientsLeft, workerProcesses, mostInAnyWindow } from "./helpers.mjs";
+import { BACKEND, startServer, waitFor, assertNoClientsLeft, workerProcesses, mostInAnyWindow } from "./helpers.mjs";
+
+const onModule = { skip: BACKEND === "functions" && "limits needs the module: refused on the library (below)" };
 
 let server, redis, client;
 const workers = workerProcesses(fileURLToPath(new URL("./bullmq-limits-worker.mjs", import.meta.url)), () => server.port);
@@ -35,7 +40,7 @@ async function stopWorkers() {
 /** The keys of a queue's limits, as the workers' GroupLimit names them. */
 const namer = () => new GroupLimit({ redis: client, limits: { tenant: { group: () => "", concurrency: 1 }, global: { concurrency: 1 } } });
 
-test("per-tenant 2 and global 5 on 3 worker processes: neither exceeded in any sample, no deadlock, every job runs", async () => {
+test("per-tenant 2 and global 5 on 3 worker processes: neither exceeded in any sample, no deadlock, every job runs", onModule, async () => {
   const name = "limits";
   const queue = new Queue(name, { connection: { host: "127.0.0.1", port: server.port } });
   await redis.del("workers", "started");
@@ -97,7 +102,7 @@ test("per-tenant 2 and global 5 on 3 worker processes: neither exceeded in any s
   await queue.close();
 });
 
-test("a rate per tenant beside the global limit: at most 10 grants a second of each tenant, on the server's clock", async () => {
+test("a rate per tenant beside the global limit: at most 10 grants a second of each tenant, on the server's clock", onModule, async () => {
   const name = "limits-rated";
   const queue = new Queue(name, { connection: { host: "127.0.0.1", port: server.port } });
   await redis.del("workers", "started", "grants:r0", "grants:r1");
@@ -122,7 +127,7 @@ test("a rate per tenant beside the global limit: at most 10 grants a second of e
   await queue.close();
 });
 
-test("a running job's slots of every limit are renewed together, and an UNLOCK of one is the loss of all", async () => {
+test("a running job's slots of every limit are renewed together, and an UNLOCK of one is the loss of all", onModule, async () => {
   const lost = [];
   const limit = new GroupLimit({
     // Renewed every third of the lease: 1200 ms is kept through a stall of the loaded
@@ -152,4 +157,26 @@ test("a running job's slots of every limit are renewed together, and an UNLOCK o
   assert.deepEqual(result.keys, keys);
   await client.unlockAll(keys, "renewed-1"); // the global hold, left to its lease by the refused renewal
   assert.deepEqual(await Promise.all(keys.map((key) => client.lockedBy(key))), [[], []]);
+});
+
+test("on the Functions library, limits is refused: a real worker's job fails with the error naming the module, holding nothing", { skip: BACKEND !== "functions" && "the module keeps limits (above)" }, async () => {
+  const name = "limits-refused";
+  const queue = new Queue(name, { connection: { host: "127.0.0.1", port: server.port } });
+  await redis.del("workers", "started");
+  startWorker(name, { CONCURRENCY: 2 });
+  await waitFor(async () => (await redis.llen("workers")) >= 1, { message: "the worker" });
+  const job = await queue.add("call", { tenant: "t0", ms: 5 });
+  await waitFor(async () => (await queue.getJobCounts("failed")).failed === 1, { message: "the job to fail" });
+  const failed = await queue.getJob(job.id);
+  assert.match(failed.failedReason, /UNIQUE\.LOCKALL needs the redis-unique module/);
+  assert.equal(await redis.llen("started"), 0, "the processor never ran");
+  const keys = namer();
+  for (const key of [keys.limitKey(name, "tenant", "t0"), keys.limitKey(name, "global")]) {
+    assert.deepEqual(await client.lockedBy(key), [], key);
+  }
+  // and the client refuses the call itself, before sending anything
+  await assert.rejects(client.lockAll(["a", "b"], "j"), NotInFunctionsError);
+  await stopWorkers();
+  await queue.obliterate({ force: true });
+  await queue.close();
 });

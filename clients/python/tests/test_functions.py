@@ -366,3 +366,19 @@ def test_a_wake_up_popped_by_a_waiter_not_granted_is_passed_on(lr, lib_server, f
     assert call(lr, "unlock", "hand", "h2") == 1 and call(lr, "unlock", "hand", "B") == 1
     a.join(60)
     assert [jid for jid, _ in out] == ["B", "A"]
+
+
+def test_metrics_count_64_type_names_and_the_rest_under_other(lr):
+    for i in range(70):
+        assert call(lr, "lock", "typed:%d" % i, "j", "TYPE", "t%02d" % i, "TTL", 60000) is not None
+    assert call(lr, "lock", "typed:69", "k", "TYPE", "t69") is None
+    assert call(lr, "unlock", "typed:0", "j") == 1
+    m = lr.execute_command("FCALL", "unique_metrics", 1, fn.METRICS_KEY)
+    m = dict(zip(m[::2], m[1::2]))
+    types = dict(zip(m[b"types"][::2], m[b"types"][1::2]))
+    assert len(types) == 65 and b"t63" in types and b"t64" not in types
+    other = dict(zip(types[b"other"][::2], types[b"other"][1::2]))
+    assert other[b"acquired"] == 6 and other[b"denied"] == 1
+    total = dict(zip(m[b"total"][::2], m[b"total"][1::2]))
+    assert total[b"acquired"] == 70 and total[b"denied"] == 1 and total[b"released"] == 1
+    assert m[b"holders"] == 69 and m[b"locks"] == 69
