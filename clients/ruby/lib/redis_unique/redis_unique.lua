@@ -12,11 +12,13 @@
 --   h:<jid>     a holder: cmsgpack {token, acquired_at, expires_at|-1, type, owner, meta, group, mode}
 --   w:<seq>     a waiter: cmsgpack {jid, deadline|-1, seen, options...}
 --   g:<seq>     a grant made to a waiter it has not taken yet: "token deadline"
+--   ~c          the turns' clock while someone waits: "now stamps" (see `serve`)
+--   c:<group>   a waiting group's start on that clock: "finish stamp" ("c:" for waiters of no group)
 -- Every function declares the lock key first, then its wake list (a list in the
 -- lock's hash slot, `wake_key` below, that waiters block on with BLPOP), then,
 -- on a server that is not a cluster, the counters' hash `unique:metrics`.
 
-local VERSION = 1
+local VERSION = 2
 
 local E_SYNTAX = 'ERR syntax error'
 local E_NUMOPT = 'ERR syntax error: a number where an option name belongs (TTL ms? WAIT ms? LIMIT n?)'
@@ -348,16 +350,15 @@ end
 -- The lock's state, read whole, changed in memory, written back field by field.
 
 local function load(key)
-    -- one call: HGETALL of a key of another type is WRONGTYPE, of none an empty list
-    local flat = redis.pcall('HGETALL', key)
-    if type(flat) == 'table' and flat.err then
-        if flat.err:sub(1, 9) == 'WRONGTYPE' then fail(E_WRONGTYPE) end
-        fail(flat.err)
-    end
+    -- one call: HGETALL of a key of another type raises WRONGTYPE (the reply, through
+    -- `guarded`), of none an empty list
+    local flat = redis.call('HGETALL', key)
     if #flat == 0 then
-        return {holders = {}, waiters = {}, grants = {}, token = 0, seq = 0, exists = false, dirty = {}}
+        return {holders = {}, waiters = {}, grants = {}, token = 0, seq = 0, exists = false, dirty = {},
+            starts = {}, clock = {0, 0}}
     end
-    local st = {holders = {}, waiters = {}, grants = {}, token = nil, seq = 0, exists = true, dirty = {}}
+    local st = {holders = {}, waiters = {}, grants = {}, token = nil, seq = 0, exists = true, dirty = {},
+        starts = {}, clock = {0, 0}}
     for i = 1, #flat, 2 do
         local f, v = flat[i], flat[i + 1]
         local p = f:sub(1, 2)
@@ -376,6 +377,12 @@ local function load(key)
             st.rate = rate_load(v)
         elseif f == '~s' then
             st.seq = tonumber(v)
+        elseif p == 'c:' then
+            local fin, stamp = v:match('^(%-?%d+) (%d+)$')
+            st.starts[f:sub(3)] = {tonumber(fin), tonumber(stamp)}
+        elseif f == '~c' then
+            local at, stamps = v:match('^(%-?%d+) (%d+)$')
+            st.clock = {tonumber(at), tonumber(stamps)}
         end
     end
     if st.token == nil then fail(E_WRONGTYPE) end
@@ -403,45 +410,51 @@ local EVENTS = {'acquired', 'renewed', 'denied', 'released', 'unlock_missed', 'e
                 'timed_out', 'rate_denied'}
 
 local function metrics(mkey)
-    return setmetatable({key = mkey, add = {}}, Metrics)
+    return setmetatable({key = mkey, add = {}, order = {}}, Metrics)
 end
 
+-- One field an event: "event|type" where the event has a type (every one but
+-- unlock_missed), else "event|"; the totals and the holders gauge are summed
+-- from them when read (METRICS), so a call writes one field an event it had.
 function Metrics:count(lock_type, event, n)
     if not self.key then return end
     n = n or 1
-    local f = event .. '|'
-    self.add[f] = (self.add[f] or 0) + n
-    if lock_type then
-        local t = event .. '|' .. lock_type
-        self.add[t] = (self.add[t] or 0) + n
+    local f = event .. '|' .. (lock_type or '')
+    local add = self.add
+    if add[f] == nil then
+        self.order[#self.order + 1] = f
+        add[f] = n
+    else
+        add[f] = add[f] + n
     end
 end
 
+-- The gauge of lock keys (the holders are summed from the events).
 function Metrics:gauge(name, n)
-    if not self.key or n == 0 then return end
-    self.add[name] = (self.add[name] or 0) + n
+    if n ~= 0 then self:count(nil, name, n) end
 end
 
 function Metrics:flush()
-    if not self.key then return end
-    for f, n in pairs(self.add) do
-        local ev, ty = f:match('^([^|]*)|(.+)$')
-        if ty and not self.types_seen then self.types_seen = {} end
-        if ty and not self.types_seen[ty] then
-            -- At most MAX_TYPES type names; the rest count under `other`.
-            if redis.call('HSETNX', self.key, 'type|' .. ty, '1') == 1 then
-                local known = redis.call('HINCRBY', self.key, '~types', 1)
-                if known > MAX_TYPES then
-                    redis.call('HDEL', self.key, 'type|' .. ty)
-                    redis.call('HINCRBY', self.key, '~types', -1)
-                    redis.call('HSETNX', self.key, 'type|other', '1')
-                    ty = 'other'
+    local key = self.key
+    if not key then return end
+    for _, f in ipairs(self.order) do
+        local n = self.add[f]
+        if n ~= 0 then
+            local field = f:sub(1, 1) == '~' and f:sub(1, -2) or f
+            local v = redis.call('HINCRBY', key, field, n)
+            local ev, ty
+            if v == n then ev, ty = f:match('^([^|]*)|(.+)$') end
+            -- A field just made: the type's first of this event. At most MAX_TYPES type
+            -- names; the rest count under `other`.
+            if ty and ty ~= 'other' and redis.call('HSETNX', key, 'type|' .. ty, '1') == 1 then
+                if redis.call('HINCRBY', key, '~types', 1) > MAX_TYPES then
+                    redis.call('HDEL', key, 'type|' .. ty, f)
+                    redis.call('HINCRBY', key, '~types', -1)
+                    redis.call('HSETNX', key, 'type|other', '1')
+                    redis.call('HINCRBY', key, ev .. '|other', n)
                 end
             end
-            self.types_seen[ty] = true
         end
-        if ty and ty ~= f:match('^[^|]*|(.+)$') then f = ev .. '|other' end
-        redis.call('HINCRBY', self.key, f, n)
     end
 end
 
@@ -479,7 +492,6 @@ local function prune(st, now, m)
             gone = gone + 1
         end
     end
-    m:gauge('~holders', -gone)
     return gone
 end
 
@@ -566,7 +578,6 @@ local function try_lock(st, jid, o, now, m, ahead)
     st.holders[jid] = nh
     st.dirty['h:' .. jid] = nh
     m:count(nh[4], 'acquired')
-    m:gauge('~holders', 1)
     return 'granted', tok
 end
 
@@ -580,12 +591,81 @@ local function drop_waiter(st, w)
     st.dirty['w:' .. w.seq] = false
 end
 
+---------------------------------------------------------------------------
+-- The turns of a key's waiting groups: the module's virtual clock
+-- (self-clocked fair queuing, docs/commands.md "Turns among groups that hold
+-- alike"). Each waiting group has a start on the key's clock (`c:<group>`);
+-- its next grant's finish tag is that start plus TURN / weight. A grant
+-- moves the group's start to that tag and the clock (`~c`) to it if later. A
+-- group that starts waiting starts at the clock (no credit banked, no debt);
+-- a group's start goes with its last waiter and the clock with the key's
+-- last waiter. Equal tags go to the one given first (a stamp counted on with
+-- each tag given).
+
+-- One turn: a multiple of every weight up to 16 (lcm 1..16 = 720,720) and
+-- of 4096, as the module's (720,720 << 40) is, so the common weights' turns
+-- add up exactly and compare as the module's. Tags are kept below 2^51
+-- (exact in a double) by moving every start and the clock back together.
+local TURN = 720720 * 4096
+local REBASE = 2 ^ 51
+
+local function turn_of(weight)
+    return math.floor(TURN / math.max(weight or 1, 1))
+end
+
+local function group_of(w)
+    return w.o.group or ''
+end
+
+-- A group that starts waiting joins at the current turn.
+local function join_turns(st, g)
+    if st.starts[g] then return end
+    local c = st.clock
+    c[2] = c[2] + 1
+    st.starts[g] = {c[1], c[2]}
+    st.dirty['c:' .. g] = true
+    st.dirty['~c'] = true
+end
+
+local function granted_turn(st, g, weight)
+    local start = st.starts[g]
+    if not start then return end
+    local c = st.clock
+    local finish = start[1] + turn_of(weight)
+    if finish > c[1] then c[1] = finish end
+    c[2] = c[2] + 1
+    st.starts[g] = {finish, c[2]}
+    st.dirty['c:' .. g] = true
+    st.dirty['~c'] = true
+    if c[1] >= REBASE then
+        local base = c[1]
+        for h, x in pairs(st.starts) do
+            x[1] = x[1] - base
+            st.dirty['c:' .. h] = true
+        end
+        c[1] = 0
+    end
+end
+
+-- Whether candidate `a` goes before `b`: the smaller share (held / weight,
+-- compared in integers), then the earlier finish tag, then the tag given
+-- first, then the older waiter.
+local function goes_before(a, b)
+    local x, y = a.held * b.weight, b.held * a.weight
+    if x ~= y then return x < y end
+    if a.finish ~= b.finish then return a.finish < b.finish end
+    if a.stamp ~= b.stamp then return a.stamp < b.stamp end
+    return a.seq < b.seq
+end
+
 -- Serves the waiters that fit, in the module's order: per group the first
--- waiter that fits, the group holding least for its weight first (ties: the
--- oldest waiter); never past a waiting writer. Each grant is a hold made
--- here and a wake-up pushed on the wake list.
+-- waiter that fits, the group holding least for its weight first, then the
+-- group whose turn comes first (above), then the oldest waiter; never past a
+-- waiting writer. Each grant is a hold made here and a wake-up pushed on the
+-- wake list.
 local function serve(st, now, m, wake)
     local served = 0
+    if #st.waiters == 0 then return served end
     while true do
         -- waiters gone (their client stopped asking) are forgotten
         local i = 1
@@ -606,7 +686,7 @@ local function serve(st, now, m, wake)
                 if w.o.mode == 'exclusive' and writer_seq == nil then writer_seq = w.seq end
             end
         end
-        local best, best_share
+        local best, best_turn
         local tried = {}
         for _, w in ipairs(st.waiters) do
             local g = w.o.group or ''
@@ -630,9 +710,13 @@ local function serve(st, now, m, wake)
                 end
                 if fits then
                     tried[g] = true
-                    local share = (c.groups[g] or 0) / (w.weight or 1)
-                    if best == nil or share < best_share then
-                        best, best_share = w, share
+                    join_turns(st, g)
+                    local start = st.starts[g]
+                    local weight = w.weight or 1
+                    local turn = {held = c.groups[g] or 0, weight = weight, finish = start[1] + turn_of(weight),
+                        stamp = start[2], seq = w.seq}
+                    if best == nil or goes_before(turn, best_turn) then
+                        best, best_turn = w, turn
                     end
                 end
             end
@@ -641,6 +725,7 @@ local function serve(st, now, m, wake)
         local ok, res, tok = pcall(try_lock, st, best.jid, best.o, now, m, false)
         drop_waiter(st, best)
         if ok and res == 'granted' then
+            granted_turn(st, group_of(best), best.weight)
             m:count(best.o.type or 'lock', 'waited')
             st.grants[tostring(best.seq)] = {tok, best.deadline, best.jid}
             st.dirty['g:' .. best.seq] = string.format('%d %d %s', tok, best.deadline, best.jid)
@@ -665,6 +750,25 @@ local function store(key, st, now, m, wake)
         ngrants = ngrants + 1
     end
     local rate_busy = st.rate and not rate_idle(st.rate, now)
+    -- the turns are kept only while groups wait: a group's start goes with its
+    -- last waiter, the clock with the key's last
+    local waiting, anyone = {}, false
+    for _, w in ipairs(st.waiters) do
+        if waiter_live(w, now) then
+            waiting[group_of(w)] = true
+            anyone = true
+        end
+    end
+    for g in pairs(st.starts) do
+        if not waiting[g] then
+            st.starts[g] = nil
+            st.dirty['c:' .. g] = false
+        end
+    end
+    if not anyone then
+        if st.clock[2] > 0 then st.dirty['~c'] = false end
+        st.clock = {0, 0}
+    end
     if nholders == 0 and #st.waiters == 0 and ngrants == 0 and not rate_busy then
         if st.exists then
             m:gauge('~locks', -1)
@@ -673,7 +777,8 @@ local function store(key, st, now, m, wake)
         if st.had_waiters then redis.call('DEL', wake) end
         return
     end
-    if not st.exists or redis.call('EXISTS', key) == 0 then
+    if st.exists and next(st.dirty) == nil then return end
+    if not st.exists then
         m:gauge('~locks', 1)
         st.dirty['~t'] = string.format('%d', st.token or 0)
     end
@@ -681,6 +786,13 @@ local function store(key, st, now, m, wake)
     for f, v in pairs(st.dirty) do
         if v == false then
             del[#del + 1] = f
+        elseif v == true then
+            -- the turns, written as they stand
+            local x = f == '~c' and st.clock or st.starts[f:sub(3)]
+            if x then
+                set[#set + 1] = f
+                set[#set + 1] = string.format('%d %d', x[1], x[2])
+            end
         elseif type(v) == 'table' then
             set[#set + 1] = f
             set[#set + 1] = hpack(v)
@@ -761,6 +873,7 @@ local function f_lock(keys, argv)
         if o.pxat then ms = math.max(1, math.min(ms, o.pxat - now)) end
         local w = {jid = jid, seq = seq, deadline = (o.wait > WAIT_FOREVER) and -1 or now + ms, seen = now, o = o,
             weight = o.weight}
+        join_turns(st, o.group or '')
         st.waiters[#st.waiters + 1] = w
         st.dirty['w:' .. seq] = wpack(w)
         if not st.token then st.token = 0 end
@@ -848,7 +961,6 @@ local function f_unlock(keys, argv)
         st.holders[jid] = nil
         st.dirty['h:' .. jid] = false
         m:count(h[4], 'released')
-        m:gauge('~holders', -1)
         reply = 1
     else
         m:count(nil, 'unlock_missed')
@@ -1005,7 +1117,6 @@ local function f_reapkey(keys, argv)
                 st.holders[jid] = nil
                 st.dirty['h:' .. jid] = false
                 m:count(h[4], 'reaped')
-                m:gauge('~holders', -1)
                 gone = gone + 1
             end
         end
@@ -1052,9 +1163,7 @@ local function f_metrics(keys, argv)
         local f, v = flat[j], tonumber(flat[j + 1])
         if f == '~locks' then
             locks = math.max(v, 0)
-        elseif f == '~holders' then
-            holders = math.max(v, 0)
-        else
+        elseif f:sub(1, 1) ~= '~' then
             local ev, ty = f:match('^([^|]*)|(.*)$')
             if ev == 'type' then
                 if not types[ty] then
@@ -1062,7 +1171,8 @@ local function f_metrics(keys, argv)
                     names[#names + 1] = ty
                 end
             elseif ev and ty == '' then
-                total[ev] = v
+                -- the one event without a type (an earlier layout's totals are summed below)
+                if ev == 'unlock_missed' then total[ev] = v end
             elseif ev then
                 if not types[ty] then
                     types[ty] = {}
@@ -1073,6 +1183,16 @@ local function f_metrics(keys, argv)
         end
     end
     table.sort(names)
+    -- the totals and the holders, summed from the types' counters
+    local held = 0
+    for _, ty in ipairs(names) do
+        local c = types[ty]
+        for _, e in ipairs(EVENTS) do
+            if e ~= 'unlock_missed' then total[e] = total[e] + (c[e] or 0) end
+        end
+        held = held + (c.acquired or 0) - (c.released or 0) - (c.expired or 0) - (c.reaped or 0)
+    end
+    holders = math.max(held, 0)
     local function counters(c)
         local out = {}
         for _, e in ipairs(EVENTS) do
