@@ -19,6 +19,7 @@ functions/redis_unique.lua).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
@@ -284,6 +285,18 @@ def _fcall(redis: Any, args: List[Any]) -> Any:
         return redis.execute_command(*args)
 
 
+# A BLPOP times out only on the server's timer tick (100 ms at the default hz 10), so an
+# instant the library names (a rate's next grant, a lease's end) would be missed by up to a
+# tick: the last tick of a block is slept on the client instead, and the library asked at the
+# instant itself. A grant in that last tick is found then.
+BLOCK_TICK_MS = 100
+
+
+def _seconds(ms: int) -> str:
+    """BLPOP's timeout in seconds: a fraction of one is fine from Redis 6 on."""
+    return "%.3f" % (ms / 1000.0)
+
+
 def _lock_wait(redis: Any, args: Sequence[Any]) -> Any:
     key = args[1]
     keys = _keys(redis, key)
@@ -293,9 +306,13 @@ def _lock_wait(redis: Any, args: Sequence[Any]) -> Any:
     seq = reply[0]
     try:
         while True:
-            block_ms = int(reply[1])
-            # BLPOP takes seconds: a fraction of one is fine from Redis 6 on
-            popped = redis.execute_command("BLPOP", keys[1], "%.3f" % (max(block_ms, 1) / 1000.0))
+            block_ms = max(int(reply[1]), 1)
+            until = time.monotonic() + block_ms / 1000.0
+            popped = None
+            if block_ms > BLOCK_TICK_MS:
+                popped = redis.execute_command("BLPOP", keys[1], _seconds(block_ms - BLOCK_TICK_MS))
+            if not popped:
+                time.sleep(max(until - time.monotonic(), 0.0))
             # the wake-up popped goes back to the library: another waiter's is passed on
             woke = [popped[1]] if popped else []
             reply = _fcall(redis, ["FCALL", "unique_wait", len(keys)] + keys + [seq] + woke)
@@ -519,7 +536,13 @@ async def execute_async(redis: Any, args: Sequence[Any]) -> Any:
     seq = reply[0]
     try:
         while True:
-            popped = await redis.execute_command("BLPOP", keys[1], "%.3f" % (max(int(reply[1]), 1) / 1000.0))
+            block_ms = max(int(reply[1]), 1)
+            until = time.monotonic() + block_ms / 1000.0
+            popped = None
+            if block_ms > BLOCK_TICK_MS:
+                popped = await redis.execute_command("BLPOP", keys[1], _seconds(block_ms - BLOCK_TICK_MS))
+            if not popped:
+                await asyncio.sleep(max(until - time.monotonic(), 0.0))
             woke = [popped[1]] if popped else []
             reply = await _fcall_async(redis, ["FCALL", "unique_wait", len(keys)] + keys + [seq] + woke)
             if not isinstance(reply, list):

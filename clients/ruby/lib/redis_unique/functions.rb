@@ -322,8 +322,7 @@ module RedisUnique
         answered = false
         begin
           loop do
-            seconds = [Integer(reply[1]), 1].max / 1000.0
-            popped = connection.raw(["BLPOP", keys[1], format("%.3f", seconds)], seconds)
+            popped = block(connection, keys[1], [Integer(reply[1]), 1].max)
             # the wake-up popped goes back to the library: another waiter's is passed on
             woke = popped.is_a?(Array) ? [popped[1]] : []
             reply = fcall(connection, ["FCALL", "unique_wait", keys.size, *keys, seq, *woke])
@@ -335,6 +334,26 @@ module RedisUnique
         ensure
           cancel(connection, keys, seq, argv[2]) unless answered
         end
+      end
+
+      # A BLPOP times out only on the server's timer tick (100 ms at the default hz 10), so an
+      # instant the library names (a rate's next grant, a lease's end) would be missed by up
+      # to a tick: the last tick of a block is slept here instead, and the library asked at
+      # the instant itself. A grant in that last tick is found then.
+      BLOCK_TICK_MS = 100
+
+      def block(connection, wake_list, ms)
+        until_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + ms / 1000.0
+        popped = nil
+        if ms > BLOCK_TICK_MS
+          seconds = (ms - BLOCK_TICK_MS) / 1000.0
+          popped = connection.raw(["BLPOP", wake_list, format("%.3f", seconds)], seconds)
+        end
+        return popped if popped.is_a?(Array)
+
+        left = until_at - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        sleep(left) if left.positive?
+        nil
       end
 
       # A waiter interrupted (an exception, Thread#kill, a Sidekiq shutdown) leaves the queue;
