@@ -14,11 +14,22 @@
 --   g:<seq>     a grant made to a waiter it has not taken yet: "token deadline"
 --   ~c          the turns' clock while someone waits: "now stamps" (see `serve`)
 --   c:<group>   a waiting group's start on that clock: "finish stamp" ("c:" for waiters of no group)
+--   ~n          the number of h: fields
+--   ~e          at most the earliest lease end among the holders (-1: no holder has a lease)
+--   ~k          the number of holders with a GROUP or a MODE
+--   ~q          the number of w: and g: fields
+-- The last four let the common call (LOCK without GROUP, MODE, RATE or WAIT, and
+-- UNLOCK, on a key where no lease has ended and no one waits) read only the
+-- header and the caller's own field (`fast_lock`, `fast_unlock`), at a cost
+-- that does not grow with the holders; any other call, or a key without them
+-- (one written by an earlier version), reads the hash whole and writes them
+-- back exact. The key's expiry is at least its latest lease end (a release on
+-- the fast path leaves it as it is; the next whole read sets it exact).
 -- Every function declares the lock key first, then its wake list (a list in the
 -- lock's hash slot, `wake_key` below, that waiters block on with BLPOP), then,
 -- on a server that is not a cluster, the counters' hash `unique:metrics`.
 
-local VERSION = 2
+local VERSION = 3
 
 local E_SYNTAX = 'ERR syntax error'
 local E_NUMOPT = 'ERR syntax error: a number where an option name belongs (TTL ms? WAIT ms? LIMIT n?)'
@@ -355,10 +366,10 @@ local function load(key)
     local flat = redis.call('HGETALL', key)
     if #flat == 0 then
         return {holders = {}, waiters = {}, grants = {}, token = 0, seq = 0, exists = false, dirty = {},
-            starts = {}, clock = {0, 0}}
+            starts = {}, clock = {0, 0}, hdr = {}}
     end
     local st = {holders = {}, waiters = {}, grants = {}, token = nil, seq = 0, exists = true, dirty = {},
-        starts = {}, clock = {0, 0}}
+        starts = {}, clock = {0, 0}, hdr = {}}
     for i = 1, #flat, 2 do
         local f, v = flat[i], flat[i + 1]
         local p = f:sub(1, 2)
@@ -383,6 +394,8 @@ local function load(key)
         elseif f == '~c' then
             local at, stamps = v:match('^(%-?%d+) (%d+)$')
             st.clock = {tonumber(at), tonumber(stamps)}
+        elseif f == '~n' or f == '~e' or f == '~k' or f == '~q' then
+            st.hdr[f] = v
         end
     end
     if st.token == nil then fail(E_WRONGTYPE) end
@@ -740,15 +753,23 @@ end
 -- Writes back what changed, and sets the key's expiry from its holders, its
 -- rate and its waiters; deletes a key left with nothing.
 local function store(key, st, now, m, wake)
-    local nholders, latest, forever = 0, 0, false
+    local nholders, latest, forever, earliest, kinds = 0, 0, false, -1, 0
     for _, h in pairs(st.holders) do
         nholders = nholders + 1
-        if h[3] == -1 then forever = true elseif h[3] > latest then latest = h[3] end
+        if h[3] == -1 then
+            forever = true
+        else
+            if h[3] > latest then latest = h[3] end
+            if earliest == -1 or h[3] < earliest then earliest = h[3] end
+        end
+        if h[7] or h[8] then kinds = kinds + 1 end
     end
     local ngrants = 0
     for s, g in pairs(st.grants) do
         ngrants = ngrants + 1
     end
+    local hdr = {['~n'] = tostring(nholders), ['~e'] = string.format('%d', earliest), ['~k'] = tostring(kinds),
+        ['~q'] = tostring(#st.waiters + ngrants)}
     local rate_busy = st.rate and not rate_idle(st.rate, now)
     -- the turns are kept only while groups wait: a group's start goes with its
     -- last waiter, the clock with the key's last
@@ -776,6 +797,9 @@ local function store(key, st, now, m, wake)
         end
         if st.had_waiters then redis.call('DEL', wake) end
         return
+    end
+    for f, v in pairs(hdr) do
+        if st.hdr[f] ~= v then st.dirty[f] = v end
     end
     if st.exists and next(st.dirty) == nil then return end
     if not st.exists then
@@ -847,6 +871,106 @@ local function block_for(st, now, w, info)
 end
 
 ---------------------------------------------------------------------------
+-- The fast paths: a call that needs only the key's header and the caller's
+-- own holder (see the layout above). Each returns true and the reply when it
+-- decided the call, else nothing (before any write): the whole read decides.
+
+-- Whether the header read says the fast path may decide: the key has the
+-- header, no one waits, no rate is kept, no lease has ended.
+local function fast_header(v, now)
+    if not v[2] or v[4] ~= '0' or v[5] ~= '0' or v[6] then return false end
+    local e = tonumber(v[3])
+    return e ~= nil and (e == -1 or now < e)
+end
+
+local function fast_lock(key, jid, o, now, m)
+    if o.group or o.mode or o.wait or o.rate then return end
+    local exp = lease_end(o, now)
+    local v = redis.call('HMGET', key, '~t', '~n', '~e', '~k', '~q', '~r', 'h:' .. jid)
+    local n, e
+    if not v[1] then
+        -- no key, else a hash that is not a lock (the whole read raises WRONGTYPE)
+        if redis.call('EXISTS', key) == 1 then return end
+        n, e = 0, -1
+    elseif not fast_header(v, now) then
+        return
+    else
+        n, e = tonumber(v[2]), tonumber(v[3])
+    end
+    -- every holder's lease is live here (now is before the earliest)
+    local h = v[7] and cmsgpack.unpack(v[7])
+    if o.meta and not (h and h[6] == o.meta) then meta_json(o.meta) end
+    if h then
+        -- a renewal that keeps or extends the lease; one that shortens it, or gives a
+        -- lease to a holder without one, moves the key's expiry back: the whole read
+        if exp and (h[3] == -1 or exp < h[3]) then return end
+        if exp then h[3] = exp end
+        if o.type then h[4] = o.type end
+        if o.owner then h[5] = o.owner end
+        if o.meta then h[6] = o.meta end
+        redis.call('HSET', key, 'h:' .. jid, hpack(h))
+        if exp then redis.call('PEXPIREAT', key, exp, 'GT') end
+        m:count(h[4], 'renewed')
+        return true, h[1]
+    end
+    local limit = o.limit or 1
+    if limit ~= 0 and n >= limit then
+        m:count(o.type or 'lock', 'denied')
+        return true, false
+    end
+    local tok = math.max((v[1] and tonumber(v[1]) or 0) + 1, now_us, now * 1000)
+    local nh = {tok, now, exp or -1, o.type or 'lock', o.owner, o.meta}
+    local t = string.format('%d', tok)
+    if not v[1] then
+        redis.call('HSET', key, 'h:' .. jid, hpack(nh), '~t', t, '~n', '1', '~e', string.format('%d', exp or -1),
+            '~k', '0', '~q', '0')
+        if exp then redis.call('PEXPIREAT', key, exp) end
+        m:count(nh[4], 'acquired')
+        m:gauge('~locks', 1)
+        return true, tok
+    end
+    if exp and (e == -1 or exp < e) then
+        redis.call('HSET', key, 'h:' .. jid, hpack(nh), '~t', t, '~n', tostring(n + 1), '~e', string.format('%d', exp))
+    else
+        redis.call('HSET', key, 'h:' .. jid, hpack(nh), '~t', t, '~n', tostring(n + 1))
+    end
+    if exp then
+        redis.call('PEXPIREAT', key, exp, 'GT')
+    else
+        redis.call('PERSIST', key)
+    end
+    m:count(nh[4], 'acquired')
+    return true, tok
+end
+
+local function fast_unlock(key, jid, token, now, m)
+    local v = redis.call('HMGET', key, '~t', '~n', '~e', '~k', '~q', '~r', 'h:' .. jid)
+    if not v[1] or not fast_header(v, now) then return end
+    local h = v[7] and cmsgpack.unpack(v[7])
+    if not h or (token ~= nil and h[1] ~= token) then
+        m:count(nil, 'unlock_missed')
+        return true, 0
+    end
+    local n = tonumber(v[2])
+    if n <= 1 then
+        m:count(h[4], 'released')
+        m:gauge('~locks', -1)
+        redis.call('DEL', key)
+        return true, 1
+    end
+    -- the key's expiry follows the holders without a lease: the whole read sets it
+    if h[3] == -1 then return end
+    redis.call('HDEL', key, 'h:' .. jid)
+    if h[7] or h[8] then
+        redis.call('HSET', key, '~n', tostring(n - 1), '~k', tostring(tonumber(v[4]) - 1))
+    else
+        redis.call('HSET', key, '~n', tostring(n - 1))
+    end
+    m:count(h[4], 'released')
+    return true, 1
+end
+
+---------------------------------------------------------------------------
 -- The functions.
 
 local function f_lock(keys, argv)
@@ -857,6 +981,11 @@ local function f_lock(keys, argv)
     local o = parse_lock(argv, 2)
     local now = now_ms()
     lease_end(o, now)
+    local done, fast = fast_lock(key, jid, o, now, m)
+    if done then
+        m:flush()
+        return fast
+    end
     local st = load(key)
     prune(st, now, m)
     serve(st, now, m, wake)
@@ -953,6 +1082,11 @@ local function f_unlock(keys, argv)
         token = int_arg(argv[3])
     end
     local now = now_ms()
+    local done, fast = fast_unlock(key, jid, token, now, m)
+    if done then
+        m:flush()
+        return fast
+    end
     local st = load(key)
     prune(st, now, m)
     local h = st.holders[jid]
@@ -1014,13 +1148,20 @@ local function f_lockedby(keys, argv)
     local next_cursor = '0'
     if cursor ~= nil then
         if t == 'hash' then
-            local r = redis.call('HSCAN', key, cursor, 'MATCH', 'h:*', 'COUNT', count or 100)
-            next_cursor = r[1]
-            for j = 1, #r[2], 2 do
-                local h = cmsgpack.unpack(r[2][j + 1])
-                h.jid = r[2][j]:sub(3)
-                if live(h, now) then hs[#hs + 1] = h end
-            end
+            -- HSCAN's COUNT counts the table's buckets, not its holders (the header's
+            -- fields and the waiters share them): scanned on until the page has `count`
+            -- live holders or the walk ends, so a key of fewer holders ends in one page
+            local want = count or 100
+            next_cursor = cursor
+            repeat
+                local r = redis.call('HSCAN', key, next_cursor, 'MATCH', 'h:*', 'COUNT', want)
+                next_cursor = r[1]
+                for j = 1, #r[2], 2 do
+                    local h = cmsgpack.unpack(r[2][j + 1])
+                    h.jid = r[2][j]:sub(3)
+                    if live(h, now) then hs[#hs + 1] = h end
+                end
+            until next_cursor == '0' or #hs >= want
         end
     elseif t == 'hash' then
         local st = load(key)
