@@ -1,7 +1,6 @@
-//! A lock's holders and how they are laid out in memory: most locks have one
-//! holder, so a holder is kept small and, alone, inside the lock itself. The
-//! rules that decide who holds live in the parent module; this file only
-//! stores and reads holders.
+//! One holder of a lock, packed: most locks have one holder, kept inside the
+//! lock itself, so a holder is small. Who may hold is the parent module's
+//! rule; the layouts of many holders are in `holders.rs`.
 
 use std::fmt;
 
@@ -19,26 +18,19 @@ pub use holders::Ordered;
 #[cfg(test)]
 use holders::{GROW_AT, SHRINK_AT};
 
-/// One job holding a lock.
+/// One job holding a lock, in 40 bytes: its variable parts (a custom type
+/// name, the jid, the owner, the meta) share one `Text`, inline up to 16
+/// bytes (the ids job systems send, packed by `jid.rs`); a known type name
+/// is an index and "no lease" a sentinel. GROUP and MODE cost a holder
+/// without them nothing: the mode and whether a group follows are bits of
+/// the type's code, the group goes at the end of the text with its
+/// two-byte length.
 ///
-/// Most locks have one holder, so a holder is kept small (40 bytes, held in
-/// the lock itself when it is the only one): its variable parts share one
-/// `Text` (a custom type name, the jid, the owner, the meta), kept in the
-/// holder itself up to 16 bytes (the ids job systems send packed to half
-/// their bytes: `jid.rs`), with their lengths; a known type name is an
-/// index, and "no lease" is a sentinel. A GROUP and a MODE (fair sharing,
-/// shared/exclusive) cost a holder without them nothing: the mode and
-/// whether a group follows are bits of the type's code, and the group goes
-/// at the end of the text with its length (two bytes), only when there is
-/// one.
-///
-/// The time of the grant costs nothing either, most of the time: a token
-/// reads as the unix microseconds of its grant ([`TOKENS_PER_MS`]), so a
-/// holder whose `acquired_at` is its token's millisecond keeps no
-/// `acquired_at` of its own. One granted when tokens ran ahead of the clock
-/// (over a thousand grants in a millisecond, a replicated token from a
-/// clock ahead) keeps it, 8 bytes at the head of its text (`OWN_ACQUIRED`).
-/// Either way it reads the same, and saves, loads and replicates unchanged.
+/// A token reads as the unix microseconds of its grant ([`TOKENS_PER_MS`]),
+/// so a holder acquired in its token's millisecond keeps no `acquired_at`.
+/// One granted while tokens ran ahead of the clock (over a thousand grants
+/// in a millisecond, a replicated token from a clock ahead) keeps it, 8
+/// bytes at the head of its text (`OWN_ACQUIRED`); it reads the same.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Holder {
     token: i64,

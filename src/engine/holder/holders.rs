@@ -16,11 +16,10 @@ pub(in crate::engine) const GROW_AT: usize = 32;
 /// threshold up, so that a lock near it does not convert at every call.
 pub(in crate::engine) const SHRINK_AT: usize = 16;
 
-/// The holders of a lock: none, one kept in place (most locks: the lock is
-/// then one allocation), several in a vector in grant order, or, past
-/// [`GROW_AT`], indexed by jid and by end of lease. A lock with a rate keeps
-/// the rate and its holders behind one more pointer, so that the locks
-/// without one (most) stay one 40-byte allocation.
+/// The holders of a lock: none, one in place (the lock is then one
+/// allocation), a vector in grant order, or an index past [`GROW_AT`]. A
+/// rate and its holders go behind one more pointer, so that a lock without
+/// one (most) stays one 40-byte allocation.
 #[derive(Debug, Clone, Default)]
 pub(in crate::engine) enum Holders {
     #[default]
@@ -217,9 +216,8 @@ impl Holders {
         };
     }
 
-    /// Puts `new` in place of no holders (the caller knows there are
-    /// none). `None` owns nothing, so it is forgotten, not dropped: the drop
-    /// is a call the compiler does not elide, on every first grant of a key.
+    /// Puts `new` in place of no holders, forgotten rather than dropped: the
+    /// drop is a call the compiler keeps, on every first grant of a key.
     fn fill_empty(&mut self, new: Self) {
         let old = std::mem::replace(self, new);
         debug_assert!(matches!(old, Self::None));
@@ -370,12 +368,9 @@ impl Holders {
         counts
     }
 
-    /// How many live holders each group has at `now`, for many questions in
-    /// a row (a serving pass asks for every waiting group): indexed, from
-    /// the counts the index keeps less the holders whose lease has ended
-    /// (found without a walk over the others: a big key whose first lease
-    /// just ended costs what its ended holders do); otherwise
-    /// counted once, a few dozen holders at most.
+    /// The counts of [`Self::live_by_group`], for many questions in a row (a
+    /// serving pass asks for every waiting group): indexed, the index's
+    /// counts and the ended holders to take off them.
     pub(in crate::engine) fn group_counts(&self, now: i64) -> GroupCounts<'_> {
         let Some(i) = self.indexed() else {
             let mut counts = self.live_by_group(now);
