@@ -5,7 +5,7 @@ use super::super::group::{GroupName, holding_hash};
 use super::super::indexed::{HoldingsStamp, Indexed};
 
 /// How many live holders each group of a lock has (`None`: the holders
-/// without a group), as [`Lock::group_counts`](super::Lock::group_counts)
+/// without a group), as [`Lock::group_counts`](crate::engine::Lock::group_counts)
 /// found them.
 pub struct GroupCounts<'a> {
     pub(super) counts: Counts<'a>,
@@ -56,7 +56,7 @@ impl GroupCounts<'_> {
         }
     }
 
-    /// Shows `each` the [`holding_hash`](super::holding_hash) of every group
+    /// Shows `each` the [`holding_hash`](crate::engine::holding_hash) of every group
     /// that may hold fewer live holders than it did under `since`: its count
     /// went down since, or a holder of it was counted out as its lease
     /// ended (not removed yet). False, having shown what it may, when the
@@ -75,7 +75,7 @@ impl GroupCounts<'_> {
         true
     }
 
-    /// Shows `each` the [`holding_hash`](super::holding_hash) of every group
+    /// Shows `each` the [`holding_hash`](crate::engine::holding_hash) of every group
     /// with a live holder, when the lock has few holders (a compact lock:
     /// counted in a walk); false for an index, whose groups may be many.
     /// What a caller that kept counts of its own asks instead of
