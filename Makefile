@@ -99,7 +99,7 @@ soak: deps build
 ## removed on every exit; needs root): Sentinel and Redis Cluster setups, the default
 ## configuration, min-replicas-to-write 1 and WAIT 1 100 after LOCK; fails on a stale write
 ## accepted or an equal token. PARTITION_ARGS adds arguments (--partition-seconds, --setups,
-## --configs). Figures: docs/operations.md. Not part of `make test` (about 5 minutes).
+## --configs). Figures: docs/operations.md. Not part of `make test`.
 test-partition: deps build
 	python3 tests/partition/run.py $(PARTITION_ARGS)
 
@@ -110,8 +110,8 @@ build:
 ## build-pgo: the release module built with profile-guided optimisation, $(PGO_MODULE):
 ## scripts/pgo.sh runs an instrumented build on bench/pgo_train.py's workload (a real primary
 ## and replica), then the build uses that profile. What make dist ships and make bench measures.
-# (The build names its target, as the profile's did: see scripts/pgo.sh. The module is then
-# moved into place, a new file: a server that has the old one loaded keeps it intact.)
+# The build names its target, as the profiling build does (scripts/pgo.sh); the module is then
+# moved into place as a new file, so that a server that has the old one loaded keeps it intact.
 HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 build-pgo: $(PGO_MODULE)
 $(PGO_MODULE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock scripts/pgo.sh bench/pgo_train.py bench/loadgen.rs
@@ -170,10 +170,9 @@ bench-many: deps build-pgo loadgen
 ## bench-waiters: the server's CPU per release and per LOCK arriving with 1 to 10,000 clients
 ## waiting on the key, in no group and in 1,000 groups (also on a key of LIMIT 30, past and
 ## beside groups at their GROUPLIMIT, past waiters of a PXAT lease; behind a writer, or a
-## LOCKALL), per pass serving 100 of
-## them, and how late a lease's end
-## on a key of 100,000 holders serves a waiter (bench/many_waiters.py; MANY_WAITERS_GROUPS="0 4":
-## other group counts; MANY_WAITERS_CALLGRIND=1: the module's instructions instead, under callgrind)
+## LOCKALL), per pass serving 100 of them, and how late a lease's end on a key of 100,000
+## holders serves a waiter (bench/many_waiters.py; MANY_WAITERS_GROUPS="0 4": other group
+## counts; MANY_WAITERS_CALLGRIND=1: the module's instructions instead, under callgrind)
 bench-waiters: build-pgo
 	python3 bench/many_waiters.py
 

@@ -56,8 +56,8 @@ pub const APPLY_COMMAND: &CStr = c"unique.apply";
 pub enum ApplyOp {
     /// Puts a holder exactly as given (a grant or a renewal), in the fields of
     /// [`write_holder`]; the trailing ones may be left out where they have
-    /// their default value ([`HOLD_DEFAULTS`]). What grants were replicated
-    /// as before [`Self::Lease`]; an AOF rewrite still writes it.
+    /// their default value ([`HOLD_DEFAULTS`]). An AOF rewrite writes it;
+    /// streams and AOF files of older versions carry it for every grant.
     Hold,
     /// [`Self::Hold`] with the lease's three numbers (token, acquired_at,
     /// expires_at) in one argument, separated by a space, followed there by
@@ -80,15 +80,14 @@ pub enum ApplyOp {
     /// Nothing after the removal of the ended leases.
     PruneOnly,
     /// Puts the key's rate state exactly as given, in the fields of
-    /// [`write_rate`]. An AOF rewrite writes it after a key's holders; a
-    /// version that replicated a rated grant as two effects (HOLD, then
-    /// RATE) wrote it after the grant's HOLD, and its AOF and streams load.
+    /// [`write_rate`]. An AOF rewrite writes it after a key's holders; older
+    /// streams and AOF files carry it after a rated grant's HOLD.
     Rate,
     /// A grant that spent the key's rate, in one effect: the rate state's
     /// fields as [`Self::Rate`] gives them but in one argument, separated by
     /// a space, then the holder as [`Self::Hold`] gives it (its trailing
-    /// fields left out in the same way). Read, no longer written: grants
-    /// that spend the rate go as [`Self::Lease`] with the rate.
+    /// fields left out in the same way). Read from older streams and AOF
+    /// files, never written: a rated grant goes as [`Self::Lease`].
     RateHold,
     /// A LOCKALL's grant or renewal on every key at once, one effect: the
     /// count of keys, then each key's part ([`write_key_hold`]).

@@ -1,12 +1,10 @@
 //! A GROUP's name with its hash, worked out once when a call names the group.
 //!
 //! A serving pass, and a LOCK that the waiters may hold back, ask a key how
-//! much each waiting group holds: a thousand tenants waiting is a thousand
-//! questions. Each used to hash the group's name to find its count, and the
-//! waiting side's own maps hashed it again. One hasher for the process (keyed
-//! at random, as every map here is, so that chosen names cannot collide on
-//! purpose) lets a name be hashed once, when its call arrives, and found by
-//! that hash everywhere after.
+//! much each waiting group holds, once per group. One hasher for the process
+//! (keyed at random, so that chosen names cannot collide on purpose) lets a
+//! name be hashed once, when its call arrives, and found by that hash in the
+//! key's counts and the waiting side's maps alike.
 
 use std::fmt;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
@@ -101,12 +99,11 @@ impl Hash for GroupName {
 
 /// The hasher of a map keyed by a group (a [`GroupName`], or an `Option` of
 /// one): what it hashes is the name's hash, worked out once, which it passes
-/// on as it is instead of hashing it again. A serving pass past 1,000 groups
-/// asks such maps a few times a group, and hashing their keys again (SipHash
-/// of 16 bytes each time, and again for every key when a map grows) was
-/// most of its time. The names' hash is keyed at random, so chosen names do
-/// not collide here either. Only for such keys: other bytes are mixed in
-/// plainly (an `Option`'s tag is).
+/// on as it is: a serving pass asks such maps a few times a group, and
+/// hashing the keys again (SipHash, and again for every key when a map
+/// grows) would cost more than the rest of the lookup. The names' hash is
+/// keyed at random, so chosen names do not collide here either. Only for
+/// such keys: other bytes are mixed in plainly (an `Option`'s tag is).
 #[derive(Default, Clone, Copy)]
 pub struct GroupHasher(u64);
 

@@ -1,76 +1,49 @@
 //! The layout of a lock with many holders, where every operation must cost
 //! the same on a key of a hundred thousand holders as on a key of a few.
-//!
-//! Small locks keep their holders in a vector, in grant order, and look
-//! through it: for a few holders nothing is faster or smaller. Past a
-//! threshold (see `holder.rs`) the holders move here, as Redis's own types
-//! move from a listpack to a hash table:
+//! Past a threshold (see `holder/holders.rs`) the holders move here from a
+//! vector, as Redis's own types move from a listpack to a hash table:
 //!
 //! - `slots`: the holders, each in a slot that never moves while it holds, a
-//!   freed slot reused by the next grant (`free`), kept in chunks (as the
-//!   links below: `chunked.rs`) so that a growing key never copies them all;
-//! - `by_jid`: a hash table of slot numbers, each tagged with bits of its
-//!   jid's hash, to find a holder by its jid in one read of the table (see
-//!   `jids.rs`);
-//! - the holders with a lease, in order of end of lease, in two places:
-//!   - a list linked through `links` (each slot's previous and next), kept
-//!     sorted: a lease that ends no earlier than the last one listed (what a
-//!     grant or renewal of the key's usual TTL gives: now plus the same TTL)
-//!     joins at its tail, and one that ends no later than the first at its
-//!     head, in O(1), touching only its neighbours;
-//!   - a min-max heap (`leases`) of the slots of the others, by end of lease,
-//!     each with its place in the heap where the list keeps its neighbours;
+//!   freed slot reused by the next grant (`free`), kept in chunks
+//!   (`chunked.rs`) so that a growing key never copies them all;
+//! - `by_jid`: slot numbers by jid, one read of the table a lookup
+//!   (`jids.rs`);
+//! - the holders with a lease, by end of lease: a sorted list through
+//!   `links` and a min-max heap (`leases.rs`), so that ended leases are taken
+//!   without a sweep and the key's expiry is the latest lease;
+//! - `groups`: holders per GROUP and exclusive ones, with a journal of
+//!   decreases (`groups.rs`);
+//! - `owners`: the slots of each OWNER (`owners.rs`), for REAP ... OWNER.
 //!
-//!   the ended leases are taken from the earlier of the list's head and the
-//!   heap's smallest end, without a sweep, and the key's expiry (the latest
-//!   lease) is the later of the list's tail and the heap's largest end. A
-//!   renewal leaves its neighbours and joins the tail: no walk down and up
-//!   a heap, each step of which would read a lease elsewhere in megabytes
-//!   of slots. A holder costs its 40 bytes and 13 to 16 more (its two
-//!   links, which a holder in the heap uses for its place, and its share of
-//!   the hash table, 5 to 8 bytes; 4 more in the heap), which keeps a big
-//!   lock about as small as the vector it replaces.
-//!
-//! - `groups`: how many holders each GROUP has (an entry only while it has
-//!   one), and how many hold exclusively: what a grant with GROUPLIMIT or
-//!   MODE asks, in O(1) instead of a walk.
-//!
-//! - `owners`: the slots of each OWNER (see `owners.rs`), for REAP ...
-//!   OWNER; a holder without an owner is not in it and costs it nothing.
-//!
-//! Finding, granting, renewing and releasing a holder cost O(log n); pruning
-//! costs O(log n) for each holder whose lease ended, and removing an
-//! owner's holders O(1) for each of them (and a sort of them, to go in grant
-//! order). Grant order is token
-//! order here (every grant gets a larger token than any before it on the
-//! server), so the holders are listed in grant order by sorting them: only
-//! what lists every holder anyway (saving, LOCKEDBY without COUNT) pays it.
+//! A holder costs its 40 bytes and 13 to 16 more (two links, its share of
+//! the table), about what the vector it replaces costs. Finding, granting,
+//! renewing and releasing cost O(log n); pruning O(log n) per ended lease;
+//! removing an owner's holders O(1) each (and a sort, for grant order).
+//! Grant order is token order here (every grant gets a larger token than
+//! any before it on the server), so listing every holder in grant order
+//! (saving, LOCKEDBY without COUNT) sorts them, and nothing else pays that.
 
 use std::cell::Cell;
 #[cfg(test)]
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 
 use super::Holder;
-use super::group::{group_hash, holding_hash};
+#[cfg(test)]
+use super::group::group_hash;
 use chunked::Chunked;
+pub use groups::HoldingsStamp;
+#[cfg(test)]
+use groups::group_entry_bytes;
+use groups::{JOURNAL, Stamp};
 use jids::Jids;
 use owners::Owners;
 
 /// A holder's slot (its place in the heap is kept apart, so that a slot is
 /// the holder's 40 bytes and nothing more).
 type Slot = Option<Holder>;
-
-/// Which end of the heap a level of it orders: the earliest end of lease at
-/// the even levels (the root is the earliest), the latest at the odd ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Soonest,
-    Latest,
-}
 
 /// The holders of a lock with many, indexed by jid and by end of lease.
 #[derive(Debug, Clone)]
@@ -102,7 +75,7 @@ pub(super) struct Indexed {
     newest: i64,
     len: usize,
     /// Holders per group, an entry only while the group has one (empty,
-    /// and unallocated, when no holder has a group), by [`group_hash`]: a
+    /// and unallocated, when no holder has a group), by `group_hash`: a
     /// caller that hashed the name once asks without hashing it again.
     groups: HashTable<(Box<[u8]>, usize)>,
     /// Holders with a group.
@@ -127,46 +100,6 @@ pub(super) struct Indexed {
     /// at every group again.
     decreases: u64,
     journal: Option<Box<[u64; JOURNAL]>>,
-}
-
-/// How many of the latest decreases of a group's count an index names.
-const JOURNAL: usize = 32;
-
-/// One state of one index's group counts (see `GroupCounts::stamp`):
-/// what stays while no group's count of holders goes down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HoldingsStamp {
-    epoch: u64,
-    decreases: u64,
-}
-
-#[cfg(test)]
-impl HoldingsStamp {
-    /// A stamp made up by a test of the waiting layer.
-    pub fn made_up(epoch: u64, decreases: u64) -> Self {
-        Self { epoch, decreases }
-    }
-}
-
-/// A number that names one index: no two share it. A copy of an index
-/// (COPY, a clone kept by a test) takes a number of its own, since the two
-/// go their own ways.
-#[derive(Debug)]
-struct Stamp(u64);
-
-/// The next [`Stamp`]: a 64-bit count does not wrap.
-static NEXT_STAMP: AtomicU64 = AtomicU64::new(1);
-
-impl Stamp {
-    fn fresh() -> Self {
-        Self(NEXT_STAMP.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-impl Clone for Stamp {
-    fn clone(&self) -> Self {
-        Self::fresh()
-    }
 }
 
 /// A heap place that no slot has (a holder not in the heap).
@@ -442,198 +375,6 @@ impl Indexed {
         Some(token)
     }
 
-    /// Counts a holder of `group` (exclusive or not) in (`added`) or out of
-    /// the per-group and exclusive counts.
-    fn count(&mut self, group: Option<&[u8]>, exclusive: bool, added: bool) {
-        if exclusive {
-            self.exclusive = if added {
-                self.exclusive + 1
-            } else {
-                self.exclusive.saturating_sub(1)
-            };
-        }
-        let Some(group) = group else {
-            if !added {
-                self.note_decrease(holding_hash(None));
-            }
-            return;
-        };
-        // The name's hash is its holding hash too: hashed once.
-        let hash = group_hash(group);
-        if !added {
-            self.note_decrease(hash);
-        }
-        let named = |(g, _): &(Box<[u8]>, usize)| **g == *group;
-        if added {
-            self.grouped += 1;
-            // The name copied only for a group new here.
-            match self.groups.find_mut(hash, named) {
-                Some((_, n)) => *n += 1,
-                None => {
-                    self.group_bytes += group_entry_bytes(group);
-                    self.groups
-                        .insert_unique(hash, (group.into(), 1), |(g, _)| group_hash(g));
-                }
-            }
-        } else {
-            self.grouped = self.grouped.saturating_sub(1);
-            if let Ok(mut entry) = self.groups.find_entry(hash, named) {
-                let n = &mut entry.get_mut().1;
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    // An idle group keeps no state.
-                    let ((name, _), _) = entry.remove();
-                    self.group_bytes = self.group_bytes.saturating_sub(group_entry_bytes(&name));
-                }
-            }
-        }
-    }
-
-    /// What stays the same only while no group's count goes down (a holder
-    /// released, pruned, reaped or moved to another group; `None` counts as
-    /// a group): under the same stamp every group holds at least what it
-    /// held. What the waiters keep of a look at every waiting group's
-    /// holdings is good while it stays, and for the groups that
-    /// [`Indexed::decreased_since`] does not name after that.
-    pub(super) fn holdings_stamp(&self) -> HoldingsStamp {
-        HoldingsStamp {
-            epoch: self.epoch.0,
-            decreases: self.decreases,
-        }
-    }
-
-    /// Shows `each` the [`holding_hash`] of every group whose count went
-    /// down since `since` (a group once a decrease, in no promised order);
-    /// false, having shown nothing, when this index cannot say: `since` is
-    /// another index's, or more went down than it remembers.
-    pub(super) fn decreased_since(&self, since: HoldingsStamp, mut each: impl FnMut(u64)) -> bool {
-        let Some(n) = self.decreases.checked_sub(since.decreases) else {
-            return false;
-        };
-        if since.epoch != self.epoch.0 || n > JOURNAL as u64 {
-            return false;
-        }
-        if n > 0 {
-            let Some(journal) = &self.journal else {
-                return false;
-            };
-            for d in since.decreases..self.decreases {
-                if let Some(&hash) = journal.get((d % JOURNAL as u64) as usize) {
-                    each(hash);
-                }
-            }
-        }
-        true
-    }
-
-    fn note_decrease(&mut self, hash: u64) {
-        let at = (self.decreases % JOURNAL as u64) as usize;
-        let journal = self.journal.get_or_insert_with(|| Box::new([0; JOURNAL]));
-        if let Some(entry) = journal.get_mut(at) {
-            *entry = hash;
-        }
-        self.decreases += 1;
-    }
-
-    /// How many holders `group` has (`None`: the holders without a group).
-    pub(super) fn group_holding(&self, group: Option<&[u8]>) -> usize {
-        match group {
-            Some(g) => self.named_holding(g, group_hash(g)),
-            None => self.len - self.grouped,
-        }
-    }
-
-    /// How many holders the group `name` has, `hash` its [`group_hash`].
-    pub(super) fn named_holding(&self, name: &[u8], hash: u64) -> usize {
-        self.groups
-            .find(hash, |(g, _)| **g == *name)
-            .map_or(0, |&(_, n)| n)
-    }
-
-    /// Per group (`None`: no group), how many holders it has, from the
-    /// counts kept: no walk over the holders.
-    pub(super) fn groups_holding(&self) -> impl Iterator<Item = (Option<&[u8]>, usize)> {
-        let ungrouped = (self.len > self.grouped).then(|| (None, self.len - self.grouped));
-        ungrouped
-            .into_iter()
-            .chain(self.groups.iter().map(|(g, n)| (Some(&**g), *n)))
-    }
-
-    /// Shows `ended` every holder whose lease ended at `now`, in no
-    /// particular order, visiting only those and a few of their neighbours:
-    /// the list from its head, and in the heap the places below an ended
-    /// lease (a lease at an even level ends no later than any below it, so
-    /// one that has not ended closes its subtree; an odd level, the latest
-    /// of its subtree, is passed through). Returns the earliest end of a
-    /// lease that has not ended: one of the neighbours visited, since every
-    /// lease not visited ends no earlier than one that was.
-    pub(super) fn for_each_ended<'a>(
-        &'a self,
-        now: i64,
-        mut ended: impl FnMut(&'a Holder),
-    ) -> Option<i64> {
-        let mut next: Option<i64> = None;
-        let mut live = |end: i64| next = Some(next.map_or(end, |n| n.min(end)));
-        let mut at = self.head;
-        while at != NIL {
-            let Some(h) = self.holder_at(at) else {
-                break;
-            };
-            match h.expires_at() {
-                Some(end) if end <= now => ended(h),
-                Some(end) => {
-                    live(end);
-                    break;
-                }
-                None => break,
-            }
-            at = self.link(at)[1];
-        }
-        let mut places = vec![0usize];
-        while let Some(place) = places.pop() {
-            let Some(h) = self.leases.get(place).and_then(|&s| self.holder_at(s)) else {
-                continue;
-            };
-            match h.expires_at() {
-                Some(end) if end <= now => ended(h),
-                not_ended => {
-                    if let Some(end) = not_ended {
-                        live(end);
-                    }
-                    if Self::side(place) == Side::Soonest {
-                        continue;
-                    }
-                }
-            }
-            places.extend([2 * place + 1, 2 * place + 2]);
-        }
-        next
-    }
-
-    /// How many holders hold exclusively.
-    pub(super) fn exclusive_holders(&self) -> usize {
-        self.exclusive
-    }
-
-    /// Removes one holder whose lease ended at `now`, the earliest first.
-    pub(super) fn pop_ended(&mut self, now: i64) -> Option<Holder> {
-        let slot = self.earliest_slot()?;
-        if self.lease(slot) > now {
-            return None;
-        }
-        self.remove_slot(slot)
-    }
-
-    /// The slot of the earliest end of lease: the list's head or the heap's
-    /// root.
-    fn earliest_slot(&self) -> Option<u32> {
-        let listed = (self.head != NIL).then_some(self.head);
-        match (listed, self.leases.first().copied()) {
-            (Some(a), Some(b)) => Some(if self.lease(b) < self.lease(a) { b } else { a }),
-            (a, b) => a.or(b),
-        }
-    }
-
     /// Removes every holder of `owner`, in grant order, showing each to
     /// `removed`: only those are visited.
     pub(super) fn remove_owner(&mut self, owner: &[u8], mut removed: impl FnMut(&Holder)) -> usize {
@@ -666,33 +407,6 @@ impl Indexed {
         picked.len()
     }
 
-    /// The earliest end of lease, if any holder has one.
-    pub(super) fn earliest_lease(&self) -> Option<i64> {
-        self.earliest_slot().map(|s| self.lease(s))
-    }
-
-    /// The latest end of lease, if any holder has one.
-    pub(super) fn latest_lease(&self) -> Option<i64> {
-        // The heap's root alone, or the later of its children (the odd level).
-        let at = match self.leases.len() {
-            0 => None,
-            1 => Some(0),
-            2 => Some(1),
-            _ => Some(1 + usize::from(self.after(2, 1))),
-        };
-        let heaped = at.map(|at| self.lease_at(at));
-        let listed = (self.tail != NIL).then(|| self.lease(self.tail));
-        match (listed, heaped) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// Whether some holder has no lease.
-    pub(super) fn has_unleased(&self) -> bool {
-        self.no_lease > 0
-    }
-
     /// Bytes held, for MEMORY USAGE.
     pub(super) fn mem_usage(&self) -> usize {
         std::mem::size_of::<Self>()
@@ -708,225 +422,6 @@ impl Indexed {
                 .journal
                 .as_ref()
                 .map_or(0, |j| std::mem::size_of_val(&**j))
-    }
-
-    // ---- the list of leases ------------------------------------------------
-
-    fn link(&self, slot: u32) -> [u32; 2] {
-        self.links
-            .get(slot as usize)
-            .copied()
-            .unwrap_or([0, UNLEASED])
-    }
-
-    fn set_link(&mut self, slot: u32, link: [u32; 2]) {
-        if let Some(l) = self.links.get_mut(slot as usize) {
-            *l = link;
-        }
-    }
-
-    /// Sets the previous (`which` 0) or next (1) link of `slot`, or the
-    /// list's head or tail when `slot` is `NIL`.
-    fn relink(&mut self, slot: u32, which: usize, to: u32) {
-        if slot == NIL {
-            if which == 0 {
-                self.tail = to;
-            } else {
-                self.head = to;
-            }
-        } else if let Some(l) = self
-            .links
-            .get_mut(slot as usize)
-            .and_then(|l| l.get_mut(which))
-        {
-            *l = to;
-        }
-    }
-
-    /// Puts the leased holder of `slot` in order: at an end of the list when
-    /// its lease goes there, in the heap otherwise.
-    fn enlist(&mut self, slot: u32) {
-        let end = self.lease(slot);
-        if self.tail == NIL {
-            self.set_link(slot, [NIL, NIL]);
-            (self.head, self.tail) = (slot, slot);
-        } else if self.lease(self.tail) <= end {
-            self.set_link(slot, [self.tail, NIL]);
-            self.relink(self.tail, 1, slot);
-            self.tail = slot;
-        } else if end <= self.lease(self.head) {
-            self.set_link(slot, [NIL, self.head]);
-            self.relink(self.head, 0, slot);
-            self.head = slot;
-        } else {
-            self.push(slot);
-        }
-    }
-
-    /// Takes `slot` out of the list or the heap (a holder that leaves or
-    /// whose lease changes).
-    fn delist(&mut self, slot: u32) {
-        match self.link(slot) {
-            [_, UNLEASED] => return,
-            [_, IN_HEAP] => self.unlease(slot),
-            [prev, next] => {
-                // A neighbour's link to it, or the list's end, skips it.
-                self.relink(prev, 1, next);
-                self.relink(next, 0, prev);
-            }
-        }
-        self.set_link(slot, [0, UNLEASED]);
-    }
-
-    // ---- the min-max heap of leases ----------------------------------------
-
-    /// The end of lease of the holder in `slot` (`i64::MAX` for none: it is
-    /// not in the heap, so that is never compared).
-    fn lease(&self, slot: u32) -> i64 {
-        self.holder_at(slot)
-            .and_then(Holder::expires_at)
-            .unwrap_or(i64::MAX)
-    }
-
-    /// The end of lease at heap place `at`.
-    fn lease_at(&self, at: usize) -> i64 {
-        self.leases.get(at).map_or(i64::MAX, |&s| self.lease(s))
-    }
-
-    /// Whether the lease at place `a` ends strictly after the one at `b`.
-    fn after(&self, a: usize, b: usize) -> bool {
-        self.lease_at(a) > self.lease_at(b)
-    }
-
-    /// Whether the lease at `a` belongs nearer the `side` end than `b`'s.
-    fn beats(&self, side: Side, a: usize, b: usize) -> bool {
-        match side {
-            Side::Soonest => self.lease_at(a) < self.lease_at(b),
-            Side::Latest => self.lease_at(a) > self.lease_at(b),
-        }
-    }
-
-    /// The side a heap place orders: even levels the earliest, odd the latest.
-    fn side(at: usize) -> Side {
-        if (at + 1).ilog2().is_multiple_of(2) {
-            Side::Soonest
-        } else {
-            Side::Latest
-        }
-    }
-
-    fn swap(&mut self, a: usize, b: usize) {
-        self.leases.swap(a, b);
-        for at in [a, b] {
-            if let Some(&slot) = self.leases.get(at) {
-                self.set_place(slot, at);
-            }
-        }
-    }
-
-    fn set_place(&mut self, slot: u32, at: usize) {
-        self.set_link(slot, [u32::try_from(at).unwrap_or(NOWHERE), IN_HEAP]);
-    }
-
-    /// The place of `slot` in the heap (`NOWHERE`: not there).
-    fn place(&self, slot: u32) -> u32 {
-        match self.link(slot) {
-            [at, IN_HEAP] => at,
-            _ => NOWHERE,
-        }
-    }
-
-    fn push(&mut self, slot: u32) {
-        grow(&mut self.leases);
-        self.leases.push(slot);
-        let at = self.leases.len() - 1;
-        self.set_place(slot, at);
-        self.bubble_up(at);
-    }
-
-    /// Takes `slot` out of the heap (a holder that leaves or loses its lease).
-    fn unlease(&mut self, slot: u32) {
-        let at = self.place(slot);
-        if at == NOWHERE {
-            return;
-        }
-        let last = self.leases.len().saturating_sub(1);
-        self.swap(at as usize, last);
-        self.leases.pop();
-        self.set_link(slot, [0, UNLEASED]);
-        if let Some(&moved) = self.leases.get(at as usize) {
-            self.fix(moved);
-        }
-    }
-
-    /// Moves `slot` to its place after its lease changed: down among what
-    /// is below it, then up from wherever that left it (going down first,
-    /// a swap with the parent never lands a lease above one it should not).
-    fn fix(&mut self, slot: u32) {
-        let at = self.place(slot) as usize;
-        self.trickle_down(at);
-        let at = self.place(slot) as usize;
-        self.bubble_up(at);
-    }
-
-    fn bubble_up(&mut self, at: usize) {
-        if at == 0 {
-            return;
-        }
-        let parent = (at - 1) / 2;
-        let side = Self::side(at);
-        let other = match side {
-            Side::Soonest => Side::Latest,
-            Side::Latest => Side::Soonest,
-        };
-        if self.beats(other, at, parent) {
-            self.swap(at, parent);
-            self.bubble_up_on(other, parent);
-        } else {
-            self.bubble_up_on(side, at);
-        }
-    }
-
-    /// Up the levels of `side` (grandparent by grandparent).
-    fn bubble_up_on(&mut self, side: Side, mut at: usize) {
-        while at > 2 {
-            let grand = ((at - 1) / 2 - 1) / 2;
-            if !self.beats(side, at, grand) {
-                break;
-            }
-            self.swap(at, grand);
-            at = grand;
-        }
-    }
-
-    fn trickle_down(&mut self, mut at: usize) {
-        let side = Self::side(at);
-        let len = self.leases.len();
-        loop {
-            let first = 2 * at + 1;
-            if first >= len {
-                break;
-            }
-            // The best of the children and the grandchildren.
-            let mut best = first;
-            for c in [first + 1, 4 * at + 3, 4 * at + 4, 4 * at + 5, 4 * at + 6] {
-                if c < len && self.beats(side, c, best) {
-                    best = c;
-                }
-            }
-            if !self.beats(side, best, at) {
-                break;
-            }
-            self.swap(best, at);
-            if best <= first + 1 {
-                break;
-            }
-            let parent = (best - 1) / 2;
-            if self.beats(side, parent, best) {
-                self.swap(best, parent);
-            }
-            at = best;
-        }
     }
 
     /// Every invariant of the layout, for the tests.
@@ -1016,12 +511,6 @@ impl Indexed {
         }
         self.owners.check(&self.slots, &self.hasher)
     }
-}
-
-/// What a group's entry counts in MEMORY USAGE: its name and its count,
-/// with the table's share.
-fn group_entry_bytes(name: &[u8]) -> usize {
-    name.len() + 3 * std::mem::size_of::<usize>()
 }
 
 /// The longest jid [`Hashed`] keeps: a UUID's 36 characters and more.
@@ -1145,7 +634,9 @@ pub(super) fn in_token_order(holders: &[Holder]) -> bool {
 }
 
 mod chunked;
+mod groups;
 mod jids;
+mod leases;
 mod owners;
 
 #[cfg(test)]

@@ -6,9 +6,8 @@
 //!
 //! This file holds the rules (who may hold, renew, release; the limits and
 //! the validation of a call); `holder.rs` and `indexed.rs` only store
-//! holders (one inside the lock, a few in a vector, many indexed), `rate.rs`
-//! is RATE's arithmetic. The rules' tests are in `tests.rs` (one rule at a
-//! time) and `properties.rs` (random sequences).
+//! holders, `rate.rs` is RATE's arithmetic. Tests: `tests.rs` (one rule at
+//! a time), `properties.rs` (random sequences).
 
 use std::fmt;
 
@@ -232,7 +231,7 @@ pub struct LockRequest<'a> {
     /// needs fewer than that many holders of the group.
     pub group: Option<&'a [u8]>,
     pub group_limit: Option<u32>,
-    /// MODE: `None` is today's lock, which counts as shared.
+    /// MODE: `None` (no MODE) counts as shared.
     pub mode: Option<Mode>,
 }
 

@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 
-use super::super::Lock;
+use super::super::{Lock, Rate};
 use super::*;
 
 #[test]

@@ -1,11 +1,10 @@
 //! A vector kept in chunks of at most [`CHUNK`] elements: growing it never
 //! copies more than one chunk.
 //!
-//! Why: the holders' slots of a key of 100,000 holders are 4 MB. A `Vec`
-//! grows by allocating a larger block and copying everything into it (in
-//! Redis a module's reallocation is exactly that), so the one grant that
-//! found the vector full paid for copying 4 MB, 3.6 ms of the server's
-//! thread at 100,000 holders, ten times that at a million. In chunks, a grant
+//! Why: a `Vec` grows by allocating a larger block and copying everything
+//! into it (in Redis a module's reallocation is exactly that), so the one
+//! grant that finds it full would copy every holder's slot (4 MB at 100,000
+//! holders) on the server's thread. In chunks, a grant
 //! past the end of the last chunk starts a new one; only the last chunk
 //! grows in place of a copy of itself (by an eighth, to the end of the
 //! allocator's size class, as `grow` does), so a key of few holders takes no

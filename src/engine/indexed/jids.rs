@@ -5,7 +5,7 @@
 //! kernel's, zero already) without writing a megabyte of markers in the
 //! command that takes it over.
 //!
-//! Why not a general hash table: finding a holder on a key of 100,000 is
+//! Why not a general hash table: finding a holder on a big key is
 //! memory-bound (its reads miss the cache, each waiting for the last), and a
 //! table that keeps its control bytes apart from its entries (hashbrown's)
 //! costs a lookup two of those reads before the holder's own: its control
@@ -23,8 +23,7 @@
 //! its bits), a new table of twice the entries takes over, which leaves room
 //! to grow by three fifths; the old one's entries move to it a few at a time,
 //! at each insert and removal, as Redis's own dictionaries rehash: no command
-//! pays for moving them all (20 ms at 180,000 holders, when one insert
-//! rebuilt the table). Until they have all moved, a lookup tries the new
+//! pays for moving them all. Until they have all moved, a lookup tries the new
 //! table, then the old.
 
 /// An entry never used: a lookup stops here. Zero, so that a table of them
