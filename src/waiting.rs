@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use redis_module::{Context, RedisResult, RedisValue};
 
-use crate::engine::{GroupName, HoldingsStamp};
+use crate::engine::GroupName;
 use crate::ffi::{
     self, AclUser, BlockHandler, Blocked, TimerHandler, WaiterReply, now_ms, select_db, selected_db,
 };
@@ -64,40 +64,20 @@ mod multi;
 mod order;
 mod parked;
 mod queues;
+mod types;
 pub use all::block_all;
-pub use denials::Admission;
 use denials::{Denials, Kinds};
 pub use multi::{AllCall, ServedAll};
 use order::Turn;
-use queues::{GroupWaiters, KeyId, Queue, Tally, Waiter, Waiters};
+use queues::{Tally, Waiters};
+pub use types::{Admission, Call, Holdings, KeyHoldings, NoHolders, Served, Share};
+use types::{GroupWaiters, KeyId, Queue, Waiter, earliest};
 
 /// The longest delay given to a module timer, about 34.8 years: Redis adds a
 /// timer's delay, in microseconds, to a 64-bit clock, so a delay near
 /// `i64::MAX` ms would overflow and fire at once. A `WAIT` longer than this
 /// waits without a deadline (until served, unblocked or disconnected).
 pub const LONGEST_TIMER_MS: i64 = 1 << 40;
-
-/// What retrying one waiter gave.
-pub enum Served {
-    /// Its token: a grant (or a renewal, if its jid got the lock meanwhile).
-    Granted(i64),
-    /// Still no slot; the earliest end of lease among the holders, if any,
-    /// and the key's live holders when its LIMIT is what denied it (a
-    /// waiter of any kind with a LIMIT no larger would be denied too).
-    Denied {
-        lease_end: Option<i64>,
-        full: Option<usize>,
-    },
-    /// Its call fails now (say its key permissions were revoked): this error
-    /// ends the wait.
-    Failed(String),
-    /// The lease it asks for ended while it waited (its PXAT passed): a
-    /// grant would be over already, so the wait ends with nil, as when it
-    /// runs out. (Its deadline timer ends it at that PXAT; a pass may come
-    /// first by a millisecond.) Not a denial: it says nothing about the
-    /// waiters that ask alike.
-    Lapsed,
-}
 
 /// What a client is told when the module hits a bug: the error reply of a
 /// panicking command, and of a waiter whose retry panicked.
@@ -108,118 +88,6 @@ pub const INTERNAL_ERROR: &str =
 /// text for a key its ACL does not allow.
 pub const NO_KEY_PERMISSION: &str =
     "NOPERM this user has no permissions to access one of the keys used as arguments";
-
-/// A blocked call, as its command parsed it when it blocked: serving it runs
-/// exactly what the client asked for, whatever changed in the configuration
-/// meanwhile.
-pub trait Call {
-    /// Runs the call again, as the longest waiter in its key's queue.
-    fn retry(&self, ctx: &Context) -> Served;
-
-    /// How many live holders each group (`None`: no group) has on the key
-    /// now, what fair serving weighs: shown to `each` as one lookup, so that
-    /// a pass over many groups opens the key once, not once a group; with
-    /// the earliest end of a live lease on the key, when a group found at
-    /// its GROUPLIMIT may hold fewer. A call that knows no groups says 0 for
-    /// all.
-    fn holdings(&self, _ctx: &Context, each: Holdings<'_>) {
-        each(&NoHolders)
-    }
-
-    /// Whether the lease the call asks for is over by `now` (a PXAT that
-    /// passed): what ended its wait when its deadline timer fires, if not
-    /// its WAIT.
-    fn lapsed(&self, _now: i64) -> bool {
-        false
-    }
-
-    /// What decides this call's new hold besides its [`Share`], when nothing
-    /// else does (see `denials`): a pass that saw a waiter of the same kind
-    /// denied keeps this one waiting without a retry. `None`: always retried.
-    fn admission(&self) -> Option<Admission<'_>> {
-        None
-    }
-
-    /// What a waiter granted `token` is told: by default the token; a call
-    /// that can say how gives a [`ffi::Held`], checked again as the reply
-    /// goes out.
-    fn granted(&self, token: i64) -> WaiterReply {
-        WaiterReply::Token(token)
-    }
-}
-
-/// What [`Call::holdings`] shows its key's holders to.
-pub type Holdings<'a> = &'a mut dyn FnMut(&dyn KeyHoldings);
-
-/// A key's holders as a serving pass weighs them, looked at once a pass.
-pub trait KeyHoldings {
-    /// How many live holders `group` has (`None`: the holders without one).
-    fn held(&self, group: Option<&GroupName>) -> usize;
-
-    /// The earliest end of a live lease: when a group found at its
-    /// GROUPLIMIT may hold fewer.
-    fn next_lease_end(&self) -> Option<i64>;
-
-    /// The key's [`HoldingsStamp`], if it keeps one: what a pass keeps
-    /// with the groups it found at their GROUPLIMIT.
-    fn stamp(&self) -> Option<HoldingsStamp> {
-        None
-    }
-
-    /// Shows `each` the [`holding_hash`](crate::engine::holding_hash) of
-    /// every group that may hold fewer live holders than under `since`;
-    /// false when the key cannot say (then any group may).
-    fn freed_since(&self, _since: HoldingsStamp, _each: &mut dyn FnMut(u64)) -> bool {
-        false
-    }
-
-    /// Shows `each` the [`holding_hash`](crate::engine::holding_hash) of
-    /// every group with a live holder, if the key has few enough to list
-    /// (where it keeps no stamp); false when it does not list them.
-    fn holding_hashes(&self, _each: &mut dyn FnMut(u64)) -> bool {
-        false
-    }
-}
-
-/// A key without holders (or a call that knows no groups): 0 for all.
-pub struct NoHolders;
-
-impl KeyHoldings for NoHolders {
-    fn held(&self, _: Option<&GroupName>) -> usize {
-        0
-    }
-
-    fn next_lease_end(&self) -> Option<i64> {
-        None
-    }
-
-    fn holding_hashes(&self, _each: &mut dyn FnMut(u64)) -> bool {
-        true
-    }
-}
-
-/// What the serving rule needs to know of a waiter besides its call: the
-/// group it waits for (`None`: the waiters without GROUP, which compete as
-/// one group of their own), its weight, its GROUPLIMIT, and whether it asks
-/// to hold alone (MODE exclusive).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Share {
-    pub group: Option<GroupName>,
-    pub weight: u32,
-    pub group_limit: Option<u32>,
-    pub exclusive: bool,
-}
-
-impl Default for Share {
-    fn default() -> Self {
-        Self {
-            group: None,
-            weight: 1,
-            group_limit: None,
-            exclusive: false,
-        }
-    }
-}
 
 thread_local! {
     /// Redis calls every callback on its main thread, so the waiters live there.
@@ -687,7 +555,7 @@ fn serve_pass<C>(
     // were counted out as they left, for `cover`), a group's next waiter
     // becoming its first.
     for (waiter, _) in &ended {
-        queues::leave_group(&mut seqs, waiter);
+        types::leave_group(&mut seqs, waiter);
         if let Some(waiters) = seqs.get(&waiter.share.group) {
             order.note(waiters.first().0);
         }
@@ -744,14 +612,6 @@ fn at_group_limit(group: &Option<GroupName>, held: usize, kinds: Option<&Kinds>)
         && kinds
             .and_then(|k| k.group_gate(group))
             .is_some_and(|max| held >= max as usize)
-}
-
-/// The earlier of two ends of lease (`None`: no lease ends).
-fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
 }
 
 /// One group of waiters in a pass: its next waiter not tried yet (FIFO

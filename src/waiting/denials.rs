@@ -28,18 +28,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::queues::gate;
-use super::{Served, Share, earliest};
+use super::types::{Admission, Served, Share, earliest, gate};
 use crate::engine::{ByGroupName, GroupName};
-
-/// A waiter's call as far as a new hold is decided, besides its [`Share`]:
-/// its jid, LIMIT and RATE (`[n, per, burst]`: this layer knows no engine).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admission<'a> {
-    pub jid: &'a [u8],
-    pub limit: u32,
-    pub rate: Option<[i64; 3]>,
-}
 
 /// What decides a waiter's new hold besides its group (and its jid, and its
 /// weight, which orders the groups and admits nothing). A kind of waiter is

@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 
-use super::KeyId;
+use super::types::KeyId;
 use crate::engine::GroupName;
 use crate::ffi::TimerId;
 

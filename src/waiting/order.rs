@@ -32,9 +32,8 @@ use std::collections::BinaryHeap;
 
 use hashbrown::HashTable;
 
-use super::KeyHoldings;
 use super::clock::Tag;
-use super::queues::{GroupQueues, GroupWaiters, Queue};
+use super::types::{GroupQueues, GroupWaiters, KeyHoldings, Queue};
 use crate::engine::{GroupName, HoldingsStamp, holding_hash_of};
 
 /// A group's first waiter as a candidate for the next slot: the greatest

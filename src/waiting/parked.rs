@@ -21,9 +21,8 @@
 
 use hashbrown::HashTable;
 
-use super::KeyHoldings;
 use super::denials::Kinds;
-use super::queues::{GroupQueues, GroupWaiters};
+use super::types::{GroupQueues, GroupWaiters, KeyHoldings};
 use crate::engine::{GroupName, HoldingsStamp, holding_hash_of};
 
 /// The groups found at their GROUPLIMIT, with their waiters, found by
