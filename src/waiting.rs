@@ -555,9 +555,8 @@ fn serve_pass<C>(
     // were counted out as they left, for `cover`), a group's next waiter
     // becoming its first.
     for (waiter, _) in &ended {
-        types::leave_group(&mut seqs, waiter);
-        if let Some(waiters) = seqs.get(&waiter.share.group) {
-            order.note(waiters.first().0);
+        if let Some(first) = types::leave_group(&mut seqs, waiter) {
+            order.note(first);
         }
     }
     // The groups passed over are parked, with those still parked: all hold

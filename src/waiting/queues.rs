@@ -49,30 +49,29 @@ impl Tally {
         // A new waiter, perhaps of a group with room: look again (at its
         // group too, if parked: it may ask for more).
         self.full_at = None;
-        let had_turn = self.groups.contains_key(&waiter.share.group);
-        self.parked
-            .unpark(&waiter.share.group, &self.kinds, &mut self.groups);
+        let group = &waiter.share.group;
+        let unparked = self.parked.unpark(group, &self.kinds, &mut self.groups);
         self.kinds.add(waiter.call.admission(), &waiter.share);
         if waiter.share.exclusive {
             self.exclusive.insert(waiter.seq);
         }
         let weight = waiter.share.weight.max(1);
-        match self.groups.get_mut(&waiter.share.group) {
-            Some(seqs) => seqs.insert(waiter.seq, weight),
+        match self.groups.get_mut(group) {
+            Some(seqs) => {
+                seqs.insert(waiter.seq, weight);
+                // A group that had a turn keeps it: the waiter joins behind
+                // its first (numbers grow). One back from the parked gets one.
+                if unparked {
+                    self.order.note(seqs.first().0);
+                }
+            }
             None => {
                 // A group that starts waiting joins at the current turn.
                 let start = self.clock.join();
-                self.groups.insert(
-                    waiter.share.group.clone(),
-                    GroupWaiters::new(waiter.seq, weight, start),
-                );
+                self.groups
+                    .insert(group.clone(), GroupWaiters::new(waiter.seq, weight, start));
+                self.order.note(waiter.seq);
             }
-        }
-        // A group that had a turn keeps it: the waiter joins behind its
-        // first (numbers grow). A new one, or one back from the parked,
-        // gets one.
-        if !had_turn && let Some(seqs) = self.groups.get(&waiter.share.group) {
-            self.order.note(seqs.first().0);
         }
     }
 
@@ -86,12 +85,11 @@ impl Tally {
         }
         let gone = kinds.saturating_sub(self.kinds.kinds_of(group));
         if !self.parked.leave(group, waiter.seq, gone) {
-            leave_group(&mut self.groups, waiter);
             // The group's turn was its first waiter's.
-            if let Some(seqs) = self.groups.get(group)
-                && seqs.first().0 > waiter.seq
+            if let Some(first) = leave_group(&mut self.groups, waiter)
+                && first > waiter.seq
             {
-                self.order.note(seqs.first().0);
+                self.order.note(first);
             }
         }
     }

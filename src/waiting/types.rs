@@ -184,13 +184,14 @@ pub(super) struct Waiter<C> {
 }
 
 /// `waiter` leaves its group's waiters in `groups` (the group goes with its
-/// last).
-pub(super) fn leave_group<C>(groups: &mut GroupQueues, waiter: &Waiter<C>) {
-    if let Some(seqs) = groups.get_mut(&waiter.share.group)
-        && seqs.remove(waiter.seq)
-    {
+/// last); the group's first waiter after, if any is left.
+pub(super) fn leave_group<C>(groups: &mut GroupQueues, waiter: &Waiter<C>) -> Option<usize> {
+    let seqs = groups.get_mut(&waiter.share.group)?;
+    if seqs.remove(waiter.seq) {
         groups.remove(&waiter.share.group);
+        return None;
     }
+    Some(seqs.first().0)
 }
 
 /// A key: its database and name.
