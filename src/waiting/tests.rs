@@ -2,6 +2,9 @@
 
 use std::collections::HashMap;
 
+use super::pass::Pass;
+use super::queues::Tally;
+use super::types::Queue;
 use super::*;
 use crate::engine::HoldingsStamp;
 
