@@ -51,7 +51,8 @@ use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::engine::GroupName;
 use crate::ffi::{
-    self, AclUser, BlockHandler, Blocked, TimerHandler, WaiterReply, now_ms, select_db, selected_db,
+    self, AclUser, BlockHandler, Blocked, TimerHandler, TimerId, WaiterReply, now_ms, select_db,
+    selected_db,
 };
 use crate::logging;
 use crate::metrics::{self, Event};
@@ -177,9 +178,10 @@ fn arm_wake_up<T: 'static>(ctx: &Context, delay: Duration, callback: fn(&Context
     );
 }
 
-/// Stops the deadline timer of a waiter that got its outcome otherwise.
-fn stop_deadline<C>(ctx: &Context, waiter: &Waiter<C>) {
-    if let Some(timer) = waiter.deadline
+/// Stops the deadline timer of a waiter (single-key or multi-key) that got
+/// its outcome otherwise.
+fn stop_deadline(ctx: &Context, deadline: Option<TimerId>) {
+    if let Some(timer) = deadline
         && ffi::stop_timer(ctx, timer)
     {
         with_waiters(|w| w.count_timer(false));
@@ -313,7 +315,7 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
         if reply.is_none() {
             time_out(ctx, &id, Some(waiter), deadline_reason(true));
         } else {
-            stop_deadline(ctx, &waiter);
+            stop_deadline(ctx, waiter.deadline);
         }
         ffi::unblock(client, reply);
     }
@@ -418,7 +420,7 @@ pub fn redirect(
     let taken = with_waiters(|w| w.take_queues(&moved));
     let mut redirected = taken.len();
     for ((_, key), waiter) in taken {
-        stop_deadline(ctx, &waiter);
+        stop_deadline(ctx, waiter.deadline);
         ffi::unblock(waiter.client, Some(WaiterReply::Error(reply(&key))));
     }
     redirected += all::redirect(ctx, &moved, &mut reply);
@@ -449,7 +451,7 @@ fn deadline_reason(lapsed: bool) -> &'static str {
 fn time_out(ctx: &Context, id: &KeyId, waiter: Option<Waiter<Blocked>>, why: &str) {
     let lock_type = waiter.as_ref().map(|w| w.lock_type.clone());
     if let Some(waiter) = &waiter {
-        stop_deadline(ctx, waiter);
+        stop_deadline(ctx, waiter.deadline);
     }
     metrics::record(now_ms(), lock_type.as_deref(), Event::TimedOut);
     logging::verbose(ctx, || {
@@ -491,7 +493,7 @@ impl BlockHandler for Callbacks {
     fn on_disconnect(ctx: &Context, blocked: Blocked) {
         if let Some((id, waiter)) = with_waiters(|w| w.forget(blocked)) {
             if let Some(waiter) = &waiter {
-                stop_deadline(ctx, waiter);
+                stop_deadline(ctx, waiter.deadline);
             }
             ffi::unblock(blocked, None);
             logging::debug(ctx, || {
