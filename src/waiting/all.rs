@@ -13,7 +13,7 @@ use redis_module::{Context, RedisResult, RedisValue};
 use super::multi::{AllCall, Multi, MultiWaiter, ServedAll};
 use super::{
     INTERNAL_ERROR, KeyId, LONGEST_TIMER_MS, NO_KEY_PERMISSION, arm_wake_up, serve_key,
-    serve_queue, wake_at, with_waiters,
+    serve_queue, stop_deadline, wake_at, with_waiters,
 };
 use crate::engine::GroupName;
 use crate::ffi::{
@@ -181,7 +181,7 @@ pub(super) fn serve_reserved(ctx: &Context, key: &[u8]) -> Option<Vec<Vec<u8>>> 
             return None;
         }
     };
-    stop_deadline(ctx, &waiter);
+    stop_deadline(ctx, waiter.deadline);
     ffi::unblock(waiter.client, reply);
     Some(
         waiter
@@ -203,18 +203,10 @@ pub(super) fn redirect(
     let taken = with_multi(|m| m.take_where(moved));
     let n = taken.len();
     for ((_, key), waiter) in taken {
-        stop_deadline(ctx, &waiter);
+        stop_deadline(ctx, waiter.deadline);
         ffi::unblock(waiter.client, Some(WaiterReply::Error(reply(&key))));
     }
     n
-}
-
-fn stop_deadline(ctx: &Context, waiter: &MultiWaiter<Blocked>) {
-    if let Some(timer) = waiter.deadline
-        && ffi::stop_timer(ctx, timer)
-    {
-        with_waiters(|w| w.count_timer(false));
-    }
 }
 
 /// A wait that ended without a grant (`why`): counted as timed out, and the
@@ -254,7 +246,7 @@ impl BlockHandler for AllCallbacks {
     fn on_timeout(ctx: &Context, blocked: Option<Blocked>) -> RedisResult {
         let waiter = blocked.and_then(|b| with_multi(|m| m.seq_of(b).and_then(|s| m.remove(s))));
         if let Some(waiter) = waiter {
-            stop_deadline(ctx, &waiter);
+            stop_deadline(ctx, waiter.deadline);
             gave_up(ctx, &waiter, "CLIENT UNBLOCK");
             // The reply is this callback's; unblocking only frees the handle.
             ffi::unblock(waiter.client, None);
@@ -266,7 +258,7 @@ impl BlockHandler for AllCallbacks {
     fn on_disconnect(ctx: &Context, blocked: Blocked) {
         let waiter = with_multi(|m| m.seq_of(blocked).and_then(|s| m.remove(s)));
         if let Some(waiter) = waiter {
-            stop_deadline(ctx, &waiter);
+            stop_deadline(ctx, waiter.deadline);
             for id in &waiter.keys {
                 arm_wake_up(ctx, Duration::from_millis(1), serve_key, id.clone());
             }

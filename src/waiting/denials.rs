@@ -16,7 +16,7 @@
 //! group or kind: a queue of many tenants costs the pass one retry there,
 //! not one per tenant.
 //!
-//! Retried as before, whatever was denied: a call that does not say its kind
+//! Always retried, whatever was denied: a call that does not say its kind
 //! ([`Admission`]: a TTL so long that a later clock could overflow its end;
 //! a multi-key call), and a
 //! waiter whose jid was granted earlier in the pass (its retry renews). A
@@ -28,18 +28,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::queues::gate;
-use super::{Served, Share, earliest};
+use super::types::{Admission, Served, Share, earliest, gate};
 use crate::engine::{ByGroupName, GroupName};
-
-/// A waiter's call as far as a new hold is decided, besides its [`Share`]:
-/// its jid, LIMIT and RATE (`[n, per, burst]`: this layer knows no engine).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admission<'a> {
-    pub jid: &'a [u8],
-    pub limit: u32,
-    pub rate: Option<[i64; 3]>,
-}
 
 /// What decides a waiter's new hold besides its group (and its jid, and its
 /// weight, which orders the groups and admits nothing). A kind of waiter is
@@ -111,8 +101,7 @@ pub(super) struct Denials<'a> {
 /// kind once answered stays so (denials and how full the key was found only
 /// grow, and a kind that stopped waiting needs no answer), so a look starts
 /// where the last one stopped: a pass pays one look a kind in all, not one
-/// a kind at each turn (with 1,000 tenants of one LIMIT denied by it and
-/// one without a LIMIT, each of 1,000 turns looked through about half).
+/// a kind at each turn.
 struct Walk<'a> {
     kinds: Vec<(&'a Option<GroupName>, Terms)>,
     answered: usize,

@@ -8,6 +8,9 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::clock::Clock;
+use super::pass::Pass;
+use super::queues::Tally;
+use super::types::Queue;
 use super::*;
 use crate::engine::{Acquired, Lock, LockRequest, Mode};
 

@@ -12,8 +12,8 @@
 //! single-key waiters that came after it are not retried, and a new call on
 //! the key (LOCK or LOCKALL, waiting or not) is refused because clients
 //! wait there, until that multi-key waiter is served or its wait ends.
-//! Waiters that arrived before it are served first, in their order, as
-//! before. A multi-key waiter is tried only when it is the oldest multi-key
+//! Waiters that arrived before it are served first, in their order. A
+//! multi-key waiter is tried only when it is the oldest multi-key
 //! waiter on every one of its keys ([`Multi::eligible`]); so the oldest
 //! multi-key waiter of all is always eligible, its keys take no new holders
 //! but those of earlier waiters, and it is served as soon as the holds that
@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
 
-use super::KeyId;
+use super::types::KeyId;
 use crate::engine::GroupName;
 use crate::ffi::TimerId;
 

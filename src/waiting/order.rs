@@ -1,13 +1,11 @@
 //! The order of a key's waiting groups, kept from one pass to the next.
 //!
 //! A pass offers the next slot to the group that holds the fewest slots for
-//! its weight, then to the one whose first waiter came first (a [`Turn`]).
-//! Made afresh, that order costs a pass a look at every waiting group (its
-//! count of holders on the key, then a heap of them all) before it grants
-//! one: a release on a full key with a thousand tenants waiting looked at a
-//! thousand groups to grant one. Kept in a heap between passes, it costs a
-//! pass the groups whose place may have changed since the last, looked at
-//! again at its start ([`Order::start`]):
+//! its weight, then to the one whose turn comes first on the key's clock,
+//! then to the one whose first waiter came first (a [`Turn`]). Made afresh,
+//! that order costs a look at every waiting group; kept in a heap between
+//! passes, it costs a pass the groups whose place may have changed since
+//! the last, looked at again at its start ([`Order::start`]):
 //!
 //! - a group whose count of holders went down: the key names those (the
 //!   groups it names freed since the stamp kept, or, for a key of a few
@@ -25,16 +23,14 @@
 //! left or was parked, it was looked at again) stay in the heap until they
 //! come out, and are dropped then. When the turns outnumber the groups
 //! twice over (and 64), or the key cannot say what went down, the order is
-//! made afresh, as every pass made it before: a pass then looks at every
-//! group.
+//! made afresh: that pass looks at every group.
 
 use std::collections::BinaryHeap;
 
 use hashbrown::HashTable;
 
-use super::KeyHoldings;
 use super::clock::Tag;
-use super::queues::{GroupQueues, GroupWaiters, Queue};
+use super::types::{GroupQueues, GroupWaiters, KeyHoldings, Queue};
 use crate::engine::{GroupName, HoldingsStamp, holding_hash_of};
 
 /// A group's first waiter as a candidate for the next slot: the greatest

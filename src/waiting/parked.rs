@@ -21,9 +21,8 @@
 
 use hashbrown::HashTable;
 
-use super::KeyHoldings;
 use super::denials::Kinds;
-use super::queues::{GroupQueues, GroupWaiters};
+use super::types::{GroupQueues, GroupWaiters, KeyHoldings};
 use crate::engine::{GroupName, HoldingsStamp, holding_hash_of};
 
 /// The groups found at their GROUPLIMIT, with their waiters, found by
@@ -68,15 +67,22 @@ impl Parked {
         self.at = Some(at);
     }
 
-    /// Moves `group` back among `into`, if it is parked.
+    /// Moves `group` back among `into`, if it is parked: whether it was.
     pub(super) fn unpark(
         &mut self,
         group: &Option<GroupName>,
         kinds: &Kinds,
         into: &mut GroupQueues,
-    ) {
+    ) -> bool {
+        if self.groups.is_empty() {
+            return false;
+        }
         let is = |name: &Option<GroupName>| name == group;
-        self.unpark_where(holding_hash_of(group), is, kinds, into, &mut |_| {});
+        let mut moved = false;
+        self.unpark_where(holding_hash_of(group), is, kinds, into, &mut |_| {
+            moved = true
+        });
+        moved
     }
 
     /// Moves back every parked group that `hash` may name.

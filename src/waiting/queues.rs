@@ -3,160 +3,17 @@
 //! and the timers counted. `C` stands for a blocked client's handle, so the
 //! unit tests use plain numbers.
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hash;
-use std::ops::Bound;
 
-use super::clock::{Clock, Start, Tag};
+use super::clock::Clock;
 use super::denials::Kinds;
 use super::order::Order;
 use super::parked::Parked;
-use super::{Call, KeyHoldings, Share};
+use super::types::{
+    GroupQueues, GroupWaiters, KeyHoldings, KeyId, Queue, Waiter, gate, leave_group,
+};
 use crate::engine::{GroupName, HoldingsStamp};
-use crate::ffi::TimerId;
-
-/// One blocked call: its client, its call, and the lock type it asked for
-/// (counted if its wait runs out).
-pub(super) struct Waiter<C> {
-    pub(super) client: C,
-    pub(super) call: Box<dyn Call>,
-    /// Its group, weight, GROUPLIMIT and mode, for the serving rule.
-    pub(super) share: Share,
-    pub(super) lock_type: Box<str>,
-    /// Its number, which its deadline timer carries.
-    pub(super) seq: usize,
-    /// The timer that ends its wait, if one could be armed.
-    pub(super) deadline: Option<TimerId>,
-    /// Its client's ACL user, whose key permissions each retry checks
-    /// again (`None` where the server cannot say).
-    pub(super) user: Option<Box<[u8]>>,
-}
-
-/// `waiter` leaves its group's waiters in `groups` (the group goes with its
-/// last).
-pub(super) fn leave_group<C>(groups: &mut GroupQueues, waiter: &Waiter<C>) {
-    if let Some(seqs) = groups.get_mut(&waiter.share.group)
-        && seqs.remove(waiter.seq)
-    {
-        groups.remove(&waiter.share.group);
-    }
-}
-
-/// A key: its database and name.
-pub(super) type KeyId = (i32, Vec<u8>);
-
-/// The numbers of each group's waiters on a key (`None`: those without a
-/// group), each with its weight, never an empty map: how many wait in each
-/// (WAITERS ... GROUPS reads it without a walk), and each group's next
-/// waiter and its weight, found by a serving pass without a walk past the
-/// other groups' waiters or a look into the queue.
-pub(super) type GroupQueues = BTreeMap<Option<GroupName>, GroupWaiters>;
-
-/// One group's waiters on a key: their numbers with their weights, the
-/// first of them also kept apart, beside the group's name: a pass reads
-/// every group's first at its start, without a descent into each group's
-/// map.
-#[derive(Debug)]
-pub(super) struct GroupWaiters {
-    first: (usize, u32),
-    seqs: BTreeMap<usize, u32>,
-    /// The last pass that took the group's turn (tried it or passed it
-    /// over): marked through the shared borrow the pass holds, so that the
-    /// group's other turns are dropped without a map of its own.
-    taken: Cell<u64>,
-    /// The group's start on the key's clock (see `clock`), moved on by a
-    /// pass's grant to it through the shared borrow the pass holds.
-    start: Cell<Start>,
-}
-
-impl PartialEq for GroupWaiters {
-    fn eq(&self, other: &Self) -> bool {
-        (self.first, &self.seqs) == (other.first, &other.seqs)
-    }
-}
-
-impl Eq for GroupWaiters {}
-
-impl GroupWaiters {
-    pub(super) fn new(seq: usize, weight: u32, start: Start) -> Self {
-        Self {
-            first: (seq, weight),
-            seqs: BTreeMap::from([(seq, weight)]),
-            taken: Cell::new(0),
-            start: Cell::new(start),
-        }
-    }
-
-    /// The place of its next waiter, of `weight`, on the key's clock.
-    pub(super) fn tag(&self, weight: u32) -> Tag {
-        Clock::tag(self.start.get(), weight)
-    }
-
-    /// Its start on the key's clock.
-    #[cfg(test)]
-    pub(super) fn start(&self) -> Start {
-        self.start.get()
-    }
-
-    /// Its waiter of `weight` was granted a slot: its next turn comes once
-    /// the others had theirs.
-    pub(super) fn granted(&self, clock: &mut Clock, weight: u32) {
-        self.start.set(clock.granted(self.start.get(), weight));
-    }
-
-    /// Sets its start on the key's clock (a tally counted afresh, in the
-    /// tests, given what a kept one keeps).
-    #[cfg(test)]
-    pub(super) fn set_start(&self, start: Start) {
-        self.start.set(start);
-    }
-
-    /// Whether `pass` took the group's turn (passes are numbered from 1).
-    pub(super) fn taken_in(&self, pass: u64) -> bool {
-        self.taken.get() == pass
-    }
-
-    /// `pass` took the group's turn.
-    pub(super) fn take(&self, pass: u64) {
-        self.taken.set(pass);
-    }
-
-    fn insert(&mut self, seq: usize, weight: u32) {
-        self.seqs.insert(seq, weight);
-        if seq <= self.first.0 {
-            self.first = (seq, weight);
-        }
-    }
-
-    /// Removes waiter `seq`; whether none is left.
-    pub(super) fn remove(&mut self, seq: usize) -> bool {
-        self.seqs.remove(&seq);
-        if seq == self.first.0
-            && let Some((&next, &weight)) = self.seqs.first_key_value()
-        {
-            self.first = (next, weight);
-        }
-        self.seqs.is_empty()
-    }
-
-    /// The first waiter's number and weight.
-    pub(super) fn first(&self) -> (usize, u32) {
-        self.first
-    }
-
-    /// The waiter after `seq`, with its weight.
-    pub(super) fn after(&self, seq: usize) -> Option<(usize, u32)> {
-        self.seqs
-            .range((Bound::Excluded(seq), Bound::Unbounded))
-            .next()
-            .map(|(&seq, &weight)| (seq, weight))
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.seqs.len()
-    }
-}
 
 /// What is kept of one queue as its waiters come and go: each group's
 /// waiters and their kinds (a serving pass stops once every kind left is
@@ -192,30 +49,29 @@ impl Tally {
         // A new waiter, perhaps of a group with room: look again (at its
         // group too, if parked: it may ask for more).
         self.full_at = None;
-        let had_turn = self.groups.contains_key(&waiter.share.group);
-        self.parked
-            .unpark(&waiter.share.group, &self.kinds, &mut self.groups);
+        let group = &waiter.share.group;
+        let unparked = self.parked.unpark(group, &self.kinds, &mut self.groups);
         self.kinds.add(waiter.call.admission(), &waiter.share);
         if waiter.share.exclusive {
             self.exclusive.insert(waiter.seq);
         }
         let weight = waiter.share.weight.max(1);
-        match self.groups.get_mut(&waiter.share.group) {
-            Some(seqs) => seqs.insert(waiter.seq, weight),
+        match self.groups.get_mut(group) {
+            Some(seqs) => {
+                seqs.insert(waiter.seq, weight);
+                // A group that had a turn keeps it: the waiter joins behind
+                // its first (numbers grow). One back from the parked gets one.
+                if unparked {
+                    self.order.note(seqs.first().0);
+                }
+            }
             None => {
                 // A group that starts waiting joins at the current turn.
                 let start = self.clock.join();
-                self.groups.insert(
-                    waiter.share.group.clone(),
-                    GroupWaiters::new(waiter.seq, weight, start),
-                );
+                self.groups
+                    .insert(group.clone(), GroupWaiters::new(waiter.seq, weight, start));
+                self.order.note(waiter.seq);
             }
-        }
-        // A group that had a turn keeps it: the waiter joins behind its
-        // first (numbers grow). A new one, or one back from the parked,
-        // gets one.
-        if !had_turn && let Some(seqs) = self.groups.get(&waiter.share.group) {
-            self.order.note(seqs.first().0);
         }
     }
 
@@ -229,12 +85,11 @@ impl Tally {
         }
         let gone = kinds.saturating_sub(self.kinds.kinds_of(group));
         if !self.parked.leave(group, waiter.seq, gone) {
-            leave_group(&mut self.groups, waiter);
             // The group's turn was its first waiter's.
-            if let Some(seqs) = self.groups.get(group)
-                && seqs.first().0 > waiter.seq
+            if let Some(first) = leave_group(&mut self.groups, waiter)
+                && first > waiter.seq
             {
-                self.order.note(seqs.first().0);
+                self.order.note(first);
             }
         }
     }
@@ -269,11 +124,6 @@ impl Tally {
         self.groups.iter().chain(self.parked.iter()).collect()
     }
 }
-
-/// A key's waiters by their number, which grows with every waiter: arrival
-/// order, and one waiter found by its number (a timeout, a disconnect) in
-/// O(log n) however long the queue.
-pub(super) type Queue<C> = BTreeMap<usize, Waiter<C>>;
 
 /// Every blocked client: a queue per key, oldest first, the key each client
 /// waits on, and the wake-ups armed. `C` is the handle of a blocked client
@@ -551,11 +401,4 @@ pub(super) fn group_limits<'a>(
         *m = (*m).max(max);
     }
     Some(groups)
-}
-
-/// The GROUPLIMIT that holds a waiter back from a slot its group cannot
-/// take; `None` for a waiter that nothing but the key's LIMIT holds back (no
-/// GROUPLIMIT) or that waits for the key to empty (exclusive).
-pub(super) fn gate(group_limit: Option<u32>, exclusive: bool) -> Option<u32> {
-    group_limit.filter(|_| !exclusive)
 }

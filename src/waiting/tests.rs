@@ -2,7 +2,11 @@
 
 use std::collections::HashMap;
 
+use super::pass::Pass;
+use super::queues::Tally;
+use super::types::Queue;
 use super::*;
+use crate::engine::HoldingsStamp;
 
 /// A call the tests never retry (serve_pass is given its own retry).
 struct Never;
@@ -551,7 +555,7 @@ fn a_newcomer_is_held_back_alike_whether_the_waiters_kinds_are_known_or_not() {
             } else {
                 1
             };
-            super::queues::gate(s.group_limit, s.exclusive).is_none_or(|max| holds < max as usize)
+            super::types::gate(s.group_limit, s.exclusive).is_none_or(|max| holds < max as usize)
         })
     };
     for (i, (mut shares, expected)) in cases.into_iter().enumerate() {
