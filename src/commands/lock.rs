@@ -84,11 +84,7 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
         let value: &[u8] = value;
         let is = |option: &str| is_keyword(name, option.as_bytes());
         if is("LIMIT") && opts.limit.is_none() {
-            let n = parse_int(value)?;
-            if !(0..=MAX_LIMIT).contains(&n) {
-                return Err(ArgError::NotAnInteger);
-            }
-            opts.limit = u32::try_from(n).ok();
+            opts.limit = Some(limit_value(value)?);
         } else if is("TTL") && opts.expiry.is_none() {
             opts.expiry = Some(Expiry::Ttl(parse_int(value)?));
         } else if is("PXAT") && opts.expiry.is_none() {
@@ -111,19 +107,11 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
             validate_group(value)?;
             opts.group = Some(value);
         } else if is("WEIGHT") && opts.weight.is_none() {
-            let w = parse_int(value)?;
-            if !(1..=MAX_WEIGHT).contains(&w) {
-                return Err(ArgError::NotAnInteger);
-            }
-            opts.weight = u32::try_from(w).ok();
+            opts.weight = Some(weight_value(value)?);
         } else if is("GROUPLIMIT") && opts.group_limit.is_none() {
-            let m = parse_int(value)?;
-            if !(1..=MAX_LIMIT).contains(&m) {
-                return Err(ArgError::NotAnInteger);
-            }
-            opts.group_limit = u32::try_from(m).ok();
+            opts.group_limit = Some(group_limit_value(value)?);
         } else if is("MODE") && opts.mode.is_none() {
-            opts.mode = Some(Mode::parse(value).ok_or(LockError::InvalidMode)?);
+            opts.mode = Some(mode_value(value)?);
         } else if is("WAIT") && opts.wait.is_none() {
             let ms = parse_int(value)?;
             if ms <= 0 {
@@ -145,6 +133,38 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
         return Err(ArgError::NeedsGroup);
     }
     Ok(opts)
+}
+
+/// The value of LIMIT, per key in LOCKALL: 0 (no limit) to `MAX_LIMIT`.
+#[inline]
+pub fn limit_value(value: &[u8]) -> Result<u32, ArgError> {
+    in_range(value, 0, MAX_LIMIT)
+}
+
+/// The value of WEIGHT: 1 to `MAX_WEIGHT`.
+pub fn weight_value(value: &[u8]) -> Result<u32, ArgError> {
+    in_range(value, 1, MAX_WEIGHT)
+}
+
+/// The value of GROUPLIMIT: 1 to `MAX_LIMIT`.
+pub fn group_limit_value(value: &[u8]) -> Result<u32, ArgError> {
+    in_range(value, 1, MAX_LIMIT)
+}
+
+/// The value of MODE: shared or exclusive, in any case.
+pub fn mode_value(value: &[u8]) -> Result<Mode, ArgError> {
+    Ok(Mode::parse(value).ok_or(LockError::InvalidMode)?)
+}
+
+/// An integer from `low` to `high`; out of range is not an integer, as
+/// Redis says of its own options.
+#[inline]
+fn in_range(value: &[u8], low: i64, high: i64) -> Result<u32, ArgError> {
+    let n = parse_int(value)?;
+    u32::try_from(n)
+        .ok()
+        .filter(|_| (low..=high).contains(&n))
+        .ok_or(ArgError::NotAnInteger)
 }
 
 /// LOCK on its arguments read in place (`key_name` is `args[1]`).

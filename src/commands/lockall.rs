@@ -14,16 +14,18 @@ use std::ops::Deref;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::decisions::all::{AllAttempt, Refusal, decide_all};
-use super::decisions::{InRedis, count_denial};
-use super::lock::{parse_options, wait_within_lease};
+use super::decisions::{Ahead, InRedis, count_denial};
+use super::lock::{
+    group_limit_value, limit_value, mode_value, parse_options, wait_within_lease, weight_value,
+};
 use super::{ArgError, events, is_keyword, parse_int, settle};
 use crate::codec::ApplyOp;
 use crate::config;
 use crate::datatype::LockKey;
 use crate::engine::GroupName;
 use crate::engine::{
-    DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, Rate,
-    RateLimit, validate_group, validate_jid, validate_meta_json,
+    DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, Mode, Rate, RateLimit,
+    validate_group, validate_jid, validate_meta_json,
 };
 use crate::ffi::{self, command_now_ms, now_ms};
 use crate::metrics::{self, Event};
@@ -114,15 +116,9 @@ pub fn parse<A: Deref<Target = [u8]>>(
                 .ok_or(RedisError::Str(
                     "ERR syntax error: LIMIT takes one value per key, in key order (LIMIT n [n ...])",
                 ))?;
-            let mut parsed = Vec::with_capacity(n);
-            for v in values {
-                let limit = parse_int(v)?;
-                if !(0..=MAX_LIMIT).contains(&limit) {
-                    return Err(ArgError::NotAnInteger.into());
-                }
-                parsed.push(u32::try_from(limit).map_err(|_| ArgError::NotAnInteger)?);
-            }
-            limits = Some(parsed);
+            let parsed: Result<Vec<u32>, ArgError> =
+                values.iter().map(|v| limit_value(v)).collect();
+            limits = Some(parsed?);
             at += 1 + n;
         } else if is("RATE") {
             let (i, rate, used) = parse_rate(options.get(at + 1..).unwrap_or_default(), n)?;
@@ -245,29 +241,21 @@ fn parse_share<A: Deref<Target = [u8]>>(
             if !weighted {
                 return Ok(2);
             }
-            let w = parse_int(args.get(3).ok_or(ArgError::Syntax)?)?;
-            if !(1..=MAX_WEIGHT).contains(&w) {
-                return Err(ArgError::NotAnInteger.into());
-            }
-            share.weight = u32::try_from(w).ok();
+            share.weight = Some(weight_value(args.get(3).ok_or(ArgError::Syntax)?)?);
             Ok(4)
         }
         "GROUPLIMIT" => {
             if share.group_limit.is_some() {
                 return Err(ArgError::Syntax.into());
             }
-            let m = parse_int(value)?;
-            if !(1..=MAX_LIMIT).contains(&m) {
-                return Err(ArgError::NotAnInteger.into());
-            }
-            share.group_limit = u32::try_from(m).ok();
+            share.group_limit = Some(group_limit_value(value)?);
             Ok(2)
         }
         _ => {
             if share.mode.is_some() {
                 return Err(ArgError::Syntax.into());
             }
-            share.mode = Some(Mode::parse(value).ok_or(ArgError::from(LockError::InvalidMode))?);
+            share.mode = Some(mode_value(value)?);
             Ok(2)
         }
     }
@@ -425,10 +413,26 @@ fn attempt(
             ..LockRequest::new(&call.jid)
         })
         .collect();
-    let queued: Vec<bool> = call
+    // The one place a multi-key call decides otherwise than LOCK: one key
+    // is held back as LOCK is (`waiting::holds_back`: a waiting group at its
+    // GROUPLIMIT holds nobody back); a call on more keys takes none of a key
+    // anyone waits on, so that it never jumps a waiter on a key it takes
+    // while that waiter's reservation is unserved (docs/commands.md,
+    // LOCKALL).
+    let one_key = |lock: &Lock| {
+        let counts = lock.group_counts(now);
+        call.keys
+            .first()
+            .is_some_and(|k| waiting::holds_back(ctx, k, &counts))
+    };
+    let queued: Vec<Ahead<'_>> = call
         .keys
         .iter()
-        .map(|k| !served && waiting::waiting_on(ctx, k) > 0)
+        .map(|k| match call.keys.len() {
+            _ if served => Ahead::Nobody,
+            1 => Ahead::Depends(&one_key),
+            _ => Ahead::from(waiting::waiting_on(ctx, k) > 0),
+        })
         .collect();
     let names: Vec<RedisString> = call
         .keys

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_longlong};
 
 use redis_module::{Context, RedisString, raw};
 
-use super::argv::{Argv, shared};
+use super::argv::{Argv, Owned, shared};
 use super::entry::client_string;
 use crate::codec::{APPLY_COMMAND, ApplyOp, HOLD_DEFAULTS, NO_EXPIRY, write_rate};
 use crate::engine::{Holder, Mode, Rate};
@@ -91,7 +91,7 @@ pub fn replicate_hold(
     // argument (LOCK's), else a string made for the call (a served waiter).
     let jid = match client_string(jid) {
         Some(string) => JidString::Client(string),
-        None => JidString::made(&h.jid()),
+        None => JidString::Made(Owned::bytes(&h.jid())),
     };
     let Some(jid) = jid.get() else {
         return;
@@ -204,41 +204,14 @@ pub fn replicate_hold(
 /// or one made here and freed after it.
 enum JidString {
     Client(*mut raw::RedisModuleString),
-    Made(*mut raw::RedisModuleString),
+    Made(Owned),
 }
 
 impl JidString {
-    fn made(jid: &[u8]) -> Self {
-        // SAFETY: with no context the string is not auto-freed: `Drop` frees
-        // it; the buffer is valid for `jid.len()` bytes.
-        Self::Made(unsafe {
-            raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
-                f(
-                    std::ptr::null_mut(),
-                    jid.as_ptr().cast::<c_char>(),
-                    jid.len(),
-                )
-            })
-        })
-    }
-
     fn get(&self) -> Option<*mut raw::RedisModuleString> {
-        let (Self::Client(s) | Self::Made(s)) = *self;
-        (!s.is_null()).then_some(s)
-    }
-}
-
-impl Drop for JidString {
-    fn drop(&mut self) {
-        if let Self::Made(s) = *self
-            && !s.is_null()
-        {
-            // SAFETY: made with no context in `made`, freed once, here.
-            unsafe {
-                if let Some(free) = raw::RedisModule_FreeString {
-                    free(std::ptr::null_mut(), s);
-                }
-            }
+        match self {
+            Self::Client(s) => (!s.is_null()).then_some(*s),
+            Self::Made(s) => s.get(),
         }
     }
 }

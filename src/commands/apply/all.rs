@@ -15,13 +15,11 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::Args;
 use crate::codec::{self, ApplyOp, DecodeError};
+use crate::commands::lockall::MAX_KEYS;
 use crate::commands::{events, parse_int, settle, tracked};
 use crate::datatype::LockKey;
 use crate::engine::{Holder, Lock, Rate};
 use crate::{fencing, ffi};
-
-/// The most keys one effect may carry: LOCKALL's own bound.
-const MAX_KEYS: usize = 64;
 
 /// One key's part of a HOLDALL.
 type KeyHold = (Vec<u8>, Holder, Option<Rate>);

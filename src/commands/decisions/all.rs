@@ -25,7 +25,7 @@
 //! New holds share one fencing token; a renewed key keeps its own. Tokens
 //! still rise per key, since each new token is above every token before it.
 
-use super::{Outside, prune_expired};
+use super::{Ahead, Outside, prune_expired};
 use crate::engine::{Acquired, Holder, Lock, LockError, LockRequest, Rate};
 use crate::metrics::Event;
 
@@ -93,14 +93,15 @@ pub struct AllDecision {
 /// One LOCKALL on `locks` (an empty lock for a key that does not exist),
 /// with `reqs[i]` the call on `locks[i]` (the same jid, TTL, TYPE, OWNER and
 /// META; its own LIMIT and RATE): prune every key, then grant or renew on
-/// every key or on none, and count what was granted. `queued[i]`: clients
-/// wait on key i ahead of this call, so a new hold there is refused (a
-/// renewal is not).
-pub fn decide_all(
+/// every key or on none, and count what was granted. `queued[i]`: the
+/// clients waiting on key i ahead of this call, as LOCK's `decide_lock`
+/// takes them: while one of them may take a slot, a new hold there is
+/// refused (a renewal is not).
+pub fn decide_all<'q>(
     locks: &mut [&mut Lock],
     reqs: &[LockRequest<'_>],
     now: i64,
-    queued: &[bool],
+    queued: &[impl Into<Ahead<'q>> + Copy],
     out: &mut impl Outside,
 ) -> AllDecision {
     let expired: Vec<usize> = locks
@@ -126,11 +127,11 @@ pub fn decide_all(
 /// The all-or-nothing step on locks already pruned at `now`; `next_token`
 /// is called at most once, for the first new hold, and its token is shared
 /// by every new hold of the call.
-pub fn acquire_all(
+pub fn acquire_all<'q>(
     locks: &mut [&mut Lock],
     reqs: &[LockRequest<'_>],
     now: i64,
-    queued: &[bool],
+    queued: &[impl Into<Ahead<'q>> + Copy],
     next_token: impl FnOnce() -> i64,
 ) -> AllAttempt {
     let held = locks
@@ -162,13 +163,10 @@ pub fn acquire_all(
     let mut refused = None;
     for (i, (lock, req)) in locks.iter_mut().zip(reqs).enumerate() {
         let before = (lock.holder(req.jid).cloned(), lock.rate().copied());
-        let acquired = if queued.get(i).copied().unwrap_or(false) && before.0.is_none() {
-            Acquired::Denied
-        } else {
-            lock.acquire(req, now, || {
-                *token.get_or_insert_with(|| next_token.take().map_or(0, |f| f()))
-            })
-        };
+        // LOCK's own step on this key, behind the same waiters.
+        let ahead = queued.get(i).map_or(Ahead::Nobody, |&q| q.into());
+        let mut next = || *token.get_or_insert_with(|| next_token.take().map_or(0, |f| f()));
+        let acquired = lock.acquire_behind(req, now, |lock| ahead.blocks(lock), &mut next);
         match acquired {
             Acquired::Granted(token) => grants.push(KeyGrant {
                 token,
