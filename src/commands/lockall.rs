@@ -18,8 +18,7 @@ use super::decisions::{Ahead, InRedis, count_denial};
 use super::lock::{
     group_limit_value, limit_value, mode_value, parse_options, wait_within_lease, weight_value,
 };
-use super::{ArgError, events, is_keyword, parse_int, settle};
-use crate::codec::ApplyOp;
+use super::{ArgError, Change, Changed, Freed, finish, finish_all, is_keyword, parse_int};
 use crate::config;
 use crate::datatype::LockKey;
 use crate::engine::GroupName;
@@ -290,8 +289,8 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .map(|ms| wait_within_lease(ms, call.expiry, now));
     let (attempt, freed) = attempt(ctx, &call, false, now)?;
     // The waiters pruned leases made room for come first, then this call.
-    for key in freed {
-        waiting::slot_freed(ctx, &call.keys[key]);
+    for (key, freed) in call.keys.iter().zip(freed) {
+        freed.serve_waiters(ctx, key);
     }
     let lock_type = call.lock_type.as_deref().unwrap_or(DEFAULT_TYPE).to_owned();
     match attempt {
@@ -379,17 +378,16 @@ impl waiting::AllCall for Waiting {
 /// One LOCKALL: open every key (a key of another type refuses the call
 /// before anything changes), let [`decide_all`] prune, grant, renew or
 /// refuse and count, store the new keys a grant made, then carry out what
-/// changed: each changed key settled, one effect replicated (the whole
-/// grant, or the ended leases of a refusal: `DEL` for a key they emptied),
-/// the keyspace events. `served`: a waiter being served (it does not queue
-/// behind the others). Returns the positions of the keys whose waiters are
+/// changed: a grant as one effect ([`finish_all`]), a refusal as a denied
+/// LOCK on each key ([`finish`]). `served`: a waiter being served (it does
+/// not queue behind the others). Returns, per key, whether its waiters are
 /// to be served.
 fn attempt(
     ctx: &Context,
     call: &LockAll,
     served: bool,
     now: i64,
-) -> Result<(AllAttempt, Vec<usize>), RedisError> {
+) -> Result<(AllAttempt, Vec<Freed>), RedisError> {
     let expires_at = call
         .expiry
         .map(|e| e.resolve(now))
@@ -471,66 +469,57 @@ fn attempt(
         }
         decision
     };
-    let granted = matches!(decision.attempt, AllAttempt::Granted(_));
-    if granted {
-        // A new key is only stored with its first holder.
-        for (key, fresh) in opened.iter_mut().zip(fresh.iter_mut()) {
-            if let Some(lock) = fresh.take() {
-                key.create(lock)?;
+    let AllAttempt::Granted(grants) = &decision.attempt else {
+        // Refused: each key as a denied LOCK, its ended leases pruned
+        // (`PRUNE`, or `DEL` for a key they emptied).
+        let mut freed = Vec::with_capacity(opened.len());
+        for ((key, name), &expired) in opened.into_iter().zip(&names).zip(&decision.expired) {
+            freed.push(finish(ctx, name, key, now, expired, Change::PruneOnly)?);
+        }
+        return Ok((decision.attempt, freed));
+    };
+    // A new key is only stored with its first holder.
+    for (key, fresh) in opened.iter_mut().zip(fresh.iter_mut()) {
+        if let Some(lock) = fresh.take() {
+            key.create(lock)?;
+        }
+    }
+    let changed = opened
+        .into_iter()
+        .zip(&names)
+        .zip(grants.iter().zip(&decision.expired))
+        .map(|((key, name), (grant, &expired))| Changed {
+            name,
+            key,
+            expired,
+            change: Change::Hold {
+                jid: &call.jid,
+                new: grant.new,
+                spent_rate: grant.spent_rate,
+                downgraded: grant.downgraded,
+            },
+        })
+        .collect();
+    // The whole grant, one effect: every key's holder as it is now.
+    let freed = finish_all(ctx, now, changed, |keys, _| {
+        let mut parts: Vec<(&[u8], &Holder, Option<&Rate>)> = Vec::with_capacity(keys.len());
+        for k in keys {
+            let lock = k.key.lock()?;
+            if let (Some(holder), Change::Hold { spent_rate, .. }) =
+                (lock.and_then(|l| l.holder(&call.jid)), k.change)
+            {
+                parts.push((
+                    k.name.as_slice(),
+                    holder,
+                    lock.and_then(Lock::rate).filter(|_| spent_rate),
+                ));
             }
         }
-    }
-    // Only a key that changed is settled: one left as it was is left to
-    // Redis's expiry even when its lock has nothing more to keep, since a
-    // deletion here would reach no replica (nothing is replicated for it).
-    let mut deleted = vec![false; opened.len()];
-    for ((key, deleted), &expired) in opened.iter_mut().zip(&mut deleted).zip(&decision.expired) {
-        if granted || expired > 0 {
-            *deleted = settle(key, now)?;
+        if let Some(first) = keys.first() {
+            ffi::replicate_hold_all(ctx, first.name, now, &parts);
         }
-    }
-    match &decision.attempt {
-        AllAttempt::Granted(grants) => {
-            let mut parts: Vec<(&[u8], &Holder, Option<&Rate>)> = Vec::with_capacity(grants.len());
-            for ((key, name), grant) in opened.iter().zip(&call.keys).zip(grants) {
-                let lock = key.lock()?;
-                if let Some(holder) = lock.and_then(|l| l.holder(&call.jid)) {
-                    let rate = lock.and_then(Lock::rate).filter(|_| grant.spent_rate);
-                    parts.push((name, holder, rate));
-                }
-            }
-            ffi::replicate_hold_all(ctx, &names[0], now, &parts);
-        }
-        AllAttempt::Denied(_) => {
-            for ((name, &expired), &deleted) in names.iter().zip(&decision.expired).zip(&deleted) {
-                if deleted {
-                    ffi::replicate_delete(ctx, name);
-                } else if expired > 0 {
-                    ffi::replicate_effect(ctx, name, now, ApplyOp::PruneOnly, None);
-                }
-            }
-        }
-    }
-    // Serving waiters opens the keys again: ours must be closed first.
-    drop(opened);
-    let mut freed = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let expired = decision.expired.get(i).is_some_and(|&e| e > 0);
-        if expired {
-            ffi::notify_module_event(ctx, events::EXPIRE, name);
-        }
-        let grant = match &decision.attempt {
-            AllAttempt::Granted(grants) => grants.get(i),
-            AllAttempt::Denied(_) => None,
-        };
-        if grant.is_some_and(|g| g.new) {
-            ffi::notify_module_event(ctx, events::LOCK, name);
-        }
-        // An exclusive hold turned shared makes room, as a freed lease does.
-        if expired || grant.is_some_and(|g| g.downgraded) {
-            freed.push(i);
-        }
-    }
+        Ok(())
+    })?;
     Ok((decision.attempt, freed))
 }
 
