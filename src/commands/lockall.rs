@@ -13,7 +13,7 @@ use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::decisions::all::{AllAttempt, Refusal, decide_all};
+use super::decisions::all::{AllAttempt, KeyGrant, Refusal, decide_all};
 use super::decisions::{Ahead, InRedis, count_denial};
 use super::lock::{LockOptions, OwnedOptions, parse_options, request, wait_within_lease};
 use super::{ArgError, Change, Changed, Freed, finish, finish_all, is_keyword, parse_int};
@@ -410,43 +410,61 @@ fn attempt(
             key.create(lock)?;
         }
     }
+    let freed = finish_grant(
+        ctx,
+        now,
+        &call.jid,
+        opened,
+        &names,
+        grants,
+        &decision.expired,
+    )?;
+    Ok((decision.attempt, freed))
+}
+
+/// Carries out a grant on every key: one effect with every key's holder as
+/// it is now ([`finish_all`]).
+fn finish_grant(
+    ctx: &Context,
+    now: i64,
+    jid: &[u8],
+    opened: Vec<LockKey>,
+    names: &[RedisString],
+    grants: &[KeyGrant],
+    expired: &[usize],
+) -> Result<Vec<Freed>, RedisError> {
     let changed = opened
         .into_iter()
-        .zip(&names)
-        .zip(grants.iter().zip(&decision.expired))
+        .zip(names)
+        .zip(grants.iter().zip(expired))
         .map(|((key, name), (grant, &expired))| Changed {
             name,
             key,
             expired,
             change: Change::Hold {
-                jid: &call.jid,
+                jid,
                 new: grant.new,
                 spent_rate: grant.spent_rate,
                 downgraded: grant.downgraded,
             },
         })
         .collect();
-    // The whole grant, one effect: every key's holder as it is now.
-    let freed = finish_all(ctx, now, changed, |keys, _| {
+    finish_all(ctx, now, changed, |keys, _| {
         let mut parts: Vec<(&[u8], &Holder, Option<&Rate>)> = Vec::with_capacity(keys.len());
         for k in keys {
             let lock = k.key.lock()?;
             if let (Some(holder), Change::Hold { spent_rate, .. }) =
-                (lock.and_then(|l| l.holder(&call.jid)), k.change)
+                (lock.and_then(|l| l.holder(jid)), k.change)
             {
-                parts.push((
-                    k.name.as_slice(),
-                    holder,
-                    lock.and_then(Lock::rate).filter(|_| spent_rate),
-                ));
+                let rate = lock.and_then(Lock::rate).filter(|_| spent_rate);
+                parts.push((k.name.as_slice(), holder, rate));
             }
         }
         if let Some(first) = keys.first() {
             ffi::replicate_hold_all(ctx, first.name, now, &parts);
         }
         Ok(())
-    })?;
-    Ok((decision.attempt, freed))
+    })
 }
 
 #[cfg(test)]

@@ -96,34 +96,7 @@ pub fn replicate_hold(
     let Some(jid) = jid.get() else {
         return;
     };
-    let (group, mode): (&[u8], &[u8]) = if h.has_fair() {
-        (
-            h.group().unwrap_or_default(),
-            h.mode().map_or("", Mode::name).as_bytes(),
-        )
-    } else {
-        (b"", b"")
-    };
-    let (lock_type, owner, meta) = (
-        h.lock_type().as_bytes(),
-        h.owner().unwrap_or_default(),
-        h.meta().unwrap_or_default(),
-    );
-    // How many of the optional fields go: up to the last one that differs
-    // from its default (`HOLD_DEFAULTS`: the default type, then empty).
-    let tail_len = if !mode.is_empty() {
-        5
-    } else if !group.is_empty() {
-        4
-    } else if !meta.is_empty() {
-        3
-    } else if !owner.is_empty() {
-        2
-    } else if Some(&lock_type) != HOLD_DEFAULTS.first() {
-        1
-    } else {
-        0
-    };
+    let ([lock_type, owner, meta, group, mode], tail_len) = optional_fields(h);
     let expires_at = h.expires_at().unwrap_or(NO_EXPIRY);
     let acquired_at = h.acquired_at();
     let lease_text = match rate {
@@ -198,6 +171,36 @@ pub fn replicate_hold(
             };
         }
     }
+}
+
+/// A holder's optional fields in the effect's order (type, owner, meta,
+/// group, mode), and how many of them go: up to the last one that differs
+/// from its default (`HOLD_DEFAULTS`: the default type, then empty).
+#[inline]
+fn optional_fields(h: &Holder) -> ([&[u8]; 5], usize) {
+    let (group, mode): (&[u8], &[u8]) = if h.has_fair() {
+        (
+            h.group().unwrap_or_default(),
+            h.mode().map_or("", Mode::name).as_bytes(),
+        )
+    } else {
+        (b"", b"")
+    };
+    let lock_type = h.lock_type().as_bytes();
+    let fields = [
+        lock_type,
+        h.owner().unwrap_or_default(),
+        h.meta().unwrap_or_default(),
+        group,
+        mode,
+    ];
+    // Past the type, a field goes when it or a later one is not empty.
+    let last_set = fields.iter().skip(1).rposition(|f| !f.is_empty());
+    let len = last_set.map_or(
+        usize::from(HOLD_DEFAULTS.first() != Some(&lock_type)),
+        |i| i + 2,
+    );
+    (fields, len)
 }
 
 /// The jid's string in an effect: the client's own (retained by the call),

@@ -76,6 +76,18 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// A refusal at key `key` that waiting may change, with no end in view.
+    fn at(key: usize) -> Self {
+        Self {
+            key,
+            lease_end: None,
+            rate_limited: false,
+            partial: false,
+            upgrade: false,
+            error: None,
+        }
+    }
+
     /// Whether waiting may change the answer.
     pub fn may_wait(&self) -> bool {
         !self.partial && !self.upgrade && self.error.is_none()
@@ -147,12 +159,8 @@ pub fn acquire_all<'q>(
             .position(|(lock, req)| lock.holder(req.jid).is_none())
             .unwrap_or(0);
         return AllAttempt::Denied(Refusal {
-            key,
-            lease_end: None,
-            rate_limited: false,
             partial: true,
-            upgrade: false,
-            error: None,
+            ..Refusal::at(key)
         });
     }
     let mut next_token = Some(next_token);
@@ -183,35 +191,25 @@ pub fn acquire_all<'q>(
             }),
             Acquired::RateLimited(at) => {
                 refused = Some(Refusal {
-                    key: i,
                     lease_end: Some(at),
                     rate_limited: true,
-                    partial: false,
-                    upgrade: false,
-                    error: None,
+                    ..Refusal::at(i)
                 });
                 break;
             }
             Acquired::Refused(e) => {
                 refused = Some(Refusal {
-                    key: i,
-                    lease_end: None,
-                    rate_limited: false,
-                    partial: false,
-                    upgrade: false,
                     error: Some(e),
+                    ..Refusal::at(i)
                 });
                 break;
             }
             Acquired::Denied => {
                 refused = Some(Refusal {
-                    key: i,
                     lease_end: lock.earliest_lease(),
-                    rate_limited: false,
-                    partial: false,
                     // Only an upgrade refuses a holder.
                     upgrade: before.0.is_some(),
-                    error: None,
+                    ..Refusal::at(i)
                 });
                 break;
             }
