@@ -216,8 +216,8 @@ impl Freed {
     pub const NOTHING: Self = Self(false);
 
     /// Serves the waiters of `name` (selected database) if a slot may have
-    /// freed.
-    pub fn serve_waiters(self, ctx: &Context, name: &[u8]) {
+    /// freed; `name` is read only then (a RedisString's bytes cost a call).
+    pub fn serve_waiters<N: std::ops::Deref<Target = [u8]>>(self, ctx: &Context, name: &N) {
         // Asked first, before the name is read: nobody waits on most servers.
         if self.0 && !waiting::nobody_waits() {
             waiting::slot_freed(ctx, name);
