@@ -1134,3 +1134,367 @@ fn a_served_multi_key_waiter_still_meets_its_grouplimit() {
     assert_eq!(tokens(reply_of(waiter)).len(), 2);
     assert_eq!(holders(con, "{r}:a"), vec!["w"]);
 }
+
+/// One case of the table below: commands that set a key up (`{k}` stands
+/// for the key, `{k}:o` for another; a command given to `waiter` blocks),
+/// then one call of LOCK's options on it.
+struct Case {
+    name: &'static str,
+    setup: &'static [&'static [&'static str]],
+    waiters: &'static [&'static [&'static str]],
+    jid: &'static str,
+    options: &'static [&'static str],
+    /// What both get: `granted`, `denied`, or the start of the error.
+    expect: &'static str,
+}
+
+/// LOCK's options in LOCKALL's shape for one key: GROUP, GROUPLIMIT, MODE
+/// and RATE take the key's position (1); WEIGHT follows its GROUP.
+fn for_one_key(options: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, word) in options.iter().enumerate() {
+        let takes_position = i % 2 == 0
+            && ["GROUP", "GROUPLIMIT", "MODE", "RATE"].contains(&word.to_uppercase().as_str());
+        out.push(word.to_string());
+        if takes_position {
+            out.push("1".to_string());
+        }
+    }
+    out
+}
+
+/// What a call got, alike for LOCK's integer and LOCKALL's list of one.
+fn outcome(reply: Result<Value, String>) -> String {
+    match reply {
+        Ok(Value::Int(_)) => "granted".to_string(),
+        Ok(Value::Array(list)) if list.len() == 1 => "granted".to_string(),
+        Ok(Value::Nil) => "denied".to_string(),
+        Err(e) => e.replace("'unique.lockall'", "'unique.lock'"),
+        other => format!("unexpected {other:?}"),
+    }
+}
+
+/// `UNIQUE.LOCKALL 1 k` decides as `UNIQUE.LOCK k` on every case of one
+/// table: free, full, renewed, rate-limited, refused upgrades and groups, and
+/// behind each kind of waiter (one a waiting group's GROUPLIMIT holds back
+/// passes, others do not). Each case runs on two keys set up alike, one per
+/// command, and the replies and holders after them are compared.
+#[test]
+fn lockall_of_one_key_decides_as_lock() {
+    let cases = [
+        Case {
+            name: "a free key",
+            setup: &[],
+            waiters: &[],
+            jid: "j",
+            options: &["TTL", "600000"],
+            expect: "granted",
+        },
+        Case {
+            name: "a full key",
+            setup: &[&["UNIQUE.LOCK", "{k}", "h", "TTL", "600000"]],
+            waiters: &[],
+            jid: "j",
+            options: &["TTL", "600000"],
+            expect: "denied",
+        },
+        Case {
+            name: "a renewal",
+            setup: &[&["UNIQUE.LOCK", "{k}", "j", "TTL", "600000"]],
+            waiters: &[&["UNIQUE.LOCK", "{k}", "w", "TTL", "600000", "WAIT", "600000"]],
+            jid: "j",
+            options: &["TTL", "600000"],
+            expect: "granted",
+        },
+        Case {
+            name: "a rate spent",
+            setup: &[&[
+                "UNIQUE.LOCK",
+                "{k}",
+                "h",
+                "LIMIT",
+                "5",
+                "RATE",
+                "1",
+                "PER",
+                "600000",
+            ]],
+            waiters: &[],
+            jid: "j",
+            options: &["LIMIT", "5", "RATE", "1", "PER", "600000"],
+            expect: "denied",
+        },
+        Case {
+            name: "another group passes a group waiting at its GROUPLIMIT",
+            setup: &[&[
+                "UNIQUE.LOCK",
+                "{k}",
+                "a0",
+                "LIMIT",
+                "3",
+                "GROUP",
+                "A",
+                "GROUPLIMIT",
+                "1",
+                "TTL",
+                "600000",
+            ]],
+            waiters: &[&[
+                "UNIQUE.LOCK",
+                "{k}",
+                "a1",
+                "LIMIT",
+                "3",
+                "GROUP",
+                "A",
+                "GROUPLIMIT",
+                "1",
+                "TTL",
+                "600000",
+                "WAIT",
+                "600000",
+            ]],
+            jid: "b0",
+            options: &["LIMIT", "3", "GROUP", "B", "TTL", "600000"],
+            expect: "granted",
+        },
+        Case {
+            name: "with WAIT, it passes that group at once",
+            setup: &[&[
+                "UNIQUE.LOCK",
+                "{k}",
+                "a0",
+                "LIMIT",
+                "3",
+                "GROUP",
+                "A",
+                "GROUPLIMIT",
+                "1",
+                "TTL",
+                "600000",
+            ]],
+            waiters: &[&[
+                "UNIQUE.LOCK",
+                "{k}",
+                "a1",
+                "LIMIT",
+                "3",
+                "GROUP",
+                "A",
+                "GROUPLIMIT",
+                "1",
+                "TTL",
+                "600000",
+                "WAIT",
+                "600000",
+            ]],
+            jid: "b0",
+            options: &[
+                "LIMIT", "3", "GROUP", "B", "WEIGHT", "2", "TTL", "600000", "WAIT", "50",
+            ],
+            expect: "granted",
+        },
+        Case {
+            name: "the group at its GROUPLIMIT itself",
+            setup: &[&[
+                "UNIQUE.LOCK",
+                "{k}",
+                "a0",
+                "LIMIT",
+                "3",
+                "GROUP",
+                "A",
+                "GROUPLIMIT",
+                "1",
+                "TTL",
+                "600000",
+            ]],
+            waiters: &[&[
+                "UNIQUE.LOCK",
+                "{k}",
+                "a1",
+                "LIMIT",
+                "3",
+                "GROUP",
+                "A",
+                "GROUPLIMIT",
+                "1",
+                "TTL",
+                "600000",
+                "WAIT",
+                "600000",
+            ]],
+            jid: "a2",
+            options: &[
+                "LIMIT",
+                "3",
+                "GROUP",
+                "A",
+                "GROUPLIMIT",
+                "1",
+                "TTL",
+                "600000",
+            ],
+            expect: "denied",
+        },
+        Case {
+            name: "behind a waiter for an exclusive hold",
+            setup: &[&["UNIQUE.LOCK", "{k}", "s0", "LIMIT", "3", "TTL", "600000"]],
+            waiters: &[&[
+                "UNIQUE.LOCK",
+                "{k}",
+                "x",
+                "LIMIT",
+                "3",
+                "MODE",
+                "exclusive",
+                "TTL",
+                "600000",
+                "WAIT",
+                "600000",
+            ]],
+            jid: "s1",
+            options: &["LIMIT", "3", "TTL", "600000"],
+            expect: "denied",
+        },
+        Case {
+            name: "behind a multi-key waiter",
+            setup: &[&["UNIQUE.LOCK", "{k}:o", "h", "TTL", "600000"]],
+            waiters: &[&[
+                "UNIQUE.LOCKALL",
+                "2",
+                "{k}",
+                "{k}:o",
+                "w",
+                "LIMIT",
+                "3",
+                "1",
+                "TTL",
+                "600000",
+                "WAIT",
+                "600000",
+            ]],
+            jid: "j",
+            options: &["LIMIT", "3", "TTL", "600000"],
+            expect: "denied",
+        },
+        Case {
+            name: "an upgrade another holder shares",
+            setup: &[
+                &["UNIQUE.LOCK", "{k}", "j", "LIMIT", "3", "TTL", "600000"],
+                &["UNIQUE.LOCK", "{k}", "h", "LIMIT", "3", "TTL", "600000"],
+            ],
+            waiters: &[],
+            jid: "j",
+            options: &[
+                "LIMIT",
+                "3",
+                "MODE",
+                "exclusive",
+                "TTL",
+                "600000",
+                "WAIT",
+                "50",
+            ],
+            expect: "denied",
+        },
+        Case {
+            name: "a renewal naming another group",
+            setup: &[&[
+                "UNIQUE.LOCK",
+                "{k}",
+                "j",
+                "LIMIT",
+                "3",
+                "GROUP",
+                "A",
+                "TTL",
+                "600000",
+            ]],
+            waiters: &[],
+            jid: "j",
+            options: &["LIMIT", "3", "GROUP", "B", "TTL", "600000"],
+            expect: "ERR",
+        },
+        Case {
+            name: "exclusive on a shared key",
+            setup: &[&["UNIQUE.LOCK", "{k}", "h", "LIMIT", "3", "TTL", "600000"]],
+            waiters: &[],
+            jid: "j",
+            options: &["LIMIT", "3", "MODE", "exclusive", "TTL", "600000"],
+            expect: "denied",
+        },
+        Case {
+            name: "a LIMIT 0 key behind a waiter",
+            setup: &[&["UNIQUE.LOCK", "{k}:o", "h", "TTL", "600000"]],
+            waiters: &[&[
+                "UNIQUE.LOCKALL",
+                "2",
+                "{k}",
+                "{k}:o",
+                "w",
+                "LIMIT",
+                "0",
+                "1",
+                "TTL",
+                "600000",
+                "WAIT",
+                "600000",
+            ]],
+            jid: "j",
+            options: &["LIMIT", "0", "TTL", "600000"],
+            expect: "denied",
+        },
+    ];
+    let server = Server::start();
+    let con = &mut server.con();
+    let mut blocked = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let keys = [format!("case{i}:lock"), format!("case{i}:all")];
+        for key in &keys {
+            let fill = |args: &[&str]| -> Vec<String> {
+                args.iter()
+                    .map(|a| a.replace("{k}", key))
+                    .collect::<Vec<_>>()
+            };
+            for args in case.setup {
+                let args = fill(args);
+                let mut cmd = redis::cmd(&args[0]);
+                cmd.arg(&args[1..]);
+                common::run(&cmd, con).unwrap_or_else(|e| panic!("{}: {args:?}: {e}", case.name));
+            }
+            for args in case.waiters {
+                let args = fill(args);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                blocked.push(start_waiter(&server, &args));
+            }
+        }
+        let [lock_key, all_key] = &keys;
+        let lock = call!(con, "UNIQUE.LOCK", lock_key, case.jid, case.options);
+        let all = call!(
+            con,
+            "UNIQUE.LOCKALL",
+            1,
+            all_key,
+            case.jid,
+            for_one_key(case.options)
+        );
+        let (lock, all) = (outcome(lock), outcome(all));
+        assert_eq!(lock, all, "{}: LOCK and LOCKALL 1 disagree", case.name);
+        assert!(lock.starts_with(case.expect), "{}: {lock}", case.name);
+        assert_eq!(
+            holders(con, lock_key),
+            holders(con, all_key),
+            "{}: the holders after them differ",
+            case.name
+        );
+        assert_eq!(
+            waiters(con, lock_key),
+            waiters(con, all_key),
+            "{}",
+            case.name
+        );
+    }
+    drop(server);
+    drop(blocked);
+}

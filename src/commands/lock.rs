@@ -22,7 +22,7 @@ use crate::waiting::{self, Holdings, Served, Share};
 super::command!(in_place run_in_place);
 
 /// The options of a LOCK call, validated, before the clock is read.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LockOptions<'a> {
     pub limit: Option<u32>,
     pub expiry: Option<Expiry>,
@@ -84,11 +84,7 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
         let value: &[u8] = value;
         let is = |option: &str| is_keyword(name, option.as_bytes());
         if is("LIMIT") && opts.limit.is_none() {
-            let n = parse_int(value)?;
-            if !(0..=MAX_LIMIT).contains(&n) {
-                return Err(ArgError::NotAnInteger);
-            }
-            opts.limit = u32::try_from(n).ok();
+            opts.limit = Some(in_range(value, 0, MAX_LIMIT)?);
         } else if is("TTL") && opts.expiry.is_none() {
             opts.expiry = Some(Expiry::Ttl(parse_int(value)?));
         } else if is("PXAT") && opts.expiry.is_none() {
@@ -111,17 +107,9 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
             validate_group(value)?;
             opts.group = Some(value);
         } else if is("WEIGHT") && opts.weight.is_none() {
-            let w = parse_int(value)?;
-            if !(1..=MAX_WEIGHT).contains(&w) {
-                return Err(ArgError::NotAnInteger);
-            }
-            opts.weight = u32::try_from(w).ok();
+            opts.weight = Some(in_range(value, 1, MAX_WEIGHT)?);
         } else if is("GROUPLIMIT") && opts.group_limit.is_none() {
-            let m = parse_int(value)?;
-            if !(1..=MAX_LIMIT).contains(&m) {
-                return Err(ArgError::NotAnInteger);
-            }
-            opts.group_limit = u32::try_from(m).ok();
+            opts.group_limit = Some(in_range(value, 1, MAX_LIMIT)?);
         } else if is("MODE") && opts.mode.is_none() {
             opts.mode = Some(Mode::parse(value).ok_or(LockError::InvalidMode)?);
         } else if is("WAIT") && opts.wait.is_none() {
@@ -145,6 +133,17 @@ pub fn parse_options<A: Deref<Target = [u8]>>(
         return Err(ArgError::NeedsGroup);
     }
     Ok(opts)
+}
+
+/// An integer from `low` to `high`; out of range is not an integer, as
+/// Redis says of its own options.
+#[inline]
+fn in_range(value: &[u8], low: i64, high: i64) -> Result<u32, ArgError> {
+    let n = parse_int(value)?;
+    u32::try_from(n)
+        .ok()
+        .filter(|_| (low..=high).contains(&n))
+        .ok_or(ArgError::NotAnInteger)
 }
 
 /// LOCK on its arguments read in place (`key_name` is `args[1]`).
@@ -212,29 +211,26 @@ pub fn wait_within_lease(ms: i64, expiry: Option<Expiry>, now: i64) -> i64 {
     }
 }
 
-/// A LOCK waiting for a slot, as it was parsed when it blocked: its key, jid
-/// and options, owned. A setting changed while it waits (say
-/// `unique.max-meta-bytes`) does not change what it asked for.
-struct WaitingLock {
-    key: Box<[u8]>,
-    jid: Box<[u8]>,
+/// A call's options owned, as they were parsed: what a waiter keeps (a
+/// setting changed while it waits, say `unique.max-meta-bytes`, does not
+/// change what it asked for).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct OwnedOptions {
     limit: Option<u32>,
     expiry: Option<Expiry>,
     lock_type: Option<Box<str>>,
     owner: Option<Box<[u8]>>,
     meta: Option<Box<str>>,
     rate: Option<RateLimit>,
-    group: Option<GroupName>,
+    pub group: Option<GroupName>,
     weight: Option<u32>,
     group_limit: Option<u32>,
     mode: Option<Mode>,
 }
 
-impl WaitingLock {
-    fn new(key: &[u8], jid: &[u8], opts: &LockOptions<'_>) -> Self {
+impl OwnedOptions {
+    pub fn new(opts: &LockOptions<'_>) -> Self {
         Self {
-            key: key.into(),
-            jid: jid.into(),
             limit: opts.limit,
             expiry: opts.expiry,
             lock_type: opts.lock_type.map(Into::into),
@@ -248,8 +244,9 @@ impl WaitingLock {
         }
     }
 
-    /// Its options as parsed (a served waiter does not wait again).
-    fn options(&self) -> LockOptions<'_> {
+    /// Its options as parsed, without WAIT (a served waiter does not wait
+    /// again).
+    pub fn options(&self) -> LockOptions<'_> {
         LockOptions {
             limit: self.limit,
             expiry: self.expiry,
@@ -266,6 +263,45 @@ impl WaitingLock {
     }
 }
 
+/// What one key is asked for at `now`, from a call's options: the request
+/// LOCK makes, and LOCKALL on each of its keys.
+#[inline]
+pub fn request<'a>(
+    jid: &'a [u8],
+    opts: &LockOptions<'a>,
+    now: i64,
+) -> Result<LockRequest<'a>, LockError> {
+    Ok(LockRequest {
+        jid,
+        limit: opts.limit.unwrap_or(1),
+        expires_at: opts.expiry.map(|e| e.resolve(now)).transpose()?,
+        lock_type: opts.lock_type,
+        owner: opts.owner,
+        meta: opts.meta,
+        rate: opts.rate,
+        group: opts.group,
+        group_limit: opts.group_limit,
+        mode: opts.mode,
+    })
+}
+
+/// A LOCK waiting for a slot: its key, jid and options, owned.
+struct WaitingLock {
+    key: Box<[u8]>,
+    jid: Box<[u8]>,
+    opts: OwnedOptions,
+}
+
+impl WaitingLock {
+    fn new(key: &[u8], jid: &[u8], opts: &LockOptions<'_>) -> Self {
+        Self {
+            key: key.into(),
+            jid: jid.into(),
+            opts: OwnedOptions::new(opts),
+        }
+    }
+}
+
 impl waiting::Call for WaitingLock {
     fn granted(&self, token: i64) -> crate::ffi::WaiterReply {
         crate::ffi::WaiterReply::Held(Box::new(crate::ffi::Held {
@@ -277,12 +313,12 @@ impl waiting::Call for WaitingLock {
     }
 
     fn lapsed(&self, now: i64) -> bool {
-        self.expiry.is_some_and(|e| e.lapsed(now))
+        self.opts.expiry.is_some_and(|e| e.lapsed(now))
     }
 
     /// Runs the LOCK again, as the longest waiter in the queue.
     fn retry(&self, ctx: &Context) -> Served {
-        let opts = self.options();
+        let opts = self.opts.options();
         let key_name = ctx.create_string(&*self.key);
         // A retry runs inside the serving loop of its key: what its prune
         // freed goes to the waiters after it in the same pass, not to a new
@@ -312,15 +348,15 @@ impl waiting::Call for WaitingLock {
     /// later `now` could overflow its end: that one is retried every time.
     /// (A PXAT that passes ends the wait, at the latest: `Served::Lapsed`.)
     fn admission(&self) -> Option<waiting::Admission<'_>> {
-        if let Some(Expiry::Ttl(ms)) = self.expiry
+        if let Some(Expiry::Ttl(ms)) = self.opts.expiry
             && ms >= 1 << 62
         {
             return None;
         }
         Some(waiting::Admission {
             jid: &self.jid,
-            limit: self.limit.unwrap_or(1),
-            rate: self.rate.map(|r| [r.n, r.per, r.burst]),
+            limit: self.opts.limit.unwrap_or(1),
+            rate: self.opts.rate.map(|r| [r.n, r.per, r.burst]),
         })
     }
 
@@ -380,18 +416,7 @@ fn attempt(
     queue: Queue,
     now: i64,
 ) -> Result<(Attempt, Freed), RedisError> {
-    let req = LockRequest {
-        jid,
-        limit: opts.limit.unwrap_or(1),
-        expires_at: opts.expiry.map(|e| e.resolve(now)).transpose()?,
-        lock_type: opts.lock_type,
-        owner: opts.owner,
-        meta: opts.meta,
-        rate: opts.rate,
-        group: opts.group,
-        group_limit: opts.group_limit,
-        mode: opts.mode,
-    };
+    let req = request(jid, opts, now)?;
     // The waiters are looked at only for a call the key admits.
     let waiters_first = |lock: &Lock| waiting::holds_back(ctx, key_name, &lock.group_counts(now));
     let queued = match queue {

@@ -13,17 +13,14 @@ use std::ops::Deref;
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::decisions::all::{AllAttempt, Refusal, decide_all};
-use super::decisions::{InRedis, count_denial};
-use super::lock::{parse_options, wait_within_lease};
-use super::{ArgError, events, is_keyword, parse_int, settle};
-use crate::codec::ApplyOp;
+use super::decisions::all::{AllAttempt, KeyGrant, Refusal, decide_all};
+use super::decisions::{Ahead, InRedis, count_denial};
+use super::lock::{LockOptions, OwnedOptions, parse_options, request, wait_within_lease};
+use super::{ArgError, Change, Changed, Freed, finish, finish_all, is_keyword, parse_int};
 use crate::config;
 use crate::datatype::LockKey;
-use crate::engine::GroupName;
 use crate::engine::{
-    DEFAULT_TYPE, Expiry, Holder, Lock, LockError, LockRequest, MAX_LIMIT, MAX_WEIGHT, Mode, Rate,
-    RateLimit, validate_group, validate_jid, validate_meta_json,
+    DEFAULT_TYPE, Holder, Lock, LockRequest, Rate, validate_jid, validate_meta_json,
 };
 use crate::ffi::{self, command_now_ms, now_ms};
 use crate::metrics::{self, Event};
@@ -33,15 +30,6 @@ super::command!(with_args run);
 
 /// The most keys one call may name.
 pub const MAX_KEYS: usize = 64;
-
-/// One key's GROUP, WEIGHT, GROUPLIMIT and MODE, as LOCK takes them.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct KeyShare {
-    group: Option<GroupName>,
-    weight: Option<u32>,
-    group_limit: Option<u32>,
-    mode: Option<Mode>,
-}
 
 fn numkeys_error() -> RedisError {
     RedisError::String(format!(
@@ -76,17 +64,31 @@ pub fn parse_keys<A: Deref<Target = [u8]>>(args: &[A]) -> Result<(&[A], &[A]), R
 pub struct LockAll {
     keys: Vec<Vec<u8>>,
     jid: Vec<u8>,
-    limits: Vec<u32>,
-    rates: Vec<Option<RateLimit>>,
-    shares: Vec<KeyShare>,
-    expiry: Option<Expiry>,
-    lock_type: Option<Box<str>>,
-    owner: Option<Box<[u8]>>,
-    meta: Option<Box<str>>,
+    /// Per key, in key order, LOCK's options for it: its own LIMIT, RATE,
+    /// GROUP, WEIGHT, GROUPLIMIT and MODE, and the call's TTL or PXAT, TYPE,
+    /// OWNER and META.
+    opts: Vec<OwnedOptions>,
     wait: Option<i64>,
 }
 
-/// Parses everything after the command name.
+impl LockAll {
+    /// The options every key shares (TTL or PXAT, TYPE, OWNER, META).
+    fn shared(&self) -> LockOptions<'_> {
+        self.opts
+            .first()
+            .map(OwnedOptions::options)
+            .unwrap_or_default()
+    }
+}
+
+const LIMIT_SHAPE: &str =
+    "ERR syntax error: LIMIT takes one value per key, in key order (LIMIT n [n ...])";
+const RATE_SHAPE: &str = "ERR syntax error: RATE takes the key's position, then n PER ms [BURST b] (RATE i n PER ms [BURST b])";
+
+/// Parses everything after the command name: LOCKALL's options are turned
+/// into LOCK's options for each key (a per-key option to the key at its
+/// position, the others to every key), and each key's are parsed and
+/// validated by LOCK's own parser, [`parse_options`].
 pub fn parse<A: Deref<Target = [u8]>>(
     args: &[A],
     max_meta_bytes: usize,
@@ -97,180 +99,108 @@ pub fn parse<A: Deref<Target = [u8]>>(
     };
     validate_jid(jid)?;
     let n = keys.len();
-    let mut limits = None;
-    let mut rates: Vec<Option<RateLimit>> = vec![None; n];
-    let mut shares: Vec<KeyShare> = vec![KeyShare::default(); n];
-    let mut others: Vec<&[u8]> = Vec::new();
+    let mut per_key: Vec<Vec<&[u8]>> = vec![Vec::new(); n];
+    let mut every_key: Vec<&[u8]> = Vec::new();
+    let mut limits = false;
     let mut at = 0;
     while let Some(name) = options.get(at) {
+        let name: &[u8] = name;
+        let after = options.get(at + 1..).unwrap_or_default();
         let is = |option: &str| is_keyword(name, option.as_bytes());
-        if is("LIMIT") {
-            if limits.is_some() {
+        let used = if is("LIMIT") {
+            if limits {
                 return Err(ArgError::Syntax.into());
             }
-            let values = options
-                .get(at + 1..at + 1 + n)
+            let values = after
+                .get(..n)
                 .filter(|v| v.iter().all(|v| parse_int(v).is_ok()))
-                .ok_or(RedisError::Str(
-                    "ERR syntax error: LIMIT takes one value per key, in key order (LIMIT n [n ...])",
-                ))?;
-            let mut parsed = Vec::with_capacity(n);
-            for v in values {
-                let limit = parse_int(v)?;
-                if !(0..=MAX_LIMIT).contains(&limit) {
-                    return Err(ArgError::NotAnInteger.into());
-                }
-                parsed.push(u32::try_from(limit).map_err(|_| ArgError::NotAnInteger)?);
+                .ok_or(RedisError::Str(LIMIT_SHAPE))?;
+            for (key, value) in per_key.iter_mut().zip(values) {
+                key.extend([name, value]);
             }
-            limits = Some(parsed);
-            at += 1 + n;
-        } else if is("RATE") {
-            let (i, rate, used) = parse_rate(options.get(at + 1..).unwrap_or_default(), n)?;
-            match rates.get_mut(i) {
-                Some(slot @ None) => *slot = Some(rate),
-                _ => return Err(ArgError::Syntax.into()),
+            limits = true;
+            n
+        } else if is("GROUP") || is("GROUPLIMIT") || is("MODE") || is("RATE") {
+            let (i, used) = per_key_shape(name, after, n)?;
+            let values = after.get(1..used).unwrap_or_default();
+            if let Some(key) = per_key.get_mut(i) {
+                key.push(name);
+                key.extend(values.iter().map(|v| -> &[u8] { v }));
             }
-            at += 1 + used;
-        } else if is("GROUP") || is("GROUPLIMIT") || is("MODE") {
-            at += 1 + parse_share(name, options.get(at + 1..).unwrap_or_default(), &mut shares)?;
+            used
         } else if is("WEIGHT") {
             // WEIGHT belongs to a GROUP i name before it.
             return Err(ArgError::NeedsGroup.into());
         } else {
-            // The options LOCK has: parsed by LOCK's own parser below.
-            others.push(name);
-            if let Some(value) = options.get(at + 1) {
-                others.push(value);
+            every_key.push(name);
+            if let Some(value) = after.first() {
+                every_key.push(value);
             }
-            at += 2;
+            1
+        };
+        at += 1 + used;
+    }
+    let mut opts = Vec::with_capacity(n);
+    let mut wait = None;
+    for mut key in per_key {
+        key.extend_from_slice(&every_key);
+        let parsed =
+            parse_options(&key, max_meta_bytes).map_err(|e| e.in_command("unique.lockall"))?;
+        // LOCK checks META's JSON once it knows the holder; here, at once.
+        if let (Some(meta), []) = (parsed.meta, &opts[..]) {
+            validate_meta_json(meta)?;
         }
-    }
-    let opts =
-        parse_options(&others, max_meta_bytes).map_err(|e| e.in_command("unique.lockall"))?;
-    // LOCK checks META's JSON once it knows the holder; here, at once.
-    if let Some(meta) = opts.meta {
-        validate_meta_json(meta)?;
-    }
-    if shares
-        .iter()
-        .any(|s| s.group.is_none() && s.group_limit.is_some())
-    {
-        return Err(ArgError::NeedsGroup.into());
+        wait = parsed.wait;
+        opts.push(OwnedOptions::new(&parsed));
     }
     Ok(LockAll {
         keys: keys.iter().map(|k| k.to_vec()).collect(),
         jid: jid.to_vec(),
-        limits: limits.unwrap_or_else(|| vec![1; n]),
-        rates,
-        shares,
-        expiry: opts.expiry,
-        lock_type: opts.lock_type.map(Into::into),
-        owner: opts.owner.map(Into::into),
-        meta: opts.meta.map(Into::into),
-        wait: opts.wait,
+        opts,
+        wait,
     })
 }
 
-/// `i n PER ms [BURST b]` after a RATE: the key's index (from 0), its rate,
-/// and how many arguments it took.
-fn parse_rate<A: Deref<Target = [u8]>>(
-    args: &[A],
-    numkeys: usize,
-) -> Result<(usize, RateLimit, usize), RedisError> {
-    let word = |at: usize, w: &str| args.get(at).is_some_and(|a| is_keyword(a, w.as_bytes()));
-    let (Some(i), Some(n), true, Some(per)) =
-        (args.first(), args.get(1), word(2, "PER"), args.get(3))
-    else {
-        return Err(RedisError::Str(
-            "ERR syntax error: RATE takes the key's position, then n PER ms [BURST b] (RATE i n PER ms [BURST b])",
-        ));
-    };
-    let i = usize::try_from(parse_int(i)?)
-        .ok()
-        .filter(|i| (1..=numkeys).contains(i))
-        .ok_or(RedisError::Str(
-            "ERR RATE i: i is the key's position, 1 to numkeys",
-        ))?;
-    let (n, per) = (parse_int(n)?, parse_int(per)?);
-    let (burst, used) = if word(4, "BURST") {
-        let b = args.get(5).ok_or(ArgError::Syntax)?;
-        (parse_int(b)?, 6)
-    } else {
-        (0, 4)
-    };
-    let rate = RateLimit::new(n, per, burst).ok_or(LockError::InvalidRate)?;
-    Ok((i - 1, rate, used))
-}
-
-/// `i name [WEIGHT w]` after a GROUP, `i m` after a GROUPLIMIT, `i
-/// shared|exclusive` after a MODE: validated as LOCK validates them, into
-/// the share of key i (each option once per key). Returns how many
-/// arguments it took.
-fn parse_share<A: Deref<Target = [u8]>>(
+/// The shape of a per-key option after its name (`option`): `i n PER ms
+/// [BURST b]` after RATE, `i name [WEIGHT w]` after GROUP, `i value` after
+/// GROUPLIMIT and MODE. Returns the key's index (from 0) and how many
+/// arguments it took; the values are LOCK's to check.
+fn per_key_shape<A: Deref<Target = [u8]>>(
     option: &[u8],
     args: &[A],
-    shares: &mut [KeyShare],
-) -> Result<usize, RedisError> {
-    let is = |o: &str| is_keyword(option, o.as_bytes());
-    let name = if is("GROUP") {
-        "GROUP"
-    } else if is("GROUPLIMIT") {
-        "GROUPLIMIT"
+    numkeys: usize,
+) -> Result<(usize, usize), RedisError> {
+    let word = |at: usize, w: &str| args.get(at).is_some_and(|a| is_keyword(a, w.as_bytes()));
+    let name = String::from_utf8_lossy(option).to_ascii_uppercase();
+    let used = if name == "RATE" {
+        if !(args.len() >= 4 && word(2, "PER")) {
+            return Err(RedisError::Str(RATE_SHAPE));
+        }
+        if word(4, "BURST") { 6 } else { 4 }
     } else {
-        "MODE"
+        if args.len() < 2 {
+            return Err(RedisError::String(format!(
+                "ERR syntax error: {name} takes the key's position, then its value ({name} i value)"
+            )));
+        }
+        if name == "GROUP" && word(2, "WEIGHT") {
+            4
+        } else {
+            2
+        }
     };
-    let (Some(i), Some(value)) = (args.first(), args.get(1)) else {
-        return Err(RedisError::String(format!(
-            "ERR syntax error: {name} takes the key's position, then its value ({name} i value)"
-        )));
-    };
-    let share = usize::try_from(parse_int(i)?)
+    if args.len() < used {
+        return Err(ArgError::Syntax.into());
+    }
+    let i = usize::try_from(parse_int(args.first().ok_or(ArgError::Syntax)?)?)
         .ok()
-        .filter(|i| (1..=shares.len()).contains(i))
-        .and_then(|i| shares.get_mut(i - 1))
+        .filter(|i| (1..=numkeys).contains(i))
         .ok_or_else(|| {
             RedisError::String(format!(
                 "ERR {name} i: i is the key's position, 1 to numkeys"
             ))
         })?;
-    let value: &[u8] = value;
-    match name {
-        "GROUP" => {
-            if share.group.is_some() {
-                return Err(ArgError::Syntax.into());
-            }
-            validate_group(value).map_err(ArgError::from)?;
-            share.group = Some(value.into());
-            let weighted = args.get(2).is_some_and(|w| is_keyword(w, b"WEIGHT"));
-            if !weighted {
-                return Ok(2);
-            }
-            let w = parse_int(args.get(3).ok_or(ArgError::Syntax)?)?;
-            if !(1..=MAX_WEIGHT).contains(&w) {
-                return Err(ArgError::NotAnInteger.into());
-            }
-            share.weight = u32::try_from(w).ok();
-            Ok(4)
-        }
-        "GROUPLIMIT" => {
-            if share.group_limit.is_some() {
-                return Err(ArgError::Syntax.into());
-            }
-            let m = parse_int(value)?;
-            if !(1..=MAX_LIMIT).contains(&m) {
-                return Err(ArgError::NotAnInteger.into());
-            }
-            share.group_limit = u32::try_from(m).ok();
-            Ok(2)
-        }
-        _ => {
-            if share.mode.is_some() {
-                return Err(ArgError::Syntax.into());
-            }
-            share.mode = Some(Mode::parse(value).ok_or(ArgError::from(LockError::InvalidMode))?);
-            Ok(2)
-        }
-    }
+    Ok((i - 1, used))
 }
 
 /// Answers Redis when it asks where the keys are (`getkeys-api`): Redis
@@ -299,13 +229,13 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let wait = call
         .wait
         .filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING))
-        .map(|ms| wait_within_lease(ms, call.expiry, now));
+        .map(|ms| wait_within_lease(ms, call.shared().expiry, now));
     let (attempt, freed) = attempt(ctx, &call, false, now)?;
     // The waiters pruned leases made room for come first, then this call.
-    for key in freed {
-        waiting::slot_freed(ctx, &call.keys[key]);
+    for (key, freed) in call.keys.iter().zip(freed) {
+        freed.serve_waiters(ctx, key);
     }
-    let lock_type = call.lock_type.as_deref().unwrap_or(DEFAULT_TYPE).to_owned();
+    let lock_type = call.shared().lock_type.unwrap_or(DEFAULT_TYPE).to_owned();
     match attempt {
         AllAttempt::Granted(grants) => Ok(RedisValue::Array(
             grants
@@ -326,7 +256,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                         && waiting::block_all(
                             ctx,
                             &keys,
-                            call.shares.iter().map(|s| s.group.clone()).collect(),
+                            call.opts.iter().map(|o| o.group.clone()).collect(),
                             Box::new(Waiting(call)),
                             ms,
                             wake,
@@ -358,7 +288,7 @@ impl waiting::AllCall for Waiting {
     }
 
     fn lapsed(&self, now: i64) -> bool {
-        self.0.expiry.is_some_and(|e| e.lapsed(now))
+        self.0.shared().expiry.is_some_and(|e| e.lapsed(now))
     }
 
     fn retry(&self, ctx: &Context) -> ServedAll {
@@ -370,7 +300,7 @@ impl waiting::AllCall for Waiting {
         }
         match attempt(ctx, &self.0, true, now) {
             Ok((AllAttempt::Granted(grants), _)) => {
-                let lock_type = self.0.lock_type.as_deref().unwrap_or(DEFAULT_TYPE);
+                let lock_type = self.0.shared().lock_type.unwrap_or(DEFAULT_TYPE);
                 // Counted per new holder, as `acquired` is.
                 for _ in grants.iter().filter(|g| g.new) {
                     metrics::record(now, Some(lock_type), Event::Waited);
@@ -391,44 +321,42 @@ impl waiting::AllCall for Waiting {
 /// One LOCKALL: open every key (a key of another type refuses the call
 /// before anything changes), let [`decide_all`] prune, grant, renew or
 /// refuse and count, store the new keys a grant made, then carry out what
-/// changed: each changed key settled, one effect replicated (the whole
-/// grant, or the ended leases of a refusal: `DEL` for a key they emptied),
-/// the keyspace events. `served`: a waiter being served (it does not queue
-/// behind the others). Returns the positions of the keys whose waiters are
+/// changed: a grant as one effect ([`finish_all`]), a refusal as a denied
+/// LOCK on each key ([`finish`]). `served`: a waiter being served (it does
+/// not queue behind the others). Returns, per key, whether its waiters are
 /// to be served.
 fn attempt(
     ctx: &Context,
     call: &LockAll,
     served: bool,
     now: i64,
-) -> Result<(AllAttempt, Vec<usize>), RedisError> {
-    let expires_at = call
-        .expiry
-        .map(|e| e.resolve(now))
-        .transpose()
-        .map_err(|e| ArgError::from(e).in_command("unique.lockall"))?;
-    let reqs: Vec<LockRequest<'_>> = call
-        .limits
+) -> Result<(AllAttempt, Vec<Freed>), RedisError> {
+    let reqs = call
+        .opts
         .iter()
-        .zip(&call.rates)
-        .zip(&call.shares)
-        .map(|((&limit, &rate), share)| LockRequest {
-            limit,
-            expires_at,
-            lock_type: call.lock_type.as_deref(),
-            owner: call.owner.as_deref(),
-            meta: call.meta.as_deref(),
-            rate,
-            group: share.group.as_deref(),
-            group_limit: share.group_limit,
-            mode: share.mode,
-            ..LockRequest::new(&call.jid)
-        })
-        .collect();
-    let queued: Vec<bool> = call
+        .map(|opts| request(&call.jid, &opts.options(), now))
+        .collect::<Result<Vec<LockRequest<'_>>, _>>()
+        .map_err(|e| ArgError::from(e).in_command("unique.lockall"))?;
+    // The one place a multi-key call decides otherwise than LOCK: one key
+    // is held back as LOCK is (`waiting::holds_back`: a waiting group at its
+    // GROUPLIMIT holds nobody back); a call on more keys takes none of a key
+    // anyone waits on, so that it never jumps a waiter on a key it takes
+    // while that waiter's reservation is unserved (docs/commands.md,
+    // LOCKALL).
+    let one_key = |lock: &Lock| {
+        let counts = lock.group_counts(now);
+        call.keys
+            .first()
+            .is_some_and(|k| waiting::holds_back(ctx, k, &counts))
+    };
+    let queued: Vec<Ahead<'_>> = call
         .keys
         .iter()
-        .map(|k| !served && waiting::waiting_on(ctx, k) > 0)
+        .map(|k| match call.keys.len() {
+            _ if served => Ahead::Nobody,
+            1 => Ahead::Depends(&one_key),
+            _ => Ahead::from(waiting::waiting_on(ctx, k) > 0),
+        })
         .collect();
     let names: Vec<RedisString> = call
         .keys
@@ -467,72 +395,82 @@ fn attempt(
         }
         decision
     };
-    let granted = matches!(decision.attempt, AllAttempt::Granted(_));
-    if granted {
-        // A new key is only stored with its first holder.
-        for (key, fresh) in opened.iter_mut().zip(fresh.iter_mut()) {
-            if let Some(lock) = fresh.take() {
-                key.create(lock)?;
-            }
+    let AllAttempt::Granted(grants) = &decision.attempt else {
+        // Refused: each key as a denied LOCK, its ended leases pruned
+        // (`PRUNE`, or `DEL` for a key they emptied).
+        let mut freed = Vec::with_capacity(opened.len());
+        for ((key, name), &expired) in opened.into_iter().zip(&names).zip(&decision.expired) {
+            freed.push(finish(ctx, name, key, now, expired, Change::PruneOnly)?);
+        }
+        return Ok((decision.attempt, freed));
+    };
+    // A new key is only stored with its first holder.
+    for (key, fresh) in opened.iter_mut().zip(fresh.iter_mut()) {
+        if let Some(lock) = fresh.take() {
+            key.create(lock)?;
         }
     }
-    // Only a key that changed is settled: one left as it was is left to
-    // Redis's expiry even when its lock has nothing more to keep, since a
-    // deletion here would reach no replica (nothing is replicated for it).
-    let mut deleted = vec![false; opened.len()];
-    for ((key, deleted), &expired) in opened.iter_mut().zip(&mut deleted).zip(&decision.expired) {
-        if granted || expired > 0 {
-            *deleted = settle(key, now)?;
-        }
-    }
-    match &decision.attempt {
-        AllAttempt::Granted(grants) => {
-            let mut parts: Vec<(&[u8], &Holder, Option<&Rate>)> = Vec::with_capacity(grants.len());
-            for ((key, name), grant) in opened.iter().zip(&call.keys).zip(grants) {
-                let lock = key.lock()?;
-                if let Some(holder) = lock.and_then(|l| l.holder(&call.jid)) {
-                    let rate = lock.and_then(Lock::rate).filter(|_| grant.spent_rate);
-                    parts.push((name, holder, rate));
-                }
-            }
-            ffi::replicate_hold_all(ctx, &names[0], now, &parts);
-        }
-        AllAttempt::Denied(_) => {
-            for ((name, &expired), &deleted) in names.iter().zip(&decision.expired).zip(&deleted) {
-                if deleted {
-                    ffi::replicate_delete(ctx, name);
-                } else if expired > 0 {
-                    ffi::replicate_effect(ctx, name, now, ApplyOp::PruneOnly, None);
-                }
-            }
-        }
-    }
-    // Serving waiters opens the keys again: ours must be closed first.
-    drop(opened);
-    let mut freed = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let expired = decision.expired.get(i).is_some_and(|&e| e > 0);
-        if expired {
-            ffi::notify_module_event(ctx, events::EXPIRE, name);
-        }
-        let grant = match &decision.attempt {
-            AllAttempt::Granted(grants) => grants.get(i),
-            AllAttempt::Denied(_) => None,
-        };
-        if grant.is_some_and(|g| g.new) {
-            ffi::notify_module_event(ctx, events::LOCK, name);
-        }
-        // An exclusive hold turned shared makes room, as a freed lease does.
-        if expired || grant.is_some_and(|g| g.downgraded) {
-            freed.push(i);
-        }
-    }
+    let freed = finish_grant(
+        ctx,
+        now,
+        &call.jid,
+        opened,
+        &names,
+        grants,
+        &decision.expired,
+    )?;
     Ok((decision.attempt, freed))
+}
+
+/// Carries out a grant on every key: one effect with every key's holder as
+/// it is now ([`finish_all`]).
+fn finish_grant(
+    ctx: &Context,
+    now: i64,
+    jid: &[u8],
+    opened: Vec<LockKey>,
+    names: &[RedisString],
+    grants: &[KeyGrant],
+    expired: &[usize],
+) -> Result<Vec<Freed>, RedisError> {
+    let changed = opened
+        .into_iter()
+        .zip(names)
+        .zip(grants.iter().zip(expired))
+        .map(|((key, name), (grant, &expired))| Changed {
+            name,
+            key,
+            expired,
+            change: Change::Hold {
+                jid,
+                new: grant.new,
+                spent_rate: grant.spent_rate,
+                downgraded: grant.downgraded,
+            },
+        })
+        .collect();
+    finish_all(ctx, now, changed, |keys, _| {
+        let mut parts: Vec<(&[u8], &Holder, Option<&Rate>)> = Vec::with_capacity(keys.len());
+        for k in keys {
+            let lock = k.key.lock()?;
+            if let (Some(holder), Change::Hold { spent_rate, .. }) =
+                (lock.and_then(|l| l.holder(jid)), k.change)
+            {
+                let rate = lock.and_then(Lock::rate).filter(|_| spent_rate);
+                parts.push((k.name.as_slice(), holder, rate));
+            }
+        }
+        if let Some(first) = keys.first() {
+            ffi::replicate_hold_all(ctx, first.name, now, &parts);
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{Expiry, Mode, RateLimit};
 
     fn parse_str(args: &[&str]) -> Result<LockAll, String> {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
@@ -548,17 +486,25 @@ mod tests {
         let call = call.expect("parses");
         assert_eq!(call.keys, vec![b"{a}:t".to_vec(), b"{a}:g".to_vec()]);
         assert_eq!(call.jid, b"job");
-        assert_eq!(call.limits, vec![2, 10]);
-        assert_eq!(call.rates, vec![None, RateLimit::new(50, 1000, 0)]);
-        assert_eq!(call.expiry, Some(Expiry::Ttl(30000)));
+        let opts: Vec<LockOptions<'_>> = call.opts.iter().map(OwnedOptions::options).collect();
+        assert_eq!(
+            opts.iter().map(|o| o.limit).collect::<Vec<_>>(),
+            [Some(2), Some(10)]
+        );
+        assert_eq!(
+            opts.iter().map(|o| o.rate).collect::<Vec<_>>(),
+            [None, RateLimit::new(50, 1000, 0)]
+        );
+        assert!(opts.iter().all(|o| o.expiry == Some(Expiry::Ttl(30000))));
         assert_eq!(call.wait, Some(5000));
         let plain = parse_str(&["1", "k", "j"]).expect("parses");
-        assert_eq!(plain.limits, vec![1]);
+        assert_eq!(plain.opts, vec![OwnedOptions::default()]);
         let burst = parse_str(&[
             "2", "a", "b", "j", "RATE", "1", "5", "PER", "10", "BURST", "3",
         ])
         .expect("parses");
-        assert_eq!(burst.rates, vec![RateLimit::new(5, 10, 3), None]);
+        let rates: Vec<_> = burst.opts.iter().map(|o| o.options().rate).collect();
+        assert_eq!(rates, [RateLimit::new(5, 10, 3), None]);
     }
 
     #[test]
@@ -645,22 +591,18 @@ mod tests {
             "g",
         ])
         .expect("parses");
-        let share = |group: Option<&str>, weight, group_limit, mode| KeyShare {
-            group: group.map(|g| g.as_bytes().into()),
-            weight,
-            group_limit,
-            mode,
-        };
+        let shares: Vec<_> = call
+            .opts
+            .iter()
+            .map(OwnedOptions::options)
+            .map(|o| (o.group, o.weight, o.group_limit, o.mode))
+            .collect();
         assert_eq!(
-            call.shares,
+            shares,
             vec![
-                share(Some("g"), None, None, Some(Mode::Exclusive)),
-                share(Some("acme"), Some(3), Some(5), Some(Mode::Shared)),
+                (Some(&b"g"[..]), None, None, Some(Mode::Exclusive)),
+                (Some(&b"acme"[..]), Some(3), Some(5), Some(Mode::Shared)),
             ]
-        );
-        assert_eq!(
-            parse_str(&["1", "a", "j"]).map(|c| c.shares),
-            Ok(vec![KeyShare::default()])
         );
     }
 

@@ -216,8 +216,8 @@ impl Freed {
     pub const NOTHING: Self = Self(false);
 
     /// Serves the waiters of `name` (selected database) if a slot may have
-    /// freed.
-    pub fn serve_waiters(self, ctx: &Context, name: &RedisString) {
+    /// freed; `name` is read only then (a RedisString's bytes cost a call).
+    pub fn serve_waiters<N: std::ops::Deref<Target = [u8]>>(self, ctx: &Context, name: &N) {
         // Asked first, before the name is read: nobody waits on most servers.
         if self.0 && !waiting::nobody_waits() {
             waiting::slot_freed(ctx, name);
@@ -277,6 +277,55 @@ pub fn finish(
         ffi::notify_module_event(ctx, event, name);
     }
     Ok(Freed(effects.serve_waiters))
+}
+
+/// One key of a command over several keys, after its change: its name, its
+/// open key, the holders whose lease ran out, and what else changed.
+pub struct Changed<'n, 'a> {
+    pub name: &'n RedisString,
+    pub key: LockKey,
+    pub expired: usize,
+    pub change: Change<'a>,
+}
+
+/// [`finish`] for a command whose change over several keys reaches the
+/// replicas as one effect (LOCKALL's grant, UNLOCKALL, their replayed
+/// APPLY): what follows each key is [`Change::effects`]'s, as for one key;
+/// every key that changed is settled, `replicate` sends the one effect
+/// (given the keys, still open, and whether each changed), the keys are
+/// closed, then each key's `unique.expire` and own event. Returns, per key,
+/// whether its waiters are to be served.
+pub fn finish_all(
+    ctx: &Context,
+    now: i64,
+    mut keys: Vec<Changed<'_, '_>>,
+    replicate: impl FnOnce(&[Changed<'_, '_>], &[bool]) -> Result<(), RedisError>,
+) -> Result<Vec<Freed>, RedisError> {
+    let mut effects = Vec::with_capacity(keys.len());
+    for k in &mut keys {
+        let effect = k.change.effects(k.expired);
+        if effect.is_some() {
+            settle(&mut k.key, now)?;
+        }
+        effects.push(effect);
+    }
+    let changed: Vec<bool> = effects.iter().map(Option::is_some).collect();
+    replicate(&keys, &changed)?;
+    // Serving waiters opens the keys again: ours must be closed first.
+    let names: Vec<&RedisString> = keys.into_iter().map(|k| k.name).collect();
+    for (name, effect) in names.iter().zip(&effects) {
+        let Some(effect) = effect else { continue };
+        if effect.expire_event {
+            ffi::notify_module_event(ctx, events::EXPIRE, name);
+        }
+        if let Some(event) = effect.event {
+            ffi::notify_module_event(ctx, event, name);
+        }
+    }
+    Ok(effects
+        .iter()
+        .map(|e| Freed(e.is_some_and(|e| e.serve_waiters)))
+        .collect())
 }
 
 /// What Redis is told about a command when it is registered.

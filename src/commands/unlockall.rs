@@ -11,11 +11,10 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use super::decisions::InRedis;
 use super::lockall::{parse_keys, told_key_positions};
 use super::unlock::parse_token;
-use super::{events, is_keyword, prune_expired, settle, tracked};
+use super::{Change, Changed, finish_all, is_keyword, prune_expired, tracked};
 use crate::datatype::LockKey;
 use crate::ffi::{self, command_now_ms};
 use crate::metrics::{self, Event};
-use crate::waiting;
 
 super::command!(with_args run);
 
@@ -24,17 +23,17 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if told_key_positions(ctx, &bytes) {
         return Ok(RedisValue::NoReply);
     }
-    let (keys, rest) = parse_keys(bytes.get(1..).unwrap_or_default())?;
+    let (keys_named, rest) = parse_keys(bytes.get(1..).unwrap_or_default())?;
     let (jid, tokens) = match rest {
         [jid] => (jid, None),
         [jid, option, values @ ..] if is_keyword(option, b"TOKEN") => {
-            (jid, Some(parse_tokens(values, keys.len())?))
+            (jid, Some(parse_tokens(values, keys_named.len())?))
         }
         _ => return Err(RedisError::Str("ERR syntax error")),
     };
     let now = command_now_ms();
     // The client's own key strings: numkeys is args[1].
-    let names = args.get(2..2 + keys.len()).unwrap_or_default();
+    let names = args.get(2..2 + keys_named.len()).unwrap_or_default();
     let mut opened = Vec::with_capacity(names.len());
     for name in names {
         let key =
@@ -42,8 +41,9 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         key.lock()?; // WRONGTYPE before anything changes
         opened.push(key);
     }
-    let mut outcome = Vec::with_capacity(opened.len());
-    for (i, key) in opened.iter_mut().enumerate() {
+    let mut changed = Vec::with_capacity(opened.len());
+    let mut released_count = 0;
+    for (i, (mut key, name)) in opened.into_iter().zip(names).enumerate() {
         let token = tokens.as_ref().and_then(|t| t.get(i).copied());
         let (expired, released) = match key.lock_mut()? {
             Some(lock) => tracked(lock, |lock| {
@@ -56,41 +56,34 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             }),
             None => (0, None),
         };
-        match &released {
-            Some(holder) => metrics::record(now, Some(holder.lock_type()), Event::Released),
-            None => metrics::record(now, None, Event::UnlockMissed),
-        }
-        outcome.push((expired, released.is_some()));
+        let change = match &released {
+            Some(holder) => {
+                metrics::record(now, Some(holder.lock_type()), Event::Released);
+                released_count += 1;
+                Change::Release(jid)
+            }
+            None => {
+                metrics::record(now, None, Event::UnlockMissed);
+                Change::PruneOnly
+            }
+        };
+        changed.push(Changed {
+            name,
+            key,
+            expired,
+            change,
+        });
     }
     // Only a key that changed is settled: one left as it was is left to
     // Redis's expiry, as its replica's is (the effect settles the same keys).
-    for (key, &(expired, released)) in opened.iter_mut().zip(&outcome) {
-        if expired > 0 || released {
-            settle(key, now)?;
+    let freed = finish_all(ctx, now, changed, |keys, changed| {
+        if let (Some(first), true) = (keys.first(), changed.contains(&true)) {
+            ffi::replicate_release_all(ctx, first.name, now, jid, keys_named, tokens.as_deref());
         }
-    }
-    if outcome
-        .iter()
-        .any(|&(expired, released)| expired > 0 || released)
-    {
-        ffi::replicate_release_all(ctx, &names[0], now, jid, keys, tokens.as_deref());
-    }
-    // Serving waiters opens the keys again: ours must be closed first.
-    drop(opened);
-    let mut released_count = 0;
-    for (name, &(expired, released)) in names.iter().zip(&outcome) {
-        if expired > 0 {
-            ffi::notify_module_event(ctx, events::EXPIRE, name);
-        }
-        if released {
-            released_count += 1;
-            ffi::notify_module_event(ctx, events::UNLOCK, name);
-        }
-    }
-    for (name, &(expired, released)) in names.iter().zip(&outcome) {
-        if expired > 0 || released {
-            waiting::slot_freed(ctx, name);
-        }
+        Ok(())
+    })?;
+    for (name, freed) in names.iter().zip(freed) {
+        freed.serve_waiters(ctx, name);
     }
     Ok(RedisValue::Integer(released_count))
 }

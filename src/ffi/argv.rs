@@ -70,11 +70,7 @@ impl Sink for Argv {
         let mut made = self.numbers.iter().take(self.numbers_len);
         let s = match made.find(|(n, _)| *n == value) {
             Some(&(_, s)) => retain_string(s),
-            // SAFETY: with no context the string is not auto-freed: `Drop` frees it.
-            _ => unsafe {
-                raw::RedisModule_CreateStringFromLongLong
-                    .map_or(std::ptr::null_mut(), |f| f(std::ptr::null_mut(), value))
-            },
+            _ => Owned::number(value).into_raw(),
         };
         if self.push(s)
             && let Some(slot) = self.numbers.get_mut(self.numbers_len)
@@ -86,16 +82,7 @@ impl Sink for Argv {
     fn buffer(&mut self, bytes: &[u8]) {
         let s = match shared(bytes) {
             Some(s) => retain_string(s),
-            // SAFETY: as above; the buffer is valid for `bytes.len()` bytes.
-            None => unsafe {
-                raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
-                    f(
-                        std::ptr::null_mut(),
-                        bytes.as_ptr().cast::<c_char>(),
-                        bytes.len(),
-                    )
-                })
-            },
+            None => Owned::bytes(bytes).into_raw(),
         };
         self.push(s);
     }
@@ -122,6 +109,56 @@ fn retain_string(s: *mut raw::RedisModuleString) -> *mut raw::RedisModuleString 
             }
             None => std::ptr::null_mut(),
         }
+    }
+}
+
+/// A Redis string made with no context (so never freed by Redis on its
+/// own), ours until dropped: the one owner of the strings an effect makes.
+/// Transparent, so that a slice of them is an argv.
+#[repr(transparent)]
+pub(super) struct Owned(*mut raw::RedisModuleString);
+
+impl Owned {
+    /// The string of `bytes` (null when Redis could not make it).
+    pub(super) fn bytes(bytes: &[u8]) -> Self {
+        // SAFETY: with no context the string is not auto-freed: `Drop` frees
+        // it; the buffer is valid for `bytes.len()` bytes.
+        Self(unsafe {
+            raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
+                f(
+                    std::ptr::null_mut(),
+                    bytes.as_ptr().cast::<c_char>(),
+                    bytes.len(),
+                )
+            })
+        })
+    }
+
+    /// The decimal string of `value` (null when Redis could not make it).
+    pub(super) fn number(value: i64) -> Self {
+        // SAFETY: with no context the string is not auto-freed: `Drop` frees it.
+        Self(unsafe {
+            raw::RedisModule_CreateStringFromLongLong
+                .map_or(std::ptr::null_mut(), |f| f(std::ptr::null_mut(), value))
+        })
+    }
+
+    /// The string, still owned here; `None` when it could not be made.
+    pub(super) fn get(&self) -> Option<*mut raw::RedisModuleString> {
+        (!self.0.is_null()).then_some(self.0)
+    }
+
+    /// The string, handed to a caller that frees it (`free_string`).
+    fn into_raw(self) -> *mut raw::RedisModuleString {
+        let s = self.0;
+        std::mem::forget(self);
+        s
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        free_string(self.0);
     }
 }
 

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_longlong};
 
 use redis_module::{Context, RedisString, raw};
 
-use super::argv::{Argv, shared};
+use super::argv::{Argv, Owned, shared};
 use super::entry::client_string;
 use crate::codec::{APPLY_COMMAND, ApplyOp, HOLD_DEFAULTS, NO_EXPIRY, write_rate};
 use crate::engine::{Holder, Mode, Rate};
@@ -91,39 +91,12 @@ pub fn replicate_hold(
     // argument (LOCK's), else a string made for the call (a served waiter).
     let jid = match client_string(jid) {
         Some(string) => JidString::Client(string),
-        None => JidString::made(&h.jid()),
+        None => JidString::Made(Owned::bytes(&h.jid())),
     };
     let Some(jid) = jid.get() else {
         return;
     };
-    let (group, mode): (&[u8], &[u8]) = if h.has_fair() {
-        (
-            h.group().unwrap_or_default(),
-            h.mode().map_or("", Mode::name).as_bytes(),
-        )
-    } else {
-        (b"", b"")
-    };
-    let (lock_type, owner, meta) = (
-        h.lock_type().as_bytes(),
-        h.owner().unwrap_or_default(),
-        h.meta().unwrap_or_default(),
-    );
-    // How many of the optional fields go: up to the last one that differs
-    // from its default (`HOLD_DEFAULTS`: the default type, then empty).
-    let tail_len = if !mode.is_empty() {
-        5
-    } else if !group.is_empty() {
-        4
-    } else if !meta.is_empty() {
-        3
-    } else if !owner.is_empty() {
-        2
-    } else if Some(&lock_type) != HOLD_DEFAULTS.first() {
-        1
-    } else {
-        0
-    };
+    let ([lock_type, owner, meta, group, mode], tail_len) = optional_fields(h);
     let expires_at = h.expires_at().unwrap_or(NO_EXPIRY);
     let acquired_at = h.acquired_at();
     let lease_text = match rate {
@@ -200,45 +173,48 @@ pub fn replicate_hold(
     }
 }
 
+/// A holder's optional fields in the effect's order (type, owner, meta,
+/// group, mode), and how many of them go: up to the last one that differs
+/// from its default (`HOLD_DEFAULTS`: the default type, then empty).
+#[inline]
+fn optional_fields(h: &Holder) -> ([&[u8]; 5], usize) {
+    let (group, mode): (&[u8], &[u8]) = if h.has_fair() {
+        (
+            h.group().unwrap_or_default(),
+            h.mode().map_or("", Mode::name).as_bytes(),
+        )
+    } else {
+        (b"", b"")
+    };
+    let lock_type = h.lock_type().as_bytes();
+    let fields = [
+        lock_type,
+        h.owner().unwrap_or_default(),
+        h.meta().unwrap_or_default(),
+        group,
+        mode,
+    ];
+    // Past the type, a field goes when it or a later one is not empty.
+    let last_set = fields.iter().skip(1).rposition(|f| !f.is_empty());
+    let len = last_set.map_or(
+        usize::from(HOLD_DEFAULTS.first() != Some(&lock_type)),
+        |i| i + 2,
+    );
+    (fields, len)
+}
+
 /// The jid's string in an effect: the client's own (retained by the call),
 /// or one made here and freed after it.
 enum JidString {
     Client(*mut raw::RedisModuleString),
-    Made(*mut raw::RedisModuleString),
+    Made(Owned),
 }
 
 impl JidString {
-    fn made(jid: &[u8]) -> Self {
-        // SAFETY: with no context the string is not auto-freed: `Drop` frees
-        // it; the buffer is valid for `jid.len()` bytes.
-        Self::Made(unsafe {
-            raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
-                f(
-                    std::ptr::null_mut(),
-                    jid.as_ptr().cast::<c_char>(),
-                    jid.len(),
-                )
-            })
-        })
-    }
-
     fn get(&self) -> Option<*mut raw::RedisModuleString> {
-        let (Self::Client(s) | Self::Made(s)) = *self;
-        (!s.is_null()).then_some(s)
-    }
-}
-
-impl Drop for JidString {
-    fn drop(&mut self) {
-        if let Self::Made(s) = *self
-            && !s.is_null()
-        {
-            // SAFETY: made with no context in `made`, freed once, here.
-            unsafe {
-                if let Some(free) = raw::RedisModule_FreeString {
-                    free(std::ptr::null_mut(), s);
-                }
-            }
+        match self {
+            Self::Client(s) => (!s.is_null()).then_some(*s),
+            Self::Made(s) => s.get(),
         }
     }
 }

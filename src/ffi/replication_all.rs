@@ -3,57 +3,25 @@
 //! apply the whole change in one command, whether or not the server wraps a
 //! module command's effects in MULTI/EXEC.
 
-use std::ffi::c_char;
-
 use redis_module::{Context, RedisString, raw};
 
+use super::argv::Owned;
 use crate::codec::{APPLY_COMMAND, ApplyOp, Sink, write_key_hold};
 use crate::engine::{Holder, Rate};
 
-/// Redis strings made with no context through the codec's [`Sink`], as many
-/// as the effect needs; freed when dropped.
-struct Strings(Vec<*mut raw::RedisModuleString>);
+/// Redis strings made through the codec's [`Sink`], as many as the effect
+/// needs; each freed when dropped.
+struct Strings(Vec<Owned>);
 
 impl Sink for Strings {
     fn unsigned(&mut self, value: u64) {
         self.signed(value as i64);
     }
     fn signed(&mut self, value: i64) {
-        // SAFETY: with no context the string is not auto-freed: `Drop` frees it.
-        let s = unsafe {
-            raw::RedisModule_CreateStringFromLongLong
-                .map_or(std::ptr::null_mut(), |f| f(std::ptr::null_mut(), value))
-        };
-        self.0.push(s);
+        self.0.push(Owned::number(value));
     }
     fn buffer(&mut self, bytes: &[u8]) {
-        // SAFETY: as above; the buffer is valid for `bytes.len()` bytes.
-        let s = unsafe {
-            raw::RedisModule_CreateString.map_or(std::ptr::null_mut(), |f| {
-                f(
-                    std::ptr::null_mut(),
-                    bytes.as_ptr().cast::<c_char>(),
-                    bytes.len(),
-                )
-            })
-        };
-        self.0.push(s);
-    }
-}
-
-impl Drop for Strings {
-    fn drop(&mut self) {
-        for &s in &self.0 {
-            if s.is_null() {
-                continue;
-            }
-            // SAFETY: `s` was created with no context and is freed once.
-            unsafe {
-                if let Some(f) = raw::RedisModule_FreeString {
-                    f(std::ptr::null_mut(), s);
-                }
-            }
-        }
+        self.0.push(Owned::bytes(bytes));
     }
 }
 
@@ -105,12 +73,13 @@ pub fn replicate_release_all(
 }
 
 fn replicate(ctx: &Context, first: &RedisString, mut argv: Strings) {
-    if argv.0.iter().any(|s| s.is_null()) {
+    if argv.0.iter().any(|s| s.get().is_none()) {
         return; // out of memory: Redis would have aborted first
     }
     // SAFETY: `ctx` is the context of the running command; every argument
     // matches the format (s = a module string, v = an array of module
-    // strings and its length); `argv` outlives the call, which copies it.
+    // strings and its length: `Owned` is a transparent string pointer);
+    // `argv` outlives the call, which copies it.
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(
@@ -118,7 +87,7 @@ fn replicate(ctx: &Context, first: &RedisString, mut argv: Strings) {
                 APPLY_COMMAND.as_ptr(),
                 c"sv".as_ptr(),
                 first.inner,
-                argv.0.as_mut_ptr(),
+                argv.0.as_mut_ptr().cast::<*mut raw::RedisModuleString>(),
                 argv.0.len(),
             );
         }

@@ -15,13 +15,11 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::Args;
 use crate::codec::{self, ApplyOp, DecodeError};
-use crate::commands::{events, parse_int, settle, tracked};
+use crate::commands::lockall::MAX_KEYS;
+use crate::commands::{Change, Changed, events, finish_all, parse_int, tracked};
 use crate::datatype::LockKey;
 use crate::engine::{Holder, Lock, Rate};
-use crate::{fencing, ffi};
-
-/// The most keys one effect may carry: LOCKALL's own bound.
-const MAX_KEYS: usize = 64;
+use crate::fencing;
 
 /// One key's part of a HOLDALL.
 type KeyHold = (Vec<u8>, Holder, Option<Rate>);
@@ -77,28 +75,37 @@ fn parse_holds(rest: &[RedisString]) -> Result<Vec<KeyHold>, RedisError> {
 }
 
 fn hold_all(ctx: &Context, now: i64, holds: Vec<KeyHold>) -> RedisResult {
-    let mut opened = Vec::with_capacity(holds.len());
-    for (name, holder, rate) in holds {
-        let name = ctx.create_string(name.as_slice());
+    let names: Vec<RedisString> = holds
+        .iter()
+        .map(|(name, ..)| ctx.create_string(name.as_slice()))
+        .collect();
+    let mut changed = Vec::with_capacity(holds.len());
+    for (name, (_, holder, rate)) in names.iter().zip(holds) {
         let mut key =
-            LockKey::open(ctx, &name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
+            LockKey::open(ctx, name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
         let lock = match key.lock_mut()? {
             Some(lock) => lock,
             None => key.create(Lock::default())?,
         };
-        let new = tracked(lock, |lock| {
-            lock.prune(now);
+        let (expired, new) = tracked(lock, |lock| {
+            let expired = lock.prune(now);
             fencing::observe(holder.token());
             let new = lock.holder(&holder.jid()).is_none();
             lock.put(holder);
             if let Some(rate) = rate {
                 lock.set_rate(Some(rate));
             }
-            new
+            (expired, new)
         });
-        opened.push((name, key, new.then_some(events::LOCK)));
+        let change = Change::Replayed(new.then_some(events::LOCK));
+        changed.push(Changed {
+            name,
+            key,
+            expired,
+            change,
+        });
     }
-    finish_all(ctx, now, opened)
+    replay(ctx, now, changed)
 }
 
 fn release_all(
@@ -108,58 +115,44 @@ fn release_all(
     keys: &[RedisString],
     tokens: Option<&[i64]>,
 ) -> RedisResult {
-    let mut opened = Vec::with_capacity(keys.len());
+    let mut changed = Vec::with_capacity(keys.len());
     for (i, name) in keys.iter().enumerate() {
         let token = tokens.and_then(|t| t.get(i).copied());
         let mut key =
             LockKey::open(ctx, name, true).ok_or(RedisError::Str("ERR could not open the key"))?;
-        let (pruned, event) = match key.lock_mut()? {
+        let (expired, released) = match key.lock_mut()? {
             Some(lock) => tracked(lock, |lock| {
-                let pruned = lock.prune(now);
+                let expired = lock.prune(now);
                 let released = match token {
                     None => lock.release(jid),
                     Some(token) => lock.release_token(jid, token),
                 };
-                (pruned, released.map(|_| events::UNLOCK))
+                (expired, released.is_some())
             }),
-            None => (0, None),
+            None => (0, false),
         };
         // A key the release left as it was is not settled, as on the primary.
-        if pruned == 0 && event.is_none() {
-            continue;
-        }
-        let name = ctx.create_string(name.as_slice());
-        opened.push((name, key, event));
+        let change = match (expired, released) {
+            (0, false) => Change::PruneOnly,
+            _ => Change::Replayed(released.then_some(events::UNLOCK)),
+        };
+        changed.push(Changed {
+            name,
+            key,
+            expired,
+            change,
+        });
     }
-    finish_all(ctx, now, opened)
+    replay(ctx, now, changed)
 }
 
-/// Settles every key given (those the effect changed), sends the APPLY on
-/// once (this replica's AOF and replicas), closes the keys, then announces
-/// each key's event. A replayed effect serves nobody: grants are the
-/// primary's.
-fn finish_all(
-    ctx: &Context,
-    now: i64,
-    opened: Vec<(RedisString, LockKey, Option<&'static std::ffi::CStr>)>,
-) -> RedisResult {
-    let mut closed = Vec::with_capacity(opened.len());
-    for (name, mut key, event) in opened {
-        settle(&mut key, now)?;
-        closed.push((name, key, event));
-    }
-    ctx.replicate_verbatim();
-    let events: Vec<_> = closed
-        .into_iter()
-        .map(|(name, key, event)| {
-            drop(key);
-            (name, event)
-        })
-        .collect();
-    for (name, event) in events {
-        if let Some(event) = event {
-            ffi::notify_module_event(ctx, event, &name);
-        }
-    }
+/// Settles every key the effect changed, sends the APPLY on once (this
+/// replica's AOF and replicas), closes the keys, then announces each key's
+/// event. A replayed effect serves nobody: grants are the primary's.
+fn replay(ctx: &Context, now: i64, changed: Vec<Changed<'_, '_>>) -> RedisResult {
+    finish_all(ctx, now, changed, |_, _| {
+        ctx.replicate_verbatim();
+        Ok(())
+    })?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

@@ -25,7 +25,7 @@
 //! New holds share one fencing token; a renewed key keeps its own. Tokens
 //! still rise per key, since each new token is above every token before it.
 
-use super::{Outside, prune_expired};
+use super::{Ahead, Outside, prune_expired};
 use crate::engine::{Acquired, Holder, Lock, LockError, LockRequest, Rate};
 use crate::metrics::Event;
 
@@ -76,6 +76,18 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// A refusal at key `key` that waiting may change, with no end in view.
+    fn at(key: usize) -> Self {
+        Self {
+            key,
+            lease_end: None,
+            rate_limited: false,
+            partial: false,
+            upgrade: false,
+            error: None,
+        }
+    }
+
     /// Whether waiting may change the answer.
     pub fn may_wait(&self) -> bool {
         !self.partial && !self.upgrade && self.error.is_none()
@@ -93,14 +105,15 @@ pub struct AllDecision {
 /// One LOCKALL on `locks` (an empty lock for a key that does not exist),
 /// with `reqs[i]` the call on `locks[i]` (the same jid, TTL, TYPE, OWNER and
 /// META; its own LIMIT and RATE): prune every key, then grant or renew on
-/// every key or on none, and count what was granted. `queued[i]`: clients
-/// wait on key i ahead of this call, so a new hold there is refused (a
-/// renewal is not).
-pub fn decide_all(
+/// every key or on none, and count what was granted. `queued[i]`: the
+/// clients waiting on key i ahead of this call, as LOCK's `decide_lock`
+/// takes them: while one of them may take a slot, a new hold there is
+/// refused (a renewal is not).
+pub fn decide_all<'q>(
     locks: &mut [&mut Lock],
     reqs: &[LockRequest<'_>],
     now: i64,
-    queued: &[bool],
+    queued: &[impl Into<Ahead<'q>> + Copy],
     out: &mut impl Outside,
 ) -> AllDecision {
     let expired: Vec<usize> = locks
@@ -126,11 +139,11 @@ pub fn decide_all(
 /// The all-or-nothing step on locks already pruned at `now`; `next_token`
 /// is called at most once, for the first new hold, and its token is shared
 /// by every new hold of the call.
-pub fn acquire_all(
+pub fn acquire_all<'q>(
     locks: &mut [&mut Lock],
     reqs: &[LockRequest<'_>],
     now: i64,
-    queued: &[bool],
+    queued: &[impl Into<Ahead<'q>> + Copy],
     next_token: impl FnOnce() -> i64,
 ) -> AllAttempt {
     let held = locks
@@ -146,12 +159,8 @@ pub fn acquire_all(
             .position(|(lock, req)| lock.holder(req.jid).is_none())
             .unwrap_or(0);
         return AllAttempt::Denied(Refusal {
-            key,
-            lease_end: None,
-            rate_limited: false,
             partial: true,
-            upgrade: false,
-            error: None,
+            ..Refusal::at(key)
         });
     }
     let mut next_token = Some(next_token);
@@ -162,13 +171,10 @@ pub fn acquire_all(
     let mut refused = None;
     for (i, (lock, req)) in locks.iter_mut().zip(reqs).enumerate() {
         let before = (lock.holder(req.jid).cloned(), lock.rate().copied());
-        let acquired = if queued.get(i).copied().unwrap_or(false) && before.0.is_none() {
-            Acquired::Denied
-        } else {
-            lock.acquire(req, now, || {
-                *token.get_or_insert_with(|| next_token.take().map_or(0, |f| f()))
-            })
-        };
+        // LOCK's own step on this key, behind the same waiters.
+        let ahead = queued.get(i).map_or(Ahead::Nobody, |&q| q.into());
+        let mut next = || *token.get_or_insert_with(|| next_token.take().map_or(0, |f| f()));
+        let acquired = lock.acquire_behind(req, now, |lock| ahead.blocks(lock), &mut next);
         match acquired {
             Acquired::Granted(token) => grants.push(KeyGrant {
                 token,
@@ -185,35 +191,25 @@ pub fn acquire_all(
             }),
             Acquired::RateLimited(at) => {
                 refused = Some(Refusal {
-                    key: i,
                     lease_end: Some(at),
                     rate_limited: true,
-                    partial: false,
-                    upgrade: false,
-                    error: None,
+                    ..Refusal::at(i)
                 });
                 break;
             }
             Acquired::Refused(e) => {
                 refused = Some(Refusal {
-                    key: i,
-                    lease_end: None,
-                    rate_limited: false,
-                    partial: false,
-                    upgrade: false,
                     error: Some(e),
+                    ..Refusal::at(i)
                 });
                 break;
             }
             Acquired::Denied => {
                 refused = Some(Refusal {
-                    key: i,
                     lease_end: lock.earliest_lease(),
-                    rate_limited: false,
-                    partial: false,
                     // Only an upgrade refuses a holder.
                     upgrade: before.0.is_some(),
-                    error: None,
+                    ..Refusal::at(i)
                 });
                 break;
             }
