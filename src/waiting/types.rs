@@ -69,7 +69,7 @@ pub trait Call {
     }
 
     /// What a waiter granted `token` is told: by default the token; a call
-    /// that can say how gives a [`ffi::Held`], checked again as the reply
+    /// that can say how gives a [`Held`](crate::ffi::Held), checked again as the reply
     /// goes out.
     fn granted(&self, token: i64) -> WaiterReply {
         WaiterReply::Token(token)
