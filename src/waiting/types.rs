@@ -6,13 +6,13 @@
 //! and `parked`, those below `queues`.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
 use redis_module::Context;
 
 use super::clock::{Clock, Start, Tag};
-use crate::engine::{GroupName, HoldingsStamp};
+use crate::engine::{ByGroupName, GroupName, HoldingsStamp};
 use crate::ffi::{TimerId, WaiterReply};
 
 /// What retrying one waiter gave.
@@ -201,8 +201,10 @@ pub(super) type KeyId = (i32, Vec<u8>);
 /// group), each with its weight, never an empty map: how many wait in each
 /// (WAITERS ... GROUPS reads it without a walk), and each group's next
 /// waiter and its weight, found by a serving pass without a walk past the
-/// other groups' waiters or a look into the queue.
-pub(super) type GroupQueues = BTreeMap<Option<GroupName>, GroupWaiters>;
+/// other groups' waiters or a look into the queue. Kept in no order (a
+/// pass orders the groups by their turns, see `order`): found by the name's
+/// hash, worked out once, not by comparing names down a tree.
+pub(super) type GroupQueues = HashMap<Option<GroupName>, GroupWaiters, ByGroupName>;
 
 /// One group's waiters on a key: their numbers with their weights, the
 /// first of them also kept apart, beside the group's name: a pass reads
