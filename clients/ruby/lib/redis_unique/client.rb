@@ -168,17 +168,12 @@ module RedisUnique
       @connection.call("UNIQUE.METRICS", "RESET")
     end
 
-    # true when the server has the module loaded (COMMAND INFO unique.lock, allowed where
-    # MODULE LIST is not; raises nothing but a connection error).
+    # true when the server has the module loaded (raises nothing).
     def module_loaded?
-      Functions.module_loaded?(@connection)
-    end
-
-    # "module" or "functions": where this client's calls go (found at the first call, or
-    # forced by RedisUnique.backend= / REDIS_UNIQUE_BACKEND); loads the Functions library
-    # when it is the library's.
-    def backend
-      @connection.backend
+      @connection.call("UNIQUE.LOCKEDBY", "redis-unique:probe")
+      true
+    rescue ModuleNotLoaded
+      false
     end
 
     WEIGHTS = (1..1000).freeze
