@@ -272,6 +272,24 @@ class SidekiqApiDeleteTest < Minitest::Test
     conn.call("DEL", "retry-#{token}")
   end
 
+  # A duplicate that on_conflict: reject sent to the dead set, its lock still held: Retry
+  # All sends it back there, and returns (Sidekiq 6's own would retry it for ever).
+  def test_dead_set_retry_all_returns_when_a_retried_job_is_rejected_again
+    with_own_dead_set do
+      jid, digest = push(klass: UntilExecutedRejectJob)
+      assert_nil UntilExecutedRejectJob.set(queue: parked).perform_async(token), "the duplicate rejected"
+      dead = Sidekiq::DeadSet.new
+      assert_equal 1, dead.size, "the duplicate is dead"
+      retrying = Thread.new { dead.retry_all }
+      assert retrying.join(H::PATIENCE), "Retry All returned"
+      assert_equal 1, dead.size, "rejected again: dead once"
+      assert_equal [jid], queue_jids(parked), "the first copy queued, alone"
+      assert_equal [jid], client.locked_by(digest)
+    ensure
+      retrying&.kill
+    end
+  end
+
   def test_a_dead_job_retried_after_a_duplicate_was_pushed_is_not_queued_twice
     jid, digest = push
     move_to("retry", jid)

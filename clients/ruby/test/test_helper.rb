@@ -156,6 +156,17 @@ module TestHelpers
     set = set_name == "retry" ? Sidekiq::RetrySet.new : Sidekiq::ScheduledSet.new
     set.select { |e| e.args.first == token }.each(&:add_to_queue)
   end
+
+  # Runs the block with Sidekiq's dead set holding only what the block puts there: what was
+  # dead before, and what other processes kill meanwhile, is dead again afterwards.
+  def with_own_dead_set
+    aside = "dead-aside-#{token}"
+    conn.call("RENAME", "dead", aside) if conn.call("EXISTS", "dead") == 1
+    yield
+  ensure
+    conn.call("ZUNIONSTORE", "dead", 2, "dead", aside)
+    conn.call("DEL", aside)
+  end
 end
 
 require_relative "app/jobs"

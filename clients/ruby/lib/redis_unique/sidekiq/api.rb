@@ -120,6 +120,17 @@ module RedisUnique
         Deleted.died(message)
         result
       end
+
+      # Retry All retries each job that is dead when it is pressed, once, as Sidekiq 7 and 8
+      # do. Sidekiq 6 retries until the set is empty, and a job whose retry is sent straight
+      # back (a duplicate with on_conflict: reject, its lock still held) would keep it from
+      # ever being empty.
+      def retry_all
+        return super if ::Sidekiq::VERSION.to_i >= 7
+
+        to_a.each(&:retry)
+        nil
+      end
     end
 
     # JobSet: delete_by_value, delete_by_jid (and its alias delete, ScheduledSet#delete and
