@@ -143,12 +143,15 @@ class ClientTest < Minitest::Test
   def test_module_not_loaded
     plain = H::RedisServer.new(load_module: false)
     c = RedisUnique::Client.new(TestSuite.raw_connection(plain.url))
+    # forced to the module (RedisUnique.backend = :module): no library in its place
+    RedisUnique.backend = :module
     e = assert_raises(RedisUnique::ModuleNotLoaded) { c.lock("k", "a") }
     assert_match(/loadmodule/, e.message)
     assert_match(/MODULE LOAD/, e.message)
     refute c.module_loaded?
     assert client.module_loaded?
   ensure
+    RedisUnique.backend = :auto
     plain&.stop
   end
 

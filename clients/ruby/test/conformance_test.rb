@@ -99,6 +99,52 @@ class ConformanceTest < Minitest::Test
     end
   end
 
+  # Every call of the table on both backends: the same value from the module and from its
+  # Functions library (on a server started without the module): on a fresh key (a first
+  # call, then the same call again) and on a key with one holder there first; a call marked "functions": "refused" is refused on the library with
+  # an error that names the module, before anything is sent.
+  TABLE["calls"].each do |call|
+    define_method("test_both backends: #{call["name"]}") do
+      plain = TestSuite.plain_server
+      backends = { "module" => client, "functions" => RedisUnique::Client.new(TestSuite.raw_connection(plain.url)) }
+      own = { call["args"]["key"] => "conformance:#{token}" }.compact
+      (call["args"]["keys"] || []).each { |k| own[k] = "conformance:{#{token}}:#{k}" }
+      args = call["args"].merge("key" => "conformance:#{token}")
+      args["keys"] = args["keys"].map { |k| own.fetch(k) } if args["keys"]
+      if call["functions"] == "refused"
+        e = assert_raises(RedisUnique::NotInFunctions) { send_call(backends["functions"], call["call"], args) }
+        assert_match(/needs the redis-unique module/, e.message)
+        assert_equal [], backends["functions"].connection.call("KEYS", "conformance:*#{token}*")
+        next
+      end
+      fresh = args.merge("key" => "conformance:#{token}:fresh")
+      values = backends.transform_values do |c|
+        c.lock(args["key"], "someone", limit: 0, ttl: 60, owner: "o", meta: { "a" => 1 })
+        [outcome(c, call, fresh), outcome(c, call, args), outcome(c, call, fresh)]
+      end
+      assert_equal values["module"], values["functions"]
+      assert_equal "functions", backends["functions"].backend
+    ensure
+      keys = [*own&.values, "conformance:#{token}", "conformance:#{token}:fresh"]
+      conn.call("DEL", *keys)
+      backends&.fetch("functions")&.connection&.call("DEL", *keys, *keys.map { |k| RedisUnique::Functions.wake_key(k) })
+    end
+  end
+
+  # A call's value in a form both backends give alike (a token's value is the server's clock).
+  def outcome(c, call, args)
+    value = send_call(c, call["call"], args)
+    case call["call"]
+    when "lock" then value.is_a?(Integer) ? "token" : value
+    when "holders" then value.map { |h| [h.jid, h.type, h.owner, h.meta, h.group, h.mode, h.ttl.nil?] }
+    when "waiters_by_group" then value.map { |g| neutral_waiter_group(g) }
+    when "rate" then value && neutral_rate(value).slice("limit", "per_ms", "burst", "remaining")
+    else value
+    end
+  rescue RedisUnique::CommandError => e
+    ["error", e.class.name, e.message.split(" (").first]
+  end
+
   def neutral_holder(h)
     { "jid" => h.jid, "token" => h.token, "acquired_at_ms" => (h.acquired_at.to_r * 1000).to_i,
       "expires_at_ms" => h.expires_at && (h.expires_at.to_r * 1000).to_i,

@@ -17,6 +17,13 @@ class GemBuildTest < Minitest::Test
       installed = Dir[File.join(dir, "gems/gems/redis-unique-*/lib")].first
       assert installed, "installed lib dir"
       assert File.exist?(File.join(dir, "gems/gems/redis-unique-#{RedisUnique::VERSION}/bin/redis-unique-migrate"))
+      # the Functions library and its command ship in the gem
+      assert_equal File.binread(File.join(RedisUnique::Harness::ROOT, "functions/redis_unique.lua")),
+                   File.binread(File.join(installed, "redis_unique/redis_unique.lua"))
+      bin = File.join(dir, "gems/gems/redis-unique-#{RedisUnique::VERSION}/bin/redis-unique")
+      out, st = Open3.capture2e({ "RUBYLIB" => ENV["RUBYLIB"].to_s }, RbConfig.ruby, bin, "functions", "source")
+      assert st.success?, out
+      assert out.start_with?("#!lua name=redis_unique\n"), out[0, 200]
       script = 'require "redis_unique/sidekiq"; print RedisUnique::VERSION, " ", ' \
                'RedisUnique::Client.new(ENV.fetch("REDIS_URL") =~ /./ && (defined?(RedisClient) ? RedisClient.config(url: ENV["REDIS_URL"]).new_client : (require "redis"; Redis.new(url: ENV["REDIS_URL"])))).lock("gem:k", "j").class, " ", ' \
                '$LOADED_FEATURES.grep(/redis_unique\/client/).first'

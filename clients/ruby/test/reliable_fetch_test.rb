@@ -223,6 +223,9 @@ class ReliableFetchTest < Minitest::Test
     client.lock(key, "j1", owner: f.identity)
     unit.defer_unlock(key, client)
     assert_equal ["j1"], client.locked_by(key), "deferred to the acknowledgement"
+    # The backend of the fetcher's pool is found once, before its first transaction (COMMAND
+    # INFO unique.lock: the module's).
+    assert_equal "module", f.client.backend
     # What the acknowledging client sends, read on MONITOR (server-wide counts would also
     # see the MULTI/EXEC of other clients, Sidekiq's heartbeats among them).
     sent = monitored { unit.acknowledge }

@@ -34,6 +34,10 @@ debian_libs() {
     echo "$path"
 }
 
+# The Sidekiq tests on the Functions library (functions_sidekiq_test.rb) run on the last
+# Sidekiq of the list only: the gem's code on the library is the same on each Sidekiq.
+for version in ${SIDEKIQ_VERSIONS:-6 7 8}; do REDIS_UNIQUE_LIBRARY_SIDEKIQ=$version; done
+export REDIS_UNIQUE_LIBRARY_SIDEKIQ
 for version in ${SIDEKIQ_VERSIONS:-6 7 8}; do
     case $version in
     6)

@@ -35,6 +35,11 @@ module TestSuite
       server.url
     end
 
+    # A redis-server started WITHOUT the module (the Functions library's), for the whole run.
+    def plain_server
+      @plain_server ||= H::RedisServer.new(load_module: false)
+    end
+
     # A raw connection of the library that this Sidekiq uses (redis-client for 7, redis-rb for 6).
     def raw_connection(url = self.url)
       if defined?(::RedisClient) && H.sidekiq7?
@@ -90,6 +95,7 @@ module TestSuite
       (@extra || []).each(&:stop)
       (@workers || []).each(&:stop)
       @server&.stop
+      @plain_server&.stop
     end
   end
 end

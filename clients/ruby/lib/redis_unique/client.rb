@@ -168,12 +168,17 @@ module RedisUnique
       @connection.call("UNIQUE.METRICS", "RESET")
     end
 
-    # true when the server has the module loaded (raises nothing).
+    # true when the server has the module loaded (COMMAND INFO unique.lock, allowed where
+    # MODULE LIST is not; raises nothing but a connection error).
     def module_loaded?
-      @connection.call("UNIQUE.LOCKEDBY", "redis-unique:probe")
-      true
-    rescue ModuleNotLoaded
-      false
+      Functions.module_loaded?(@connection)
+    end
+
+    # "module" or "functions": where this client's calls go (found at the first call, or
+    # forced by RedisUnique.backend= / REDIS_UNIQUE_BACKEND); loads the Functions library
+    # when it is the library's.
+    def backend
+      @connection.backend
     end
 
     WEIGHTS = (1..1000).freeze

@@ -25,16 +25,53 @@ module RedisUnique
       @redis = redis
     end
 
-    # Runs one command; returns its reply.
+    # Runs one command; returns its reply. A UNIQUE.* call goes to the module, or to its
+    # Functions library where the module is not loaded (see Functions).
     def call(*argv)
+      return Functions.execute(self, argv, nil) if Functions.unique?(argv)
+
       check_module_version
-      with { |conn| Connection.invoke(conn, argv, nil) }
+      raw(argv)
     end
 
     # Runs one command that may block the server side up to `seconds`.
     def blocking_call(seconds, *argv)
+      return Functions.execute(self, argv, seconds) if Functions.unique?(argv)
+
       check_module_version
-      with { |conn| Connection.invoke(conn, argv, seconds) }
+      raw(argv, seconds)
+    end
+
+    # "module" or "functions": the backend of this connection's UNIQUE.* calls (found once).
+    def backend
+      Functions.backend(self)
+    end
+
+    # `commands` (argv arrays) as a transaction or a pipeline sends them: each UNIQUE.* call
+    # as the backend takes it (asked once with COMMAND INFO: an unknown command would fail
+    # the whole transaction).
+    def batch_argv(commands)
+      commands.map { |argv| Functions.batch_argv(self, argv) }
+    end
+
+    # One command as it is, on one connection (checked out of the pool when it is one).
+    def raw(argv, block_seconds = nil)
+      with { |conn| Connection.invoke(conn, argv, block_seconds) }
+    end
+
+    # `commands` (argv arrays, sent as they are) in one pipeline; returns the replies.
+    def pipeline(commands)
+      with do |conn|
+        if conn.respond_to?(:pipelined)
+          conn.pipelined { |pipe| commands.each { |argv| pipe.call(*argv.map(&:to_s)) } }
+        else
+          commands.map { |argv| Connection.invoke(conn, argv, nil) }
+        end
+      end
+    rescue Error
+      raise
+    rescue StandardError => e
+      raise Connection.translate(e, commands.first || [])
     end
 
     # Raises ModuleVersionMismatch, before the first command, when the server's module is
@@ -43,7 +80,7 @@ module RedisUnique
       return if @module_checked
 
       begin
-        reply = with { |conn| Connection.invoke(conn, %w[MODULE LIST], nil) }
+        reply = raw(%w[MODULE LIST])
       rescue CommandError
         @module_checked = true # MODULE LIST refused (an ACL): nothing to compare
         return

@@ -51,6 +51,16 @@ module RedisUnique
                     :enabled, :reaper, :reaper_interval, :reaper_dead_after, :reaper_count,
                     :schedule_in, :logger
 
+      # The backend of the gem's calls (RedisUnique.backend=): :auto (the default: the module
+      # where it is loaded, else its Functions library), :module or :functions.
+      def backend=(name)
+        RedisUnique.backend = name
+      end
+
+      def backend
+        RedisUnique.backend
+      end
+
       def initialize
         @lock_prefix = "uniquejobs"
         @lock_ttl = nil

@@ -255,3 +255,15 @@ class FifoTurnJob
     Sidekiq.redis { |c| c.call("RPUSH", "#{key}:ran", name) }
   end
 end
+
+# A Limiter of 2 slots around the job's work (held until RPUSH release:<token>), its lease
+# (ttl: 3 s) renewed while it runs; a third job waits in Redis for a slot.
+class LimiterJob
+  include TestJobs::JOB
+  sidekiq_options retry: 0
+
+  def perform(token, opts = {})
+    RedisUnique::Limiter.new(::Sidekiq.redis_pool, "limiter:#{token}", concurrency: 2, ttl: 3, wait: 60)
+                        .within { TestJobs.run(self, token, opts) }
+  end
+end

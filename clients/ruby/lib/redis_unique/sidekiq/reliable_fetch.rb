@@ -228,13 +228,20 @@ module RedisUnique
         key.is_a?(Array) ? ["UNIQUE.UNLOCKALL", key.size, *key, jid] : ["UNIQUE.UNLOCK", key, jid]
       end
 
-      # Runs `commands` (argv arrays) in one MULTI/EXEC; returns the replies.
+      # Runs `commands` (argv arrays) in one MULTI/EXEC; returns the replies. A UNIQUE.* call
+      # goes as its backend takes it (the module's command, or the Functions library's FCALL).
       def transaction(commands)
+        commands = client.connection.batch_argv(commands)
         redis do |conn|
           conn.multi do |tx|
             commands.each { |argv| tx.call(*argv.map(&:to_s)) }
           end
         end
+      end
+
+      # The gem's Client on this fetcher's pool (its capsule's on Sidekiq 7).
+      def client
+        RedisUnique::Sidekiq.client(@capsule ? @capsule.redis_pool : ::Sidekiq.redis_pool)
       end
 
       def count(name, by = 1)
@@ -273,7 +280,7 @@ module RedisUnique
         type = Job.new(nil, unit.item, nil).lock_type
         return unless HELD_WHILE_RUNNING.include?(type)
 
-        holders = Connection.invoke(conn, ["UNIQUE.LOCKEDBY", digest], nil)
+        holders = client.locked_by(digest)
         return if holders.include?(unit.jid)
 
         unit.lapsed = true
@@ -332,6 +339,7 @@ module RedisUnique
         end
 
         def multi(client, commands)
+          commands = client.connection.batch_argv(commands)
           client.connection.with do |conn|
             conn.multi { |tx| commands.each { |argv| tx.call(*argv.map(&:to_s)) } }
           end
