@@ -42,9 +42,7 @@
 //! (`queues.rs`), and `serve_pass` a plain function: both are tested
 //! without a server (`tests.rs`).
 
-use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis_module::{Context, RedisResult, RedisValue};
@@ -57,7 +55,6 @@ use crate::ffi::{
 use crate::logging;
 use crate::metrics::{self, Event};
 
-mod all;
 mod clock;
 mod denials;
 mod multi;
@@ -65,11 +62,12 @@ mod order;
 mod parked;
 mod pass;
 mod queues;
+mod state;
 mod types;
-pub use all::block_all;
+use multi::MultiWaiter;
 pub use multi::{AllCall, ServedAll};
 use pass::serve_pass;
-use queues::Waiters;
+use state::{with_multi, with_waiters};
 pub use types::{Admission, Call, Holdings, KeyHoldings, NoHolders, Served, Share};
 use types::{KeyId, Waiter};
 
@@ -89,40 +87,18 @@ pub const INTERNAL_ERROR: &str =
 pub const NO_KEY_PERMISSION: &str =
     "NOPERM this user has no permissions to access one of the keys used as arguments";
 
-thread_local! {
-    /// Redis calls every callback on its main thread, so the waiters live there.
-    static WAITERS: RefCell<Waiters<Blocked>> = RefCell::new(Waiters::default());
-}
-
-/// How many clients wait (single-key and multi-key calls), as of the last
-/// change: read by every LOCK and UNLOCK before anything else about waiters
-/// (a plain load, where the waiters themselves are a thread-local behind a
-/// `RefCell`, two calls away in a loaded module). Kept by `with_waiters` and
-/// `all::with_multi`, the only ways to the waiters.
-static WAITING: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-
-/// Runs `f` on the waiters. `f` must not call out (a retry, Redis): what it
-/// calls could come back here.
-fn with_waiters<T>(f: impl FnOnce(&mut Waiters<Blocked>) -> T) -> T {
-    WAITERS.with(|w| {
-        let w = &mut w.borrow_mut();
-        let out = f(w);
-        WAITING[0].store(w.waiting(), Ordering::Relaxed);
-        out
-    })
-}
-
 /// Whether no client waits on any key: the common case, on every LOCK and
 /// UNLOCK, decided before any lookup by key.
 #[inline]
 pub fn nobody_waits() -> bool {
-    WAITING.iter().all(|n| n.load(Ordering::Relaxed) == 0)
+    state::nobody_waits()
 }
 
 /// How many clients wait on `key` of the selected database (LOCK's and
 /// LOCKALL's alike).
 pub fn waiting_on(ctx: &Context, key: &[u8]) -> usize {
-    with_waiters(|w| w.waiting_on(selected_db(ctx), key)) + all::waiting_on(selected_db(ctx), key)
+    let db = selected_db(ctx);
+    with_waiters(|w| w.waiting_on(db, key)) + state::multi_waiting_on(db, key)
 }
 
 /// Whether a client waiting on `key` (selected database) may be served
@@ -134,11 +110,12 @@ pub fn holds_back(ctx: &Context, key: &[u8], holders: &dyn KeyHoldings) -> bool 
     if nobody_waits() {
         return false;
     }
+    let db = selected_db(ctx);
     // A multi-key waiter on the key holds its capacity back from newcomers.
-    if all::waiting_on(selected_db(ctx), key) > 0 {
+    if state::multi_waiting_on(db, key) > 0 {
         return true;
     }
-    with_waiters(|w| w.holds_back(selected_db(ctx), key, holders))
+    with_waiters(|w| w.holds_back(db, key, holders))
 }
 
 /// Per group (`None` first, then by name), how many wait on `key`
@@ -148,7 +125,7 @@ pub fn waiting_by_group(ctx: &Context, key: &[u8]) -> Vec<(Option<GroupName>, us
     let mut groups: std::collections::BTreeMap<_, usize> =
         with_waiters(|w| w.by_group(db, key)).into_iter().collect();
     // Multi-key waiters (UNIQUE.LOCKALL) count under their group on this key.
-    for (group, n) in all::waiting_by_group(db, key) {
+    for (group, n) in state::multi_by_group(db, key) {
         *groups.entry(group).or_default() += n;
     }
     groups.into_iter().collect()
@@ -156,7 +133,7 @@ pub fn waiting_by_group(ctx: &Context, key: &[u8]) -> Vec<(Option<GroupName>, us
 
 /// How many clients wait, on every key.
 pub fn waiting() -> usize {
-    with_waiters(|w| w.waiting()) + all::waiting()
+    with_waiters(|w| w.waiting()) + state::multi_waiting()
 }
 
 /// How many of this module's timers are armed: deadlines and wake-ups.
@@ -188,20 +165,36 @@ fn stop_deadline(ctx: &Context, deadline: Option<TimerId>) {
     }
 }
 
-/// Blocks the calling client for up to `timeout_ms` at the end of the queue
-/// of `key` (selected database), to be served by retrying `call`;
-/// `lock_type` is counted if the wait runs out. `lease_end` is the earliest
-/// end of lease among the key's holders, if any has one. False when the
-/// client could not block.
-pub fn block(
-    ctx: &Context,
-    key: &[u8],
-    call: Box<dyn Call>,
-    share: Share,
-    timeout_ms: i64,
-    lease_end: Option<i64>,
-    lock_type: &str,
-) -> bool {
+/// What a denied call waits for: a slot of one key, or of every one of
+/// several keys at once.
+pub enum Wait<'a> {
+    /// `UNIQUE.LOCK ... WAIT`: queued at the end of `key`'s queue, served by
+    /// retrying `call`. `lease_end`: the earliest end of lease among the
+    /// key's holders, if any has one.
+    One {
+        key: &'a [u8],
+        call: Box<dyn Call>,
+        share: Share,
+        lease_end: Option<i64>,
+    },
+    /// `UNIQUE.LOCKALL ... WAIT`: queued on every one of `keys` (distinct),
+    /// served by retrying `call` when all of them can grant at once (the
+    /// rule in `multi.rs`). `groups`: its GROUP on each key (counted by
+    /// WAITERS GROUPS); `wake`: the key (its position) that refused and when
+    /// it may have room.
+    All {
+        keys: &'a [&'a [u8]],
+        groups: Vec<Option<GroupName>>,
+        call: Box<dyn AllCall>,
+        wake: Option<(usize, i64)>,
+    },
+}
+
+/// Blocks the calling client (selected database) for up to `timeout_ms`,
+/// until `wait` is served; `lock_type` is counted if the wait runs out.
+/// Single-key and multi-key waiters draw their arrival number from one
+/// count. False when the client could not block.
+pub fn block(ctx: &Context, wait: Wait<'_>, timeout_ms: i64, lock_type: &str) -> bool {
     let Some(client) = ffi::block_client::<Callbacks>(ctx) else {
         return false;
     };
@@ -217,17 +210,49 @@ pub fn block(
     if deadline.is_some() {
         with_waiters(|w| w.count_timer(true));
     }
-    let waiter = Waiter {
-        client,
-        call,
-        share,
-        lock_type: lock_type.into(),
-        seq,
-        deadline,
-        user: ffi::caller_name(ctx).ok().map(Vec::into_boxed_slice),
+    let db = selected_db(ctx);
+    let user = ffi::caller_name(ctx).ok().map(Vec::into_boxed_slice);
+    let lock_type: Box<str> = lock_type.into();
+    let wake = match wait {
+        Wait::One {
+            key,
+            call,
+            share,
+            lease_end,
+        } => {
+            let waiter = Waiter {
+                client,
+                call,
+                share,
+                lock_type,
+                seq,
+                deadline,
+                user,
+            };
+            with_waiters(|w| w.push((db, key.to_vec()), waiter));
+            lease_end.map(|at| (key, at))
+        }
+        Wait::All {
+            keys,
+            groups,
+            call,
+            wake,
+        } => {
+            let waiter = MultiWaiter {
+                client,
+                call,
+                keys: keys.iter().map(|k| (db, k.to_vec())).collect(),
+                groups,
+                lock_type,
+                seq,
+                deadline,
+                user,
+            };
+            with_multi(|m| m.push(waiter));
+            wake.and_then(|(i, at)| Some((*keys.get(i)?, at)))
+        }
     };
-    with_waiters(|w| w.push((selected_db(ctx), key.to_vec()), waiter));
-    if let Some(at) = lease_end {
+    if let Some((key, at)) = wake {
         wake_at(ctx, key, at);
     }
     true
@@ -245,7 +270,7 @@ pub fn slot_freed(ctx: &Context, key: &[u8]) {
 /// The serving loop of `key` (selected database): its single-key waiters
 /// that came before the multi-key waiter the key is reserved for (all of
 /// them when none is), then that multi-key waiter if it may be tried
-/// (`all::serve_reserved`); when it is served the reservation moves on, so
+/// ([`serve_reserved`]); when it is served the reservation moves on, so
 /// the key is served again, and so are its other keys. Called by the
 /// command or timer that may have freed a slot, never from a retry: a retry
 /// reports what it freed instead (its `Freed`, dropped: the waiters after
@@ -256,7 +281,7 @@ fn serve(ctx: &Context, key: &[u8]) {
     while let Some(key) = keys.pop() {
         loop {
             serve_queue(ctx, &key);
-            match all::serve_reserved(ctx, &key) {
+            match serve_reserved(ctx, &key) {
                 Some(others) => keys.extend(others),
                 None => break,
             }
@@ -275,7 +300,7 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
         return;
     };
     // The waiters after the oldest multi-key waiter on the key wait for it.
-    let until = all::reserved_for(&id);
+    let until = state::reserved_for(&id);
     let mut permissions = Permissions::default();
     let holdings = |waiter: &Waiter<Blocked>, each: Holdings<'_>| {
         // A bug there leaves the counts as they were: the pass goes on.
@@ -313,7 +338,8 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
             other => other,
         };
         if reply.is_none() {
-            time_out(ctx, &id, Some(waiter), deadline_reason(true));
+            let lapsed = Leaving::One(id.clone(), Some(waiter));
+            leave(ctx, &lapsed, Some(deadline_reason(true)));
         } else {
             stop_deadline(ctx, waiter.deadline);
         }
@@ -323,6 +349,69 @@ fn serve_queue(ctx: &Context, key: &[u8]) {
     if let Some(at) = pass.wake_at {
         wake_at(ctx, key, at);
     }
+}
+
+/// Tries the multi-key waiter that the capacity of `key` (selected
+/// database) is reserved for, if it is the oldest multi-key waiter on every
+/// one of its keys: first the single-key waiters that came before it on its
+/// other keys get their turn, then its call is run again on every key at
+/// once. Returns its other keys when its wait ended (granted, or an error):
+/// their reservation moved on, so they are to be served too; `None` when
+/// nobody was served.
+fn serve_reserved(ctx: &Context, key: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let id = (selected_db(ctx), key.to_vec());
+    let seq = state::reserved_for(&id)?;
+    let keys = with_multi(|m| {
+        m.eligible(seq)
+            .then(|| m.waiters.get(&seq).map(|w| w.keys.clone()))
+            .flatten()
+    })?;
+    for other in keys.iter().filter(|k| **k != id) {
+        serve_queue(ctx, &other.1);
+    }
+    // Out of the queues while its call runs, back in its place if refused.
+    let waiter = with_multi(|m| m.remove(seq))?;
+    let allowed = waiter.user.as_deref().is_none_or(|user| {
+        AclUser::by_name(ctx, user).is_some_and(|acl| {
+            waiter
+                .keys
+                .iter()
+                .all(|(_, key)| acl.may_lock(&ctx.create_string(key.as_slice())))
+        })
+    });
+    let served = if allowed {
+        catch_unwind(AssertUnwindSafe(|| waiter.call.retry(ctx)))
+            .unwrap_or_else(|_| ServedAll::Failed(INTERNAL_ERROR.to_owned()))
+    } else {
+        ServedAll::Failed(NO_KEY_PERMISSION.to_owned())
+    };
+    let reply = match served {
+        ServedAll::Granted(tokens) => Some(waiter.call.granted(tokens)),
+        ServedAll::Failed(e) => Some(WaiterReply::Error(e)),
+        ServedAll::Lapsed => {
+            metrics::record(now_ms(), Some(&waiter.lock_type), Event::TimedOut);
+            None
+        }
+        ServedAll::Denied { wake } => {
+            if let Some((i, at)) = wake
+                && let Some((_, key)) = waiter.keys.get(i)
+            {
+                wake_at(ctx, key, at);
+            }
+            with_multi(|m| m.push(waiter));
+            return None;
+        }
+    };
+    stop_deadline(ctx, waiter.deadline);
+    ffi::unblock(waiter.client, reply);
+    Some(
+        waiter
+            .keys
+            .into_iter()
+            .filter(|k| *k != id)
+            .map(|(_, key)| key)
+            .collect(),
+    )
 }
 
 /// Whether each waiter's user may still lock the key being served, looked
@@ -374,18 +463,14 @@ const PAUSED_RETRY: Duration = Duration::from_millis(20);
 /// not write.
 pub fn key_gone(ctx: &Context, db: i32, key: &[u8]) {
     let id = (db, key.to_vec());
-    if with_waiters(|w| w.has_queue(&id)) || all::has_key(&id) {
+    if state::has_key(&id) {
         arm_wake_up(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
 
 /// A database or all of them were flushed: serve every waiter, soon after.
 pub fn flushed(ctx: &Context) {
-    let mut keys = with_waiters(|w| w.keys());
-    keys.extend(all::keys());
-    keys.sort();
-    keys.dedup();
-    for id in keys {
+    for id in state::keys() {
         arm_wake_up(ctx, Duration::from_millis(1), serve_key, id);
     }
 }
@@ -395,9 +480,9 @@ pub fn flushed(ctx: &Context) {
 /// wake-up comes back after the pause instead.
 fn serve_key(ctx: &Context, (db, key): KeyId) {
     if ffi::writes_paused() {
-        let id = (db, key.clone());
-        if with_waiters(|w| w.has_queue(&id)) || all::has_key(&id) {
-            arm_wake_up(ctx, PAUSED_RETRY, serve_key, (db, key));
+        let id = (db, key);
+        if state::has_key(&id) {
+            arm_wake_up(ctx, PAUSED_RETRY, serve_key, id);
         }
         return;
     }
@@ -406,9 +491,10 @@ fn serve_key(ctx: &Context, (db, key): KeyId) {
     }
 }
 
-/// Ends the wait of every client queued on a key that `moved` picks, each
-/// with the error `reply` gives for its key (a redirect): their keys' slots
-/// left this node, so their grant can only come from the new owner.
+/// Ends the wait of every client queued on a key that `moved` picks (a
+/// multi-key waiter: on one of its keys), each with the error `reply` gives
+/// for that key (a redirect): their keys' slots left this node, so their
+/// grant can only come from the new owner.
 pub fn redirect(
     ctx: &Context,
     moved: impl Fn(&[u8]) -> bool,
@@ -417,13 +503,20 @@ pub fn redirect(
     if waiting() == 0 {
         return;
     }
-    let taken = with_waiters(|w| w.take_queues(&moved));
-    let mut redirected = taken.len();
-    for ((_, key), waiter) in taken {
-        stop_deadline(ctx, waiter.deadline);
-        ffi::unblock(waiter.client, Some(WaiterReply::Error(reply(&key))));
+    let one = with_waiters(|w| w.take_queues(&moved));
+    let all = with_multi(|m| m.take_where(&moved));
+    let redirected = one.len() + all.len();
+    let ended = one
+        .into_iter()
+        .map(|((_, key), w)| (key, w.client, w.deadline))
+        .chain(
+            all.into_iter()
+                .map(|((_, key), w)| (key, w.client, w.deadline)),
+        );
+    for (key, client, deadline) in ended {
+        stop_deadline(ctx, deadline);
+        ffi::unblock(client, Some(WaiterReply::Error(reply(&key))));
     }
-    redirected += all::redirect(ctx, &moved, &mut reply);
     if redirected > 0 {
         logging::verbose(ctx, || {
             format!("{redirected} waiting clients redirected: their keys' slots moved")
@@ -431,7 +524,8 @@ pub fn redirect(
     }
 }
 
-/// What Redis calls back for a waiting client, and its deadline timer.
+/// What Redis calls back for a waiting client, single-key or multi-key,
+/// and its deadline timer.
 struct Callbacks;
 
 /// Why a waiter's deadline timer ended its wait, for the log: the timer
@@ -445,33 +539,96 @@ fn deadline_reason(lapsed: bool) -> &'static str {
     }
 }
 
-/// A wait that ends without a slot (`why`): the client leaves the queue of
-/// `id`, its deadline timer stops, and the time-out is counted for its lock
-/// type.
-fn time_out(ctx: &Context, id: &KeyId, waiter: Option<Waiter<Blocked>>, why: &str) {
-    let lock_type = waiter.as_ref().map(|w| w.lock_type.clone());
-    if let Some(waiter) = &waiter {
-        stop_deadline(ctx, waiter.deadline);
+/// A waiter leaving without a grant, found by its deadline or its client.
+enum Leaving {
+    /// A single-key waiter and its key; the waiter is `None` while a pass
+    /// has it out of its queue (that pass drops it).
+    One(KeyId, Option<Waiter<Blocked>>),
+    /// A multi-key waiter, out of every queue.
+    All(MultiWaiter<Blocked>),
+}
+
+impl Leaving {
+    /// The waiter whose deadline timer carried `seq`, and its client; the
+    /// timer fired, so there is nothing left to stop.
+    fn by_deadline(seq: usize) -> Option<(Blocked, Self)> {
+        if let Some((id, mut waiter)) = with_waiters(|w| w.deadline_passed(seq)) {
+            waiter.deadline = None;
+            return Some((waiter.client, Leaving::One(id, Some(waiter))));
+        }
+        let mut waiter = with_multi(|m| m.remove(seq))?;
+        waiter.deadline = None;
+        Some((waiter.client, Leaving::All(waiter)))
     }
-    metrics::record(now_ms(), lock_type.as_deref(), Event::TimedOut);
-    logging::verbose(ctx, || {
-        format!(
-            "a client waiting on {} (db {}) got nil: {why}",
-            id.1.escape_ascii(),
-            id.0
-        )
-    });
+
+    /// The waiter of `client`.
+    fn by_client(client: Blocked) -> Option<Self> {
+        if let Some((id, waiter)) = with_waiters(|w| w.forget(client)) {
+            return Some(Leaving::One(id, waiter));
+        }
+        with_multi(|m| m.seq_of(client).and_then(|s| m.remove(s))).map(Leaving::All)
+    }
+
+    /// Whether the lease it asked for is over by `now`.
+    fn lapsed(&self, now: i64) -> bool {
+        match self {
+            Leaving::One(_, waiter) => waiter.as_ref().is_some_and(|w| w.call.lapsed(now)),
+            Leaving::All(waiter) => waiter.call.lapsed(now),
+        }
+    }
+
+    /// Who left, for the log.
+    fn describe(&self) -> String {
+        match self {
+            Leaving::One((db, key), _) => {
+                format!("a client waiting on {} (db {db})", key.escape_ascii())
+            }
+            Leaving::All(w) => format!(
+                "a client waiting on {} keys (db {})",
+                w.keys.len(),
+                w.keys.first().map_or(0, |k| k.0)
+            ),
+        }
+    }
+}
+
+/// A waiter leaves without a grant: its deadline timer stops, a multi-key
+/// waiter's keys are served soon after (their reservation moved on), and a
+/// wait that ran out (`why`; `None`: its client went away) is counted as
+/// timed out for its lock type.
+fn leave(ctx: &Context, leaving: &Leaving, why: Option<&str>) {
+    let (lock_type, deadline) = match leaving {
+        Leaving::One(_, waiter) => (
+            waiter.as_ref().map(|w| &*w.lock_type),
+            waiter.as_ref().and_then(|w| w.deadline),
+        ),
+        Leaving::All(waiter) => {
+            for id in &waiter.keys {
+                arm_wake_up(ctx, Duration::from_millis(1), serve_key, id.clone());
+            }
+            (Some(&*waiter.lock_type), waiter.deadline)
+        }
+    };
+    stop_deadline(ctx, deadline);
+    match why {
+        Some(why) => {
+            metrics::record(now_ms(), lock_type, Event::TimedOut);
+            logging::verbose(ctx, || format!("{} got nil: {why}", leaving.describe()));
+        }
+        None => logging::debug(ctx, || format!("{} disconnected", leaving.describe())),
+    }
 }
 
 impl TimerHandler for Callbacks {
     /// The deadline of waiter `seq` came: nil, and nothing was added.
     fn fired(ctx: &Context, seq: usize) {
         with_waiters(|w| w.count_timer(false));
-        if let Some((id, mut waiter)) = with_waiters(|w| w.deadline_passed(seq)) {
-            waiter.deadline = None; // it fired: nothing to stop
-            let client = waiter.client;
-            let why = deadline_reason(waiter.call.lapsed(now_ms()));
-            time_out(ctx, &id, Some(waiter), why);
+        if let Some((client, leaving)) = Leaving::by_deadline(seq) {
+            leave(
+                ctx,
+                &leaving,
+                Some(deadline_reason(leaving.lapsed(now_ms()))),
+            );
             ffi::unblock(client, None);
         }
     }
@@ -480,9 +637,8 @@ impl TimerHandler for Callbacks {
 impl BlockHandler for Callbacks {
     /// CLIENT UNBLOCK ended the wait: nil, and nothing was added.
     fn on_timeout(ctx: &Context, blocked: Option<Blocked>) -> RedisResult {
-        let forgotten = blocked.and_then(|b| Some((b, with_waiters(|w| w.forget(b))?)));
-        if let Some((blocked, (id, waiter))) = forgotten {
-            time_out(ctx, &id, waiter, "CLIENT UNBLOCK");
+        if let Some((blocked, leaving)) = blocked.and_then(|b| Some((b, Leaving::by_client(b)?))) {
+            leave(ctx, &leaving, Some("CLIENT UNBLOCK"));
             // The reply is this callback's; unblocking only frees the handle.
             ffi::unblock(blocked, None);
         }
@@ -491,18 +647,9 @@ impl BlockHandler for Callbacks {
 
     /// The client went away while waiting: forget it, free its handle.
     fn on_disconnect(ctx: &Context, blocked: Blocked) {
-        if let Some((id, waiter)) = with_waiters(|w| w.forget(blocked)) {
-            if let Some(waiter) = &waiter {
-                stop_deadline(ctx, waiter.deadline);
-            }
+        if let Some(leaving) = Leaving::by_client(blocked) {
+            leave(ctx, &leaving, None);
             ffi::unblock(blocked, None);
-            logging::debug(ctx, || {
-                format!(
-                    "a client waiting on {} (db {}) disconnected",
-                    id.1.escape_ascii(),
-                    id.0
-                )
-            });
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::engine::{
 };
 use crate::ffi::{command_now_ms, now_ms};
 use crate::metrics::{self, Event};
-use crate::waiting::{self, Holdings, Served, Share};
+use crate::waiting::{self, Holdings, Served, Share, Wait};
 
 super::command!(in_place run_in_place);
 
@@ -181,11 +181,13 @@ pub fn run_in_place<A: Deref<Target = [u8]>>(
                 Some(ms)
                     if waiting::block(
                         ctx,
-                        key_name,
-                        Box::new(WaitingLock::new(key_name, jid, &opts)),
-                        opts.share(),
+                        Wait::One {
+                            key: key_name,
+                            call: Box::new(WaitingLock::new(key_name, jid, &opts)),
+                            share: opts.share(),
+                            lease_end,
+                        },
                         ms,
-                        lease_end,
                         lock_type,
                     ) =>
                 {

@@ -5,7 +5,7 @@
 //! A hold on every key for one jid, or on none: each key decided as a LOCK
 //! with its own LIMIT, RATE, GROUP, GROUPLIMIT and MODE (`decisions::all`),
 //! one effect replicated for the whole grant, and with WAIT one waiter
-//! queued on every key (`waiting::block_all`, the rule in
+//! queued on every key (`waiting::block` with `Wait::All`, the rule in
 //! `waiting/multi.rs`; WEIGHT is validated as LOCK's and plays no part
 //! there, since a multi-key waiter is served by its reservation).
 
@@ -24,7 +24,7 @@ use crate::engine::{
 };
 use crate::ffi::{self, command_now_ms, now_ms};
 use crate::metrics::{self, Event};
-use crate::waiting::{self, ServedAll};
+use crate::waiting::{self, ServedAll, Wait};
 
 super::command!(with_args run);
 
@@ -253,13 +253,15 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 // the room: it does not wait.
                 Some(ms)
                     if refusal.may_wait()
-                        && waiting::block_all(
+                        && waiting::block(
                             ctx,
-                            &keys,
-                            call.opts.iter().map(|o| o.group.clone()).collect(),
-                            Box::new(Waiting(call)),
+                            Wait::All {
+                                keys: &keys,
+                                groups: call.opts.iter().map(|o| o.group.clone()).collect(),
+                                call: Box::new(Waiting(call)),
+                                wake,
+                            },
                             ms,
-                            wake,
                             &lock_type,
                         ) =>
                 {

@@ -1,9 +1,10 @@
 //! The waiters' bookkeeping and the serving rule, with no server.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::pass::Pass;
-use super::queues::Tally;
+use super::queues::{Tally, Waiters};
 use super::types::Queue;
 use super::*;
 use crate::engine::HoldingsStamp;
